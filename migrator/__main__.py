@@ -1,0 +1,5 @@
+import sys
+
+from migrator.cli import main
+
+sys.exit(main())

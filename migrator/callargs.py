@@ -1,0 +1,136 @@
+"""Editing call arguments without disturbing the call's formatting.
+
+A one-line call gets ``, name=value`` after its last argument. A call with one argument per line
+gets the new argument on its own line with the same indentation, and keeps (or not) the trailing
+comma the user wrote. Removing an argument keeps the commas and line breaks of the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import libcst as cst
+
+_NO_SPACE = cst.SimpleWhitespace("")
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """``name=value`` with no spaces around ``=`` (PEP 8 for keyword arguments)."""
+    return cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+    )
+
+
+def find_keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def positional(call: cst.Call) -> list[cst.Arg]:
+    """The plain positional arguments, in order (stops at the first ``*args`` or keyword)."""
+    found = []
+    for arg in call.args:
+        if arg.keyword is not None or arg.star:
+            break
+        found.append(arg)
+    return found
+
+
+def argument(call: cst.Call, name: str, position: int | None) -> cst.Arg | None:
+    """The argument bound to parameter ``name``: by keyword, or at ``position`` if given."""
+    by_keyword = find_keyword(call, name)
+    if by_keyword is not None:
+        return by_keyword
+    if position is None:
+        return None
+    args = positional(call)
+    return args[position] if position < len(args) else None
+
+
+def append_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
+    """``call`` with ``new`` added after its last argument, in the call's own layout."""
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    between = _line_break_between_args(call)
+    if between is None:
+        between = cst.SimpleWhitespace(" ")
+    comma_after_last = cst.Comma(whitespace_after=between)
+    if isinstance(last.comma, cst.Comma):
+        # Trailing comma: the new argument gets one too, followed by what closed the call.
+        closing = last.comma.whitespace_after
+        if isinstance(closing, cst.ParenthesizedWhitespace) and isinstance(
+            between, cst.ParenthesizedWhitespace
+        ):
+            # A comment after the old last argument stays on its line.
+            comma_after_last = cst.Comma(
+                whitespace_after=between.with_changes(
+                    first_line=closing.first_line, empty_lines=closing.empty_lines
+                )
+            )
+            closing = _without_comments(closing)
+        new = new.with_changes(comma=last.comma.with_changes(whitespace_after=closing))
+    else:
+        # No trailing comma: what followed the old last argument now follows the new one.
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+        last = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+    args[-1] = last.with_changes(comma=comma_after_last)
+    return call.with_changes(args=[*args, new])
+
+
+def _line_break_between_args(call: cst.Call) -> cst.BaseParenthesizableWhitespace | None:
+    """The line break and indentation that separate arguments written one per line, if so."""
+    args = call.args
+    if len(args) >= 2:
+        comma = args[-2].comma
+        if isinstance(comma, cst.Comma) and isinstance(
+            comma.whitespace_after, cst.ParenthesizedWhitespace
+        ):
+            return _without_comments(comma.whitespace_after)
+        return None
+    if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        last = args[-1]
+        after = (
+            last.comma.whitespace_after
+            if isinstance(last.comma, cst.Comma)
+            else last.whitespace_after_arg
+        )
+        if isinstance(after, cst.ParenthesizedWhitespace):
+            return _without_comments(call.whitespace_before_args)
+    return None
+
+
+def _without_comments(whitespace: cst.ParenthesizedWhitespace) -> cst.ParenthesizedWhitespace:
+    """The line break and indentation only: a comment belongs to the argument it follows."""
+    return whitespace.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=())
+
+
+def remove_args(call: cst.Call, names: Collection[str]) -> cst.Call:
+    """``call`` without the keyword arguments in ``names``; the rest keep their layout."""
+    kept = [arg for arg in call.args if arg.keyword is None or arg.keyword.value not in names]
+    return call.with_changes(args=_repair_commas(call.args, kept))
+
+
+def remove_arg_objects(call: cst.Call, doomed: Sequence[cst.Arg]) -> cst.Call:
+    """``call`` without the given argument nodes (by identity)."""
+    kept = [arg for arg in call.args if not any(arg is d for d in doomed)]
+    return call.with_changes(args=_repair_commas(call.args, kept))
+
+
+def _repair_commas(original: Sequence[cst.Arg], kept: list[cst.Arg]) -> list[cst.Arg]:
+    """Give the new last argument the comma (or its absence) that the old last one had."""
+    if not kept or len(kept) == len(original):
+        return list(kept)
+    old_last = original[-1]
+    if kept[-1] is old_last:
+        return list(kept)
+    repaired = list(kept)
+    repaired[-1] = repaired[-1].with_changes(
+        comma=old_last.comma, whitespace_after_arg=old_last.whitespace_after_arg
+    )
+    return repaired

@@ -1,0 +1,139 @@
+"""Migrate one file's bytes: decode, pre-scan, parse, run the rule chain, verify.
+
+Nothing here touches the file system; :mod:`migrator.runner` reads and writes files. Every failure
+comes back as a :class:`FileResult` with status ``error``, never as an exception, so one bad file
+never stops a run.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import io
+import tokenize
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from migrator.diagnostics import Diagnostic, Severity
+from migrator.imports import apply_import_edits
+from migrator.names import star_imports
+from migrator.rule import FileContext, Rule, Settings
+from migrator.suppressions import Suppressions
+
+ERROR_CODE = "NPU000"  # a file that could not be processed; not a rule, never selectable
+
+
+class Status(enum.StrEnum):
+    UNCHANGED = "unchanged"
+    CHANGED = "changed"
+    SKIPPED = "skipped"  # `# npu-migrate: skip-file`
+    ERROR = "error"
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: Status
+    original: bytes
+    migrated: bytes
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.status is Status.CHANGED
+
+
+class RuleChainError(Exception):
+    """A rule raised, or the chain's output failed verification."""
+
+
+def migrate_source(
+    source: bytes, path: str, rules: Sequence[type[Rule]], settings: Settings
+) -> FileResult:
+    """Run ``rules`` (already sorted by code) over ``source``; ``path`` is only for messages."""
+
+    def failed(message: str) -> FileResult:
+        diagnostic = Diagnostic(path, 1, 1, ERROR_CODE, Severity.ERROR, message)
+        return FileResult(path, Status.ERROR, source, source, [diagnostic])
+
+    try:
+        text = decode(source)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        return failed(f"cannot decode file: {error}")
+    suppressions = Suppressions.scan(text)
+    if suppressions.skip_file:
+        return FileResult(path, Status.SKIPPED, source, source)
+    if not any(rule.TRIGGER.search(text) for rule in rules):
+        return FileResult(path, Status.UNCHANGED, source, source)
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        return failed(f"syntax error at {error.raw_line}:{error.raw_column + 1}: {error.message}")
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        return failed(f"cannot parse file: {error}")
+
+    try:
+        migrated, diagnostics = run_chain(module, path, rules, settings, suppressions)
+    except RuleChainError as error:
+        return failed(str(error))
+    output = migrated.bytes
+    if output == source:
+        return FileResult(path, Status.UNCHANGED, source, source, diagnostics)
+    problem = verify(output, path, rules, settings)
+    if problem is not None:
+        return failed(f"internal error, file left untouched: {problem}")
+    return FileResult(path, Status.CHANGED, source, output, diagnostics)
+
+
+def decode(source: bytes) -> str:
+    """Decode as Python would: PEP 263 cookie, UTF-8 BOM, UTF-8 by default."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    return source.decode(encoding)
+
+
+def run_chain(
+    module: cst.Module,
+    path: str,
+    rules: Sequence[type[Rule]],
+    settings: Settings,
+    suppressions: Suppressions,
+) -> tuple[cst.Module, list[Diagnostic]]:
+    context = FileContext(path, settings, suppressions, star_imports(module))
+    fresh = True  # the first wrapper may skip its defensive deep copy: nothing else holds the tree
+    for rule in rules:
+        if not rule.TRIGGER.search(module.code):
+            continue
+        context.pending_imports.clear()
+        context.pending_removals.clear()
+        try:
+            wrapper = MetadataWrapper(module, unsafe_skip_copy=fresh)
+            updated = wrapper.visit(rule(context))
+            updated = apply_import_edits(updated, context.pending_imports, context.pending_removals)
+        except Exception as error:  # a bug in one rule must not stop the run
+            raise RuleChainError(
+                f"internal error in {rule.CODE}: {type(error).__name__}: {error}"
+            ) from error
+        if updated.code != module.code:
+            fresh = False
+            module = updated
+    return module, sorted(context.diagnostics, key=lambda d: (d.line, d.column, d.code))
+
+
+def verify(output: bytes, path: str, rules: Sequence[type[Rule]], settings: Settings) -> str | None:
+    """Black's safety net: the output parses and the chain has nothing left to change."""
+    try:
+        text = decode(output)
+        ast.parse(text, filename=path)
+        module = cst.parse_module(output)
+    except (SyntaxError, UnicodeDecodeError, cst.ParserSyntaxError) as error:
+        return f"the migrated code does not parse ({error})"
+    try:
+        again, _ = run_chain(module, path, rules, settings, Suppressions.scan(text))
+    except RuleChainError as error:
+        return f"second pass failed: {error}"
+    if again.bytes != output:
+        return "the rules are not idempotent on this file (a second pass changed it again)"
+    return None

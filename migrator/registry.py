@@ -1,0 +1,64 @@
+"""Finding rules: every ``Rule`` subclass in a module of ``rules/`` (``migrator.rules``).
+
+There is no hand-kept list: adding a file under ``rules/`` adds a rule.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable, Sequence
+from functools import cache
+
+from migrator.rule import Rule
+
+
+class UnknownRuleError(ValueError):
+    """A code or prefix given to --select, --ignore or --explain matches no rule."""
+
+
+@cache
+def all_rules() -> tuple[type[Rule], ...]:
+    """Every rule, sorted by code (the order the chain runs in)."""
+    from migrator import rules as package
+
+    found: dict[str, type[Rule]] = {}
+    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, Rule)
+                and value.__module__ == module.__name__
+                and "CODE" in vars(value)
+            ):
+                if value.CODE in found:
+                    raise RuntimeError(f"rule code {value.CODE} is defined twice")
+                found[value.CODE] = value
+    return tuple(found[code] for code in sorted(found))
+
+
+def select_rules(
+    rules: Sequence[type[Rule]],
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+) -> tuple[type[Rule], ...]:
+    """Rules whose code starts with a selected prefix (all when none) and with no ignored one."""
+    select = [code.strip().upper() for code in select if code.strip()]
+    ignore = [code.strip().upper() for code in ignore if code.strip()]
+    for prefix in (*select, *ignore):
+        if not any(rule.CODE.startswith(prefix) for rule in rules):
+            raise UnknownRuleError(f"no rule code starts with {prefix!r}")
+    return tuple(
+        rule
+        for rule in rules
+        if (not select or any(rule.CODE.startswith(p) for p in select))
+        and not any(rule.CODE.startswith(p) for p in ignore)
+    )
+
+
+def rule_by_code(code: str) -> type[Rule]:
+    for rule in all_rules():
+        if code.strip().upper() == rule.CODE:
+            return rule
+    raise UnknownRuleError(f"no rule has the code {code!r}")

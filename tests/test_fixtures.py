@@ -1,0 +1,126 @@
+"""Every rule fixture: ``fixtures/<code>/<case>.before.py`` and its expectations.
+
+- ``<case>.after.py``: the expected output; absent means the file must stay byte-identical.
+- ``<case>.diagnostics.txt``: the expected diagnostics, one ``LINE:COL SEVERITY CODE MESSAGE`` per
+  line; absent means diagnostics are not compared.
+- ``<case>.options.json``: optional run settings: ``select`` (codes run in the chain, default the
+  fixture's own rule), ``target``, ``unsafe_fixes``, ``rule_options``.
+
+The expected output must itself be a fixed point: running the chain on ``.after.py`` changes
+nothing. ``pytest --update-fixtures`` rewrites the expectations from the current output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from migrator.diagnostics import Diagnostic
+from migrator.engine import Status, migrate_source
+from migrator.registry import all_rules, select_rules
+from migrator.rule import Rule, Settings, Target
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+RULE_DIR = re.compile(r"npu\d{3}")
+
+
+def fixture_cases() -> list[Path]:
+    return sorted(
+        path
+        for directory in FIXTURES.iterdir()
+        if directory.is_dir() and RULE_DIR.fullmatch(directory.name)
+        for path in directory.glob("*.before.py")
+    )
+
+
+def case_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name.removesuffix('.before.py')}"
+
+
+def sibling(before: Path, suffix: str) -> Path:
+    return before.with_name(before.name.removesuffix(".before.py") + suffix)
+
+
+def load_settings(before: Path) -> tuple[tuple[type[Rule], ...], Settings]:
+    options_path = sibling(before, ".options.json")
+    options = json.loads(options_path.read_text()) if options_path.exists() else {}
+    select = options.get("select", [before.parent.name.upper()])
+    rules = select_rules(all_rules(), select)
+    assert rules, f"{case_id(before)}: no rule selected"
+    settings = Settings(
+        target=Target(options.get("target", "npu")),
+        unsafe_fixes=options.get("unsafe_fixes", False),
+        rule_options=options.get("rule_options", {}),
+    )
+    return rules, settings
+
+
+def render(diagnostics: list[Diagnostic]) -> str:
+    return "".join(f"{d.line}:{d.column} {d.severity} {d.code} {d.message}\n" for d in diagnostics)
+
+
+@pytest.mark.parametrize("before", fixture_cases(), ids=case_id)
+def test_fixture(before: Path, request: pytest.FixtureRequest) -> None:
+    rules, settings = load_settings(before)
+    source = before.read_bytes()
+    result = migrate_source(source, before.name, rules, settings)
+    assert result.status is not Status.ERROR, render(result.diagnostics)
+
+    after_path = sibling(before, ".after.py")
+    diagnostics_path = sibling(before, ".diagnostics.txt")
+    if request.config.getoption("--update-fixtures"):
+        if result.migrated != source:
+            after_path.write_bytes(result.migrated)
+        elif after_path.exists():
+            after_path.unlink()
+        diagnostics_path.write_text(render(result.diagnostics))
+        return
+
+    expected = after_path.read_bytes() if after_path.exists() else source
+    assert result.migrated.decode() == expected.decode()
+    assert result.migrated == expected  # byte-level: encodings, BOMs, line endings
+    if diagnostics_path.exists():
+        assert render(result.diagnostics) == diagnostics_path.read_text()
+
+    again = migrate_source(result.migrated, before.name, rules, settings)
+    assert again.status is not Status.ERROR, render(again.diagnostics)
+    assert again.migrated == result.migrated, "the rewrite is not idempotent"
+
+
+@pytest.mark.parametrize("before", fixture_cases(), ids=case_id)
+def test_trigger_admits_every_fixture_a_rule_acts_on(before: Path) -> None:
+    """The pre-scan must never hide a file from a rule that would edit or report it."""
+    rules, settings = load_settings(before)
+    source = before.read_bytes()
+    text = source.decode("utf-8", errors="replace")
+    for rule in rules:
+        if rule.TRIGGER.search(text):
+            continue
+        always = Settings(settings.target, settings.unsafe_fixes, settings.rule_options)
+        forced = type(rule.__name__, (rule,), {"TRIGGER": re.compile("")})
+        result = migrate_source(source, before.name, (forced,), always)
+        assert result.migrated == source and not result.diagnostics, (
+            f"{rule.CODE}'s TRIGGER does not match {case_id(before)}, but the rule acts on it"
+        )
+
+
+def test_every_rule_has_the_required_cases() -> None:
+    """STYLE.md: an alias case, a look-alike that stays as it is, an ambiguous case that reports."""
+    for rule in all_rules():
+        directory = FIXTURES / rule.CODE.lower()
+        cases = {p.name.removesuffix(".before.py"): p for p in directory.glob("*.before.py")}
+        for prefix in ("alias", "lookalike", "ambiguous"):
+            assert any(name.startswith(prefix) for name in cases), (
+                f"fixtures/{directory.name}/ has no {prefix}*.before.py case"
+            )
+        for name, before in cases.items():
+            if name.startswith(("lookalike", "ambiguous")):
+                assert not sibling(before, ".after.py").exists(), f"{name} must stay byte-identical"
+            if name.startswith("ambiguous"):
+                expected = sibling(before, ".diagnostics.txt")
+                assert expected.exists() and " manual " in expected.read_text(), (
+                    f"{directory.name}/{name} must expect a manual diagnostic"
+                )
