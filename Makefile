@@ -1,0 +1,40 @@
+# The two entry points a newcomer needs; each creates its own virtual environment in .venv.
+#   make demo   set up the migrator and show the migration diff of the bundled example project
+#   make test   set up the migrator, the apex runtime and CPU torch, then run the whole test suite
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build that CI machines install quickly; an unpinned torch pulls a multi-GB CUDA build.
+TORCH := torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.demo-installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test-installed: $(BIN)/python pyproject.toml runtime/pyproject.toml
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e '.[test]' -e runtime
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	@# --diff exits 1 when the migration would change something, which is the point of the demo.
+	$(BIN)/npu-migrate --diff examples/ || test $$? -eq 1
+
+test: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,85 @@
+"""migrator.imports: imports are added once, in the user's block, and removed only when unused."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from migrator.imports import apply_import_edits, ensure_import
+from migrator.rule import ImportRemoval, ImportRequest
+
+
+def added(source: str, name: str, after: str | None = None) -> str:
+    return ensure_import(cst.parse_module(source), name, after=after).code
+
+
+def test_goes_right_after_the_first_import_of_after() -> None:
+    source = "import os\nimport torch\nimport numpy as np\n\nx = 1\n"
+    assert added(source, "torch_npu", after="torch") == (
+        "import os\nimport torch\nimport torch_npu\nimport numpy as np\n\nx = 1\n"
+    )
+
+
+def test_from_import_and_submodule_imports_count_as_importing_after() -> None:
+    source = "from torch import nn\nimport os\n"
+    assert (
+        added(source, "torch_npu", after="torch")
+        == "from torch import nn\nimport torch_npu\nimport os\n"
+    )
+    source = "import torch.nn as nn\n"
+    assert added(source, "torch_npu", after="torch") == "import torch.nn as nn\nimport torch_npu\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nimport torch_npu\n",
+        "import torch_npu.optim\n",
+        "import torch_npu as torch_npu\n",
+    ],
+)
+def test_never_duplicated(source: str) -> None:
+    assert added(source, "torch_npu", after="torch") == source
+
+
+def test_an_alias_does_not_bind_the_module_name() -> None:
+    source = "import torch_npu as tn\n"
+    assert added(source, "torch_npu") == "import torch_npu as tn\nimport torch_npu\n"
+
+
+def test_without_after_it_joins_the_last_import_before_code() -> None:
+    source = '"""Doc."""\nfrom __future__ import annotations\n\nimport os\nfrom apex import amp\n\n\ndef f():\n    import sys\n'
+    assert added(source, "apex") == (
+        '"""Doc."""\nfrom __future__ import annotations\n\nimport os\nfrom apex import amp\n'
+        "import apex\n\n\ndef f():\n    import sys\n"
+    )
+
+
+def test_a_file_without_imports_gets_it_after_docstring_and_future_imports() -> None:
+    source = '"""Doc."""\nfrom __future__ import annotations\nx = 1\n'
+    assert added(source, "apex") == (
+        '"""Doc."""\nfrom __future__ import annotations\nimport apex\nx = 1\n'
+    )
+
+
+def test_removal_only_when_unused() -> None:
+    source = "from apex.optimizers import FusedAdam, FusedSGD\nFusedSGD(p)\n"
+    module = apply_import_edits(
+        cst.parse_module(source),
+        [],
+        [
+            ImportRemoval("apex.optimizers", "FusedAdam"),
+            ImportRemoval("apex.optimizers", "FusedSGD"),
+        ],
+    )
+    assert module.code == "from apex.optimizers import FusedSGD\nFusedSGD(p)\n"
+
+
+def test_requests_apply_after_removals() -> None:
+    source = "import torch\nfrom apex.optimizers import FusedAdam\nx = 1\n"
+    module = apply_import_edits(
+        cst.parse_module(source),
+        [ImportRequest("apex")],
+        [ImportRemoval("apex.optimizers", "FusedAdam")],
+    )
+    assert module.code == "import torch\nimport apex\nx = 1\n"
