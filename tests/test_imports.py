@@ -48,7 +48,10 @@ def test_an_alias_does_not_bind_the_module_name() -> None:
 
 
 def test_without_after_it_joins_the_last_import_before_code() -> None:
-    source = '"""Doc."""\nfrom __future__ import annotations\n\nimport os\nfrom apex import amp\n\n\ndef f():\n    import sys\n'
+    source = (
+        '"""Doc."""\nfrom __future__ import annotations\n\nimport os\nfrom apex import amp\n'
+        "\n\ndef f():\n    import sys\n"
+    )
     assert added(source, "apex") == (
         '"""Doc."""\nfrom __future__ import annotations\n\nimport os\nfrom apex import amp\n'
         "import apex\n\n\ndef f():\n    import sys\n"
