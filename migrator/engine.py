@@ -102,9 +102,10 @@ def run_chain(
     suppressions: Suppressions,
 ) -> tuple[cst.Module, list[Diagnostic]]:
     context = FileContext(path, settings, suppressions, star_imports(module))
+    code = module.code
     fresh = True  # the first wrapper may skip its defensive deep copy: nothing else holds the tree
     for rule in rules:
-        if not rule.TRIGGER.search(module.code):
+        if not rule.TRIGGER.search(code):
             continue
         context.pending_imports.clear()
         context.pending_removals.clear()
@@ -116,9 +117,10 @@ def run_chain(
             raise RuleChainError(
                 f"internal error in {rule.CODE}: {type(error).__name__}: {error}"
             ) from error
-        if updated.code != module.code:
+        updated_code = updated.code
+        if updated_code != code:
             fresh = False
-            module = updated
+            module, code = updated, updated_code
     return module, sorted(context.diagnostics, key=lambda d: (d.line, d.column, d.code))
 
 
