@@ -1,0 +1,374 @@
+"""The ``npu-migrate`` command line.
+
+Exit codes: 2 when anything failed (a usage error, a bad configuration, an unreadable path, a file
+that could not be processed), else 1 when ``--diff``/``--check`` found something that would
+change (or ``--check`` found manual-review diagnostics left), or when the default mode rewrote a
+file (pyupgrade's convention, which makes a pre-commit hook fail), else 0.
+
+Never interactive: nothing here reads from stdin or asks a question.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import migrator
+from migrator import report
+from migrator.config import ConfigError, FileConfig, common_folder, find_pyproject, load_config
+from migrator.diagnostics import Severity
+from migrator.engine import Status
+from migrator.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
+from migrator.rule import Rule, Settings, Target
+from migrator.runner import (
+    Discovery,
+    Excluder,
+    Job,
+    Mode,
+    ResultCache,
+    RunResult,
+    cache_key,
+    default_cache_dir,
+    discover,
+)
+from migrator.runner import run as run_tasks
+
+EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+PROGRESS_MIN_FILES = 200  # below this a run is short enough without a progress bar
+
+
+class UsageError(click.UsageError):
+    """Exit 2, like click's own usage errors."""
+
+
+class RuleLoadError(Exception):
+    """A module under rules/ cannot be imported: no run can be trusted, so none starts."""
+
+
+def load_rules() -> tuple[type[Rule], ...]:
+    try:
+        return all_rules()
+    except Exception as error:
+        raise RuleLoadError(f"cannot load the rules: {type(error).__name__}: {error}") from error
+
+
+def split_codes(values: Sequence[str]) -> tuple[str, ...]:
+    """``--select NPU1,NPU301 --select NPU2`` -> ("NPU1", "NPU301", "NPU2")."""
+    return tuple(code.strip().upper() for value in values for code in value.split(",") if code)
+
+
+def default_jobs() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="Exit codes: 0 nothing to do or done cleanly; 1 files changed (default mode) or would "
+    "change / need manual review (--diff, --check); 2 usage, configuration or file errors.",
+)
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=str))
+@click.option("--diff", "show_diff", is_flag=True, help="Write nothing; print a unified diff.")
+@click.option("--check", is_flag=True, help="Write nothing; list what still needs migration.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write a migrated copy of the tree into DIR; leave the input untouched.",
+)
+@click.option("--select", multiple=True, metavar="CODES", help="Run only these codes/prefixes.")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Do not run these codes/prefixes.")
+@click.option("--list-rules", is_flag=True, help="List the rules and exit.")
+@click.option("--explain", metavar="CODE", help="Print a rule's documentation and exit.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one document on stdout (schema in docs/cli.md).",
+)
+@click.option(
+    "--report",
+    "report_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the JSON document to FILE.",
+)
+@click.option(
+    "-j", "--jobs", type=click.IntRange(min=1), help="Worker processes [default: CPU count]."
+)
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths (repeatable).")
+@click.option(
+    "--target",
+    type=click.Choice([target.value for target in Target]),
+    help="Migrate device code to torch.npu or to torch.accelerator [default: npu].",
+)
+@click.option(
+    "--unsafe-fixes/--no-unsafe-fixes",
+    default=None,
+    help="Apply the fixes of unsafe rules instead of reporting them.",
+)
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Result cache folder [default: $XDG_CACHE_HOME/npu-migrate].",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read [tool.npu-migrate] from this file instead of the nearest pyproject.toml.",
+)
+@click.option("--color/--no-color", default=None, help="Colour output [default: on a terminal].")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors, the diff and JSON output.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print every edit and every skipped file.")
+@click.version_option(migrator.__version__, prog_name="npu-migrate")
+def command(**options: Any) -> int:
+    """Rewrite PyTorch + NVIDIA apex training code for Huawei Ascend NPUs.
+
+    PATH is a file or a folder (searched recursively). By default files are rewritten in place.
+    """
+    return execute(Options(**options))
+
+
+@dataclass(frozen=True)
+class Options:
+    paths: tuple[str, ...]
+    show_diff: bool
+    check: bool
+    output: Path | None
+    select: tuple[str, ...]
+    ignore: tuple[str, ...]
+    list_rules: bool
+    explain: str | None
+    output_format: str
+    report_file: Path | None
+    jobs: int | None
+    exclude: tuple[str, ...]
+    target: str | None
+    unsafe_fixes: bool | None
+    no_cache: bool
+    cache_dir: Path | None
+    config_file: Path | None
+    color: bool | None
+    quiet: bool
+    verbose: bool
+
+    @property
+    def mode(self) -> Mode:
+        chosen = [
+            name
+            for name, on in (
+                ("--diff", self.show_diff),
+                ("--check", self.check),
+                ("--output", self.output is not None),
+            )
+            if on
+        ]
+        if len(chosen) > 1:
+            raise UsageError(f"{' and '.join(chosen)} cannot be combined")
+        if self.show_diff:
+            return Mode.DIFF
+        if self.check:
+            return Mode.CHECK
+        return Mode.OUTPUT if self.output is not None else Mode.WRITE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``npu-migrate`` and ``python -m migrator``; returns the exit code."""
+    try:
+        code = command.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="npu-migrate",
+            standalone_mode=False,
+        )
+    except click.exceptions.Abort:  # Ctrl-C
+        click.echo("interrupted", err=True)
+        return 130
+    except click.ClickException as error:
+        error.show()
+        return EXIT_ERROR
+    except RuleLoadError as error:
+        click.echo(f"error: {error}", err=True)
+        return EXIT_ERROR
+    return code if isinstance(code, int) else EXIT_OK
+
+
+def execute(options: Options) -> int:
+    load_rules()  # fail once, clearly, before anything else imports them
+    if options.list_rules:
+        return list_rules(options.output_format)
+    if options.explain is not None:
+        return explain(options.explain)
+    if not options.paths:
+        raise UsageError("give at least one PATH (a file or a folder)")
+    mode = options.mode
+    config = read_config(options)
+    job = make_job(options, config, mode)
+    discovery = find_files(options, config)
+    cache = None
+    if not options.no_cache:
+        cache = ResultCache(options.cache_dir or default_cache_dir(), cache_key(job))
+    with progress_bar(options, len(discovery.tasks)) as advance:
+        result = run_tasks(discovery, job, options.jobs or default_jobs(), cache, advance)
+    exit_code = exit_code_of(result, mode)
+    document = report.json_document(result, mode, job.codes, job.settings, exit_code)
+    if options.report_file is not None:
+        try:
+            options.report_file.write_text(json.dumps(document, indent=2) + "\n")
+        except OSError as error:
+            click.echo(f"error: cannot write report {options.report_file}: {error}", err=True)
+            exit_code = EXIT_ERROR
+            document["exit_code"] = exit_code
+    if options.output_format == "json":
+        click.echo(json.dumps(document, indent=2))
+        for line in report.error_lines(result):
+            click.echo(line, err=True)
+    else:
+        print_text(result, mode, options)
+    return exit_code
+
+
+def read_config(options: Options) -> FileConfig:
+    try:
+        pyproject = options.config_file or find_pyproject(Path(p) for p in options.paths)
+        return load_config(pyproject)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
+def make_job(options: Options, config: FileConfig, mode: Mode) -> Job:
+    select = split_codes(options.select) if options.select else config.select or ()
+    ignore = split_codes(options.ignore) if options.ignore else config.ignore or ()
+    try:
+        rules = select_rules(load_rules(), select, ignore)
+    except UnknownRuleError as error:
+        raise UsageError(str(error)) from None
+    target = Target(options.target) if options.target else config.target or Target.NPU
+    unsafe = options.unsafe_fixes if options.unsafe_fixes is not None else config.unsafe_fixes
+    settings = Settings(target, bool(unsafe), config.rule_options)
+    return Job(mode, tuple(rule.CODE for rule in rules), settings)
+
+
+def find_files(options: Options, config: FileConfig) -> Discovery:
+    excluder = Excluder((*config.exclude, *options.exclude), config.root)
+    if options.output is None:
+        return discover(options.paths, excluder)
+    output_dir = options.output.resolve()
+    folders = [Path(p).resolve() for p in options.paths if os.path.isdir(p)]
+    for folder in folders:
+        if output_dir == folder or folder in output_dir.parents:
+            raise UsageError(f"--output {options.output} is inside the input tree {folder}")
+    base = (
+        folders[0]
+        if len(options.paths) == 1 and folders
+        else common_folder(Path(p) for p in options.paths)
+    )
+    if output_dir == base:
+        raise UsageError(f"--output {options.output} is the input folder itself")
+    return discover(options.paths, excluder, output_dir, base)
+
+
+def exit_code_of(result: RunResult, mode: Mode) -> int:
+    outcomes = result.outcomes
+    if any(outcome.status is Status.ERROR for outcome in outcomes):
+        return EXIT_ERROR
+    changed = any(outcome.status is Status.CHANGED for outcome in outcomes)
+    if mode is Mode.CHECK:
+        manual = any(
+            d.severity is Severity.MANUAL for outcome in outcomes for d in outcome.diagnostics
+        )
+        return EXIT_CHANGES if changed or manual else EXIT_OK
+    if mode in (Mode.DIFF, Mode.WRITE):
+        return EXIT_CHANGES if changed else EXIT_OK
+    return EXIT_OK  # --output: the input is untouched; the copy is the product
+
+
+def print_text(result: RunResult, mode: Mode, options: Options) -> None:
+    color = options.color
+    for line in report.error_lines(result):
+        click.echo(line, err=True, color=color)
+    if mode is Mode.DIFF:
+        for outcome in result.outcomes:
+            if outcome.diff:
+                click.echo(report.colour_diff(outcome.diff), nl=False, color=color)
+    if options.quiet:
+        return
+    # With --diff, stdout stays a clean patch: everything else goes to stderr.
+    to_stderr = mode is Mode.DIFF
+    for line in report.file_lines(result, mode, options.verbose) if not to_stderr else ():
+        click.echo(line, color=color)
+    for line in report.finding_lines(result, mode):
+        click.echo(line, err=to_stderr, color=color)
+    summary = report.Summary.of(result)
+    if options.verbose and summary.cached:
+        click.echo(f"{summary.cached} file(s) answered from the cache", err=to_stderr)
+    stream = sys.stderr if to_stderr else sys.stdout
+    names = {rule.CODE: rule.NAME for rule in all_rules()}
+    report.print_summary(summary, mode, names, stream, color)
+
+
+def progress_bar(options: Options, total: int) -> Any:
+    """A rich progress bar on stderr for long runs on a terminal; a no-op otherwise."""
+    if options.quiet or total < PROGRESS_MIN_FILES or not sys.stderr.isatty():
+        return nullcontext(None)
+    return _ProgressBar(total)
+
+
+class _ProgressBar:
+    def __init__(self, total: int) -> None:
+        self.progress = Progress(
+            TextColumn("npu-migrate"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.task = self.progress.add_task("files", total=total)
+
+    def __enter__(self) -> Any:
+        self.progress.start()
+        return lambda count: self.progress.advance(self.task, count)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.progress.stop()
+
+
+def list_rules(output_format: str) -> int:
+    rules = load_rules()
+    if output_format == "json":
+        entries = [
+            {"code": r.CODE, "name": r.NAME, "summary": r.SUMMARY, "fix_safety": str(r.FIX_SAFETY)}
+            for r in rules
+        ]
+        click.echo(json.dumps(entries, indent=2))
+        return EXIT_OK
+    for rule in rules:
+        click.echo(f"{rule.CODE:<7} {rule.NAME:<32} {rule.FIX_SAFETY!s:<6}  {rule.SUMMARY}")
+    return EXIT_OK
+
+
+def explain(code: str) -> int:
+    try:
+        rule = rule_by_code(code)
+    except UnknownRuleError as error:
+        raise UsageError(f"{error}; see --list-rules") from None
+    click.echo(f"{rule.CODE} ({rule.NAME}): {rule.SUMMARY}")
+    click.echo(f"Fix safety: {rule.FIX_SAFETY}")
+    click.echo()
+    click.echo(rule.documentation())
+    return EXIT_OK
