@@ -70,6 +70,28 @@ def rebind_into(tensor: torch.Tensor, combined: torch.Tensor, offset: int) -> No
         )
 
 
+def allocate_combined(
+    shapes: Sequence[torch.Size], dtype: torch.dtype, device: torch.device, fill: float = 0.0
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """A new combined buffer for tensors of ``shapes`` and fresh views of it, one per shape.
+
+    For state that is created rather than adopted (optimizer moments): no existing tensor is
+    rebound, only the slots are filled with ``fill``; padding is zero whatever ``fill`` is.
+    """
+    slot_sizes = [get_aligned_storage_size(torch.empty(shape, device="meta")) for shape in shapes]
+    combined = torch.zeros(sum(slot_sizes), dtype=dtype, device=device)
+    views = []
+    offset = 0
+    for shape, slot_size in zip(shapes, slot_sizes, strict=True):
+        numel = math.prod(shape)
+        view = combined.narrow(0, offset, numel).view(shape)
+        if fill != 0.0:
+            view.fill_(fill)
+        views.append(view)
+        offset += slot_size
+    return combined, views
+
+
 def combine_npu(
     list_of_tensor: Sequence[torch.Tensor], require_copy_value: bool = True
 ) -> torch.Tensor | None:
