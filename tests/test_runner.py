@@ -1,0 +1,179 @@
+"""The file layer: atomic writes, the result cache, discovery order, diffs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from migrator.engine import Status
+from migrator.rule import Settings, Target
+from migrator.runner import (
+    TEMP_SUFFIX,
+    Discovery,
+    Excluder,
+    Job,
+    Mode,
+    ResultCache,
+    Task,
+    cache_key,
+    discover,
+    run,
+    unified_diff,
+    write_atomic,
+)
+
+UNMIGRATED = (
+    b"from apex import amp\n"
+    b"from apex.optimizers import NpuFusedSGD\n"
+    b"optimizer = NpuFusedSGD(model.parameters(), lr=0.1)\n"
+    b"model, optimizer = amp.initialize(model, optimizer)\n"
+)
+MANUAL = (
+    b"try:\n"
+    b"    from apex import amp\n"
+    b"except ImportError:\n"
+    b"    from compat import amp\n"
+    b"model, optimizer = amp.initialize(model, optimizer)\n"
+)
+CHECK = Job(Mode.CHECK, ("NPU102",), Settings())
+
+
+def leftovers(folder: Path) -> list[str]:
+    return [name for name in os.listdir(folder) if name.endswith(TEMP_SUFFIX)]
+
+
+def test_write_atomic_replaces_content_and_sets_mode(tmp_path: Path) -> None:
+    target = tmp_path / "a.py"
+    target.write_bytes(b"old\n")
+    write_atomic(str(target), b"new\n", 0o640)
+    assert target.read_bytes() == b"new\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert leftovers(tmp_path) == []
+
+
+def test_write_atomic_failure_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    blocker = tmp_path / "a.py"
+    blocker.mkdir()  # renaming a file over a folder fails after the data is written
+    with pytest.raises(OSError):
+        write_atomic(str(blocker), b"new\n", 0o644)
+    assert blocker.is_dir()
+    assert leftovers(tmp_path) == []
+
+
+def test_write_atomic_replaces_a_symlink_instead_of_writing_through_it(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.py"
+    outside.write_bytes(b"old\n")
+    link = tmp_path / "link.py"
+    link.symlink_to(outside)
+    write_atomic(str(link), b"new\n", 0o644)
+    assert outside.read_bytes() == b"old\n"
+    assert not link.is_symlink() and link.read_bytes() == b"new\n"
+
+
+def test_interrupted_writes_never_leave_a_partial_file(tmp_path: Path) -> None:
+    """Ctrl-C at whatever moment: the file holds one whole version, no temporary is left."""
+    target = tmp_path / "big.py"
+    first, second = b"a" * 8_000_000, b"b" * 8_000_000
+    target.write_bytes(first)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from migrator.runner import write_atomic
+        print("ready", flush=True)
+        while True:
+            for data in ({first[:1]!r} * 8_000_000, {second[:1]!r} * 8_000_000):
+                write_atomic({str(target)!r}, data, 0o644)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    assert child.stdout.readline() == b"ready\n"
+    for _ in range(3):  # interrupt a few writes in, whatever they are doing then
+        assert child.poll() is None
+        data = target.read_bytes()
+        assert data in (first, second)
+    child.send_signal(signal.SIGINT)
+    child.wait(timeout=60)
+    assert child.returncode != 0
+    assert target.read_bytes() in (first, second)
+    assert leftovers(tmp_path) == []
+
+
+def test_cache_answers_unchanged_files_and_only_on_a_hash_match(tmp_path: Path) -> None:
+    source = tmp_path / "manual.py"
+    source.write_bytes(MANUAL)
+    discovery = discover([str(source)], Excluder((), tmp_path))
+    key = cache_key(CHECK)
+
+    first = run(discovery, CHECK, 1, ResultCache(tmp_path / "cache", key)).outcomes
+    again = run(discovery, CHECK, 1, ResultCache(tmp_path / "cache", key)).outcomes
+    assert [o.cached for o in first] == [False]
+    assert [o.cached for o in again] == [True]
+    assert again[0].diagnostics == first[0].diagnostics  # manual findings come back too
+
+    source.write_bytes(UNMIGRATED)  # new content: the cache has no say
+    changed = run(discovery, CHECK, 1, ResultCache(tmp_path / "cache", key)).outcomes
+    assert [(o.status, o.cached) for o in changed] == [(Status.CHANGED, False)]
+
+
+def test_changed_files_are_not_cached(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_bytes(UNMIGRATED)
+    discovery = discover([str(source)], Excluder((), tmp_path))
+    for _ in range(2):
+        cache = ResultCache(tmp_path / "cache", cache_key(CHECK))
+        [outcome] = run(discovery, CHECK, 1, cache).outcomes
+        assert (outcome.status, outcome.cached) == (Status.CHANGED, False)
+
+
+def test_cache_key_depends_on_rules_and_settings() -> None:
+    keys = {
+        cache_key(CHECK),
+        cache_key(Job(Mode.CHECK, ("NPU102", "NPU301"), Settings())),
+        cache_key(Job(Mode.CHECK, ("NPU102",), Settings(target=Target.ACCELERATOR))),
+        cache_key(Job(Mode.CHECK, ("NPU102",), Settings(unsafe_fixes=True))),
+        cache_key(Job(Mode.CHECK, ("NPU102",), Settings(rule_options={"NPU102": {"x": 1}}))),
+    }
+    assert len(keys) == 5
+    assert cache_key(Job(Mode.WRITE, ("NPU102",), Settings())) == cache_key(CHECK)
+
+
+def test_damaged_cache_file_is_ignored(tmp_path: Path) -> None:
+    cache = ResultCache(tmp_path, cache_key(CHECK))
+    cache.file.write_text("{not json")
+    source = tmp_path / "manual.py"
+    source.write_bytes(MANUAL)
+    discovery = discover([str(source)], Excluder((), tmp_path))
+    [outcome] = run(discovery, CHECK, 1, ResultCache(tmp_path, cache_key(CHECK))).outcomes
+    assert outcome.status is Status.UNCHANGED and not outcome.cached
+
+
+def test_discovery_is_sorted_and_names_each_file_once(tmp_path: Path) -> None:
+    for name in ("b/z.py", "b/a.py", "a.py", "c/d/e.py", "notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    root = str(tmp_path)
+    found = discover([root, os.path.join(root, "b", "a.py")], Excluder((), tmp_path))
+    shown = [os.path.relpath(task.path, root) for task in found.tasks]
+    assert shown == ["a.py", "b/a.py", "b/z.py", "c/d/e.py"]
+
+
+def test_unreadable_file_is_an_error_outcome(tmp_path: Path) -> None:
+    discovery = Discovery(tasks=[Task(str(tmp_path / "vanished.py"))])
+    [outcome] = run(discovery, CHECK, 1).outcomes
+    assert outcome.status is Status.ERROR
+    assert outcome.reason is not None and outcome.reason.startswith("cannot read file")
+
+
+def test_unified_diff_marks_a_missing_final_newline() -> None:
+    diff = unified_diff("a.py", b"x = 1", b"x = 2")
+    assert diff == (
+        "--- a.py\n+++ a.py\n@@ -1 +1 @@\n-x = 1\n\\ No newline at end of file\n"
+        "+x = 2\n\\ No newline at end of file\n"
+    )
