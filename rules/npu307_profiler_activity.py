@@ -77,7 +77,8 @@ class ProfilerActivityCuda(Rule):
                 self.report(
                     original_node,
                     "cannot tell whether this is torch's ProfilerActivity.CUDA: "
-                    f"{name.describe()}; use `torch_npu.profiler.ProfilerActivity.NPU` by hand if it is",
+                    f"{name.describe()}; "
+                    "use `torch_npu.profiler.ProfilerActivity.NPU` by hand if it is",
                 )
             return updated_node
         if not self.profiles_cuda:
