@@ -1,0 +1,104 @@
+"""The hooks of ``.pre-commit-hooks.yaml``, installed by ``pre-commit try-repo`` for real.
+
+The hook repository is a throwaway git repository holding this repository's committed files
+(``git archive HEAD``), so that work in progress in the checkout can neither break nor fake the
+test. pre-commit builds one virtual environment for it and pip-installs the package there (libcst,
+click and rich come from the package index): the one slow step, done once for all three runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
+UNMIGRATED = (
+    b"from apex import amp\n"
+    b"from apex.optimizers import NpuFusedSGD\n"
+    b"optimizer = NpuFusedSGD(model.parameters(), lr=0.1)\n"
+    b"model, optimizer = amp.initialize(model, optimizer)\n"
+)
+MIGRATED = UNMIGRATED.replace(b"optimizer)\n", b"optimizer, combine_grad=True)\n")
+
+
+def git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def committed_copy(destination: Path) -> Path:
+    """This repository's HEAD as a fresh one-commit git repository."""
+    destination.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", "HEAD"], cwd=REPOSITORY, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(destination)], input=archive, check=True)
+    if not (destination / ".pre-commit-hooks.yaml").exists():
+        pytest.fail(".pre-commit-hooks.yaml is not committed")
+    init_repository(destination)
+    git("add", ".", cwd=destination)
+    assert git("commit", "-q", "-m", "hooks", cwd=destination).returncode == 0
+    return destination
+
+
+def init_repository(folder: Path) -> None:
+    git("init", "-q", "-b", "main", cwd=folder)
+    git("config", "user.email", "test@example.com", cwd=folder)
+    git("config", "user.name", "test", cwd=folder)
+    git("config", "commit.gpgsign", "false", cwd=folder)
+
+
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (REPOSITORY / ".git").exists() or not PRE_COMMIT.exists(),
+    reason="needs git, this repository's history and pre-commit",
+)
+def test_hook_fails_the_commit_on_unmigrated_code_and_passes_after(tmp_path: Path) -> None:
+    hooks = committed_copy(tmp_path / "hooks")
+    project = tmp_path / "project"
+    project.mkdir()
+    init_repository(project)
+    (project / "pyproject.toml").write_text("[tool.npu-migrate]\nselect = ['NPU102']\n")
+    (project / "train.py").write_bytes(UNMIGRATED)
+    git("add", ".", cwd=project)
+    env = {
+        **os.environ,
+        "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    git_hook = project / ".git/hooks/pre-commit"
+    git_hook.write_text(f'#!/bin/sh\nexec "{PRE_COMMIT}" try-repo "{hooks}" npu-migrate\n')
+    git_hook.chmod(0o755)
+
+    refused = git("commit", "-m", "unmigrated", cwd=project, env=env)
+    shown = refused.stdout + refused.stderr  # git passes the hook's output to stderr
+    assert refused.returncode != 0, shown
+    assert "files were modified by this hook" in shown
+    assert "migrated train.py (NPU102)" in shown
+    assert (project / "train.py").read_bytes() == MIGRATED
+    assert git("rev-parse", "HEAD", cwd=project).returncode != 0  # nothing was committed
+
+    git("add", "train.py", cwd=project)
+    accepted = git("commit", "-m", "migrated", cwd=project, env=env)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert git("show", "HEAD:train.py", cwd=project).stdout.encode() == MIGRATED
+
+    # The check-only hook, from the same install: fails and writes nothing.
+    (project / "other.py").write_bytes(UNMIGRATED)
+    git("add", "other.py", cwd=project)
+    checked = subprocess.run(
+        [str(PRE_COMMIT), "try-repo", str(hooks), "npu-migrate-check"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "would migrate other.py (NPU102)" in checked.stdout
+    assert (project / "other.py").read_bytes() == UNMIGRATED
