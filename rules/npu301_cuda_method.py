@@ -8,10 +8,11 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from migrator.callargs import argument, remove_arg_objects
-from migrator.rule import FixSafety, Rule
+from migrator.rule import FixSafety
 from migrator.rules.npu3_device import (
     ACCELERATOR_DEVICE,
     ACCELERATOR_TYPE,
+    DeviceRule,
     Index,
     expression,
     int_index,
@@ -23,7 +24,7 @@ from migrator.rules.npu3_device import (
 METHOD_REFERENCES = {"torch.Tensor.cuda", "torch.nn.Module.cuda"}
 
 
-class CudaMethod(Rule):
+class CudaMethod(DeviceRule):
     """
     ## What it does
     Rewrites `.cuda(...)` calls to `.npu(...)`, keeping the arguments (torch_npu gives tensors and

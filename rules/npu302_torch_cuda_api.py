@@ -10,7 +10,7 @@ from libcst.metadata import ParentNodeProvider
 
 from migrator.callargs import positional
 from migrator.names import Ambiguous
-from migrator.rule import FixSafety, Rule
+from migrator.rule import FixSafety
 from migrator.rules.npu3_device import (
     ACCELERATOR_API,
     ACCELERATOR_TORCH_API,
@@ -18,6 +18,7 @@ from migrator.rules.npu3_device import (
     NPU_CUDA_AMP_API,
     NPU_CUDA_API,
     REPORTED_BY_OTHER_RULES,
+    DeviceRule,
     expression,
     is_accelerator,
     require_torch_npu,
@@ -28,7 +29,7 @@ from migrator.rules.npu3_device import (
 IMPORTED_MODULES = {"torch.cuda": "torch_npu.npu", "torch.cuda.amp": "torch_npu.npu.amp"}
 
 
-class TorchCudaApi(Rule):
+class TorchCudaApi(DeviceRule):
     """
     ## What it does
     Rewrites `torch.cuda.X` to `torch.npu.X` for everything torch_npu provides under `torch.npu`

@@ -6,10 +6,11 @@ import re
 
 import libcst as cst
 
-from migrator.rule import FixSafety, Rule
+from migrator.rule import FixSafety
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
     CUDA_DEVICE_TEXT,
+    DeviceRule,
     Place,
     cuda_fstring_head,
     device_positions,
@@ -22,7 +23,7 @@ from migrator.rules.npu3_device import (
 )
 
 
-class DeviceString(Rule):
+class DeviceString(DeviceRule):
     """
     ## What it does
     Rewrites the device strings `"cuda"`, `"cuda:N"`, `f"cuda:{i}"`, and the templates

@@ -7,10 +7,11 @@ import re
 import libcst as cst
 
 from migrator.callargs import find_keyword, positional
-from migrator.rule import FixSafety, Rule
+from migrator.rule import FixSafety
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
     DEVICE_CONSTRUCTORS,
+    DeviceRule,
     Index,
     expression,
     int_index,
@@ -19,7 +20,7 @@ from migrator.rules.npu3_device import (
 )
 
 
-class IntDevice(Rule):
+class IntDevice(DeviceRule):
     """
     ## What it does
     Rewrites an integer device index used as a device to an explicit NPU device:

@@ -12,6 +12,7 @@ from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_DEVICE,
     BACKEND_NAME,
+    DeviceRule,
     expression,
     is_accelerator,
     names_match,
@@ -29,7 +30,7 @@ ACCELERATOR_BACKEND = f"torch.distributed.get_default_backend_for_device({ACCELE
 PER_DEVICE_BACKENDS = re.compile(r"(\w+:\w+,)*\w+:\w+")
 
 
-class NcclBackend(Rule):
+class NcclBackend(DeviceRule):
     """
     ## What it does
     Rewrites the `"nccl"` backend to `"hccl"` where it names a backend: the `backend` of

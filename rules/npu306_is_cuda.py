@@ -8,9 +8,10 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ParentNodeProvider
 
-from migrator.rule import FixSafety, Rule
+from migrator.rule import FixSafety
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
+    DeviceRule,
     expression,
     is_accelerator,
     require_torch_npu,
@@ -21,7 +22,7 @@ from migrator.rules.npu3_device import (
 STATEMENT_PARENTS = (cst.If, cst.While, cst.Assign, cst.Return, cst.Arg, cst.Assert)
 
 
-class IsCuda(Rule):
+class IsCuda(DeviceRule):
     """
     ## What it does
     Rewrites `x.is_cuda` to `x.is_npu` (torch_npu adds `Tensor.is_npu`) and adds

@@ -9,7 +9,7 @@ from libcst.helpers import get_full_name_for_node
 
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
-from migrator.rules.npu3_device import expression, is_accelerator, require_torch_npu
+from migrator.rules.npu3_device import DeviceRule, expression, is_accelerator, require_torch_npu
 
 PROFILER = "torch.profiler"
 CUDA_ACTIVITY = "torch.profiler.ProfilerActivity.CUDA"
@@ -19,7 +19,7 @@ NPU_PROFILER_API = frozenset(
 )
 
 
-class ProfilerActivityCuda(Rule):
+class ProfilerActivityCuda(DeviceRule):
     """
     ## What it does
     In a file that profiles CUDA activity (`torch.profiler.ProfilerActivity.CUDA`), moves the

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from typing import ClassVar
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, ScopeProvider
+from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
 
 from migrator.callargs import find_keyword, positional
-from migrator.rule import Rule, Target
+from migrator.diagnostics import Severity
+from migrator.names import Ambiguous
+from migrator.rule import FixSafety, Rule, Target
 
 # torch.cuda names that torch_npu mirrors under torch.npu with the same signature.
 NPU_CUDA_API = frozenset(
@@ -87,6 +90,29 @@ DEVICE_NAME = re.compile(r"(.*_)?device")
 BACKEND_NAME = re.compile(r"(.*_)?backend")
 # Names that conventionally hold an integer device index (ranks and GPU ids).
 INDEX_NAME = re.compile(r"(local_)?rank|(local_)?gpu(_id|_index)?|(device|gpu)_(id|idx|index)")
+
+
+class DeviceRule(Rule):
+    """Base of the device rules.
+
+    Works around a name-resolution loop: ``migrator.names`` follows value aliases without a visited
+    set, so ``model = model.module`` makes ``qualified_name(model.x)`` recurse until Python's
+    limit. Such a name is not an import, so it is treated as resolving to nothing.
+    """
+
+    def qualified_name(self, node: cst.BaseExpression) -> str | Ambiguous | None:
+        try:
+            return super().qualified_name(node)
+        except RecursionError:
+            return None
+
+    def qualified_name_in(
+        self, node: cst.BaseExpression, wanted: Collection[str]
+    ) -> str | Ambiguous | None:
+        try:
+            return super().qualified_name_in(node, wanted)
+        except RecursionError:
+            return None
 
 
 class Place(enum.Enum):
@@ -341,8 +367,6 @@ def assigned_values(rule: Rule, name: cst.Name) -> list[cst.BaseExpression]:
 
 
 def _plain_assignment_value(rule: Rule, node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
-    from libcst.metadata import ParentNodeProvider
-
     if isinstance(node, cst.Name):
         parent = rule.get_metadata(ParentNodeProvider, node, None)
         if isinstance(parent, cst.AssignTarget):
@@ -463,3 +487,66 @@ class _OptionFinder(cst.CSTVisitor):
                 if text == self.dest:
                     self.found = node
                     return
+
+
+# -- report-only rules ---------------------------------------------------------------------------
+
+
+def outermost_use(rule: Rule, node: cst.Name | cst.Attribute) -> str | Ambiguous | None:
+    """The qualified name of ``node`` when it is a whole dotted use (``torch.cuda.nvtx.mark``, not
+    its ``torch.cuda`` part) outside an import statement; else None."""
+    if not _is_dotted_name(node):
+        return None  # `f(x).attr`: libcst names it after `f`, but it is a value, not a name
+    parent = rule.get_metadata(ParentNodeProvider, node, None)
+    if isinstance(parent, cst.Attribute):  # part of a longer name, or its attribute
+        return None
+    current: cst.CSTNode | None = parent
+    while isinstance(current, cst.Attribute | cst.Name | cst.ImportAlias | cst.AsName):
+        current = rule.get_metadata(ParentNodeProvider, current, None)
+    if isinstance(current, cst.Import | cst.ImportFrom):
+        return None
+    return rule.qualified_name(node)
+
+
+def _is_dotted_name(node: cst.BaseExpression) -> bool:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def in_namespace(name: str, namespaces: tuple[str, ...]) -> bool:
+    return any(name == space or name.startswith(space + ".") for space in namespaces)
+
+
+class ReportUses(DeviceRule):
+    """Base of the report-only rules: one diagnostic per use of a name in ``NAMESPACES``."""
+
+    NAMESPACES: ClassVar[tuple[str, ...]]
+    SEVERITY: ClassVar[Severity] = Severity.MANUAL
+    FIX_SAFETY = FixSafety.NONE
+
+    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+        raise NotImplementedError
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._check(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._check(node)
+
+    def _check(self, node: cst.Name | cst.Attribute) -> None:
+        name = outermost_use(self, node)
+        if isinstance(name, Ambiguous):
+            wanted = [c for c in name.candidates if in_namespace(c, self.NAMESPACES)]
+            if wanted:
+                self.report(
+                    node,
+                    f"cannot tell whether this is `{wanted[0]}`: {name.describe()}; "
+                    f"if it is: {self.message(wanted[0], node)}",
+                )
+            return
+        if name is None or not in_namespace(name, self.NAMESPACES):
+            return
+        message = self.message(name, node)
+        if message is not None:
+            self.report(node, message, self.SEVERITY)
