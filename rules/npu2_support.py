@@ -22,6 +22,7 @@ class NewHome:
 
     module: str | None
     name: str
+    keep_local: bool = False  # `from m import A` becomes `from new import B as A`
 
 
 def imported_name(alias: cst.ImportAlias) -> str:
@@ -50,7 +51,10 @@ def rehome_import_from(node: cst.ImportFrom, moves: Mapping[str, NewHome]) -> li
         if home is None:
             staying.append(alias)
         elif home.module is not None:
-            moving.setdefault(home.module, []).append(_renamed(alias, home.name))
+            renamed = _renamed(alias, home)
+            siblings = moving.setdefault(home.module, [])
+            if not any(renamed.deep_equals(s.with_changes(comma=renamed.comma)) for s in siblings):
+                siblings.append(renamed)  # MixedFusedLayerNorm and FusedLayerNorm: one LayerNorm
     if not staying and len(moving) == 1:
         ((module, aliases),) = moving.items()
         return [node.with_changes(module=_dotted(module), names=_keep_commas(node.names, aliases))]
@@ -63,11 +67,13 @@ def rehome_import_from(node: cst.ImportFrom, moves: Mapping[str, NewHome]) -> li
     return result
 
 
-def _renamed(alias: cst.ImportAlias, new_name: str) -> cst.ImportAlias:
+def _renamed(alias: cst.ImportAlias, home: NewHome) -> cst.ImportAlias:
     asname = alias.asname
-    if asname is not None and isinstance(asname.name, cst.Name) and asname.name.value == new_name:
+    if asname is None and home.keep_local and imported_name(alias) != home.name:
+        asname = cst.AsName(cst.Name(imported_name(alias)))
+    if asname is not None and isinstance(asname.name, cst.Name) and asname.name.value == home.name:
         asname = None
-    return alias.with_changes(name=cst.Name(new_name), asname=asname)
+    return alias.with_changes(name=cst.Name(home.name), asname=asname)
 
 
 def _keep_commas(
@@ -133,33 +139,57 @@ def base_name(node: cst.BaseExpression) -> cst.Name | None:
 
 
 def queue_removal_of_base_import(rule: Rule, node: cst.Attribute) -> None:
-    """``apex.parallel.X`` was rewritten: drop the import that bound ``apex`` if now unused."""
+    """``apex.parallel.X`` was rewritten: drop the import that bound ``apex`` if now unused.
+
+    Only the one import that the access goes through is queued (``import apex.parallel`` rather
+    than ``import apex`` for ``apex.parallel.X``): libcst's RemoveImportsVisitor keeps one
+    removal per module, so extra requests for the same module would cancel each other.
+    """
     base = base_name(node)
     if base is None:
         return
     scope = rule.get_metadata(ScopeProvider, base, None)
     if scope is None:
         return
+    access = get_full_name_for_node(node) or ""
+    best: tuple[int, tuple[str, str | None, str | None]] | None = None
     for assignment in scope[base.value]:
         if not isinstance(assignment, Assignment):
             continue
-        statement = assignment.node
-        if isinstance(statement, cst.Import):
-            for alias in statement.names:
-                if local_name(alias) == base.value:
-                    asname = base.value if alias.asname is not None else None
-                    rule.remove_import_if_unused(imported_name(alias), None, asname)
-        elif (
-            isinstance(statement, cst.ImportFrom)
-            and statement.module is not None
-            and not statement.relative
-            and not isinstance(statement.names, cst.ImportStar)
-        ):
-            source = get_full_name_for_node(statement.module) or ""
-            for alias in statement.names:
-                if local_name(alias) == base.value:
-                    asname = base.value if alias.asname is not None else None
-                    rule.remove_import_if_unused(source, imported_name(alias), asname)
+        for removal, reaches in _removals_binding(assignment.node, base.value):
+            through = access == reaches or access.startswith(reaches + ".")
+            if through and (best is None or len(reaches) > best[0]):
+                best = (len(reaches), removal)
+    if best is not None:
+        rule.remove_import_if_unused(*best[1])
+
+
+def _removals_binding(
+    statement: cst.CSTNode, name: str
+) -> list[tuple[tuple[str, str | None, str | None], str]]:
+    """(removal request, dotted path the binding gives access to) for imports binding ``name``."""
+    found: list[tuple[tuple[str, str | None, str | None], str]] = []
+    if isinstance(statement, cst.Import):
+        for alias in statement.names:
+            if local_name(alias) != name:
+                continue
+            module = imported_name(alias)
+            if alias.asname is not None:
+                found.append(((module, None, name), name))
+            else:
+                found.append(((module, None, None), module))
+    elif (
+        isinstance(statement, cst.ImportFrom)
+        and statement.module is not None
+        and not statement.relative
+        and not isinstance(statement.names, cst.ImportStar)
+    ):
+        source = get_full_name_for_node(statement.module) or ""
+        for alias in statement.names:
+            if local_name(alias) == name:
+                asname = name if alias.asname is not None else None
+                found.append(((source, imported_name(alias), asname), name))
+    return found
 
 
 NOT_CONSTANT = object()
@@ -186,3 +216,19 @@ def is_constant(node: cst.BaseExpression, value: object) -> bool:
 def source_of(node: cst.CSTNode) -> str:
     """The code of ``node`` as written, for messages."""
     return cst.Module(body=[]).code_for_node(node).strip()
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.ids.add(id(node))
+        return True
+
+
+def node_ids(node: cst.CSTNode) -> set[int]:
+    """The ids of ``node`` and of every node under it."""
+    collector = _Collector()
+    node.visit(collector)
+    return collector.ids
