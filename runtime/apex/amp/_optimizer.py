@@ -133,7 +133,7 @@ class AmpOptimizerState:
                 if not param.requires_grad:
                     continue
                 if self.master_weights and param.dtype in _HALF_DTYPES:
-                    master = param.detach().clone().float().requires_grad_(True)
+                    master = _master_copy_of(param)
                     group["params"][index] = master
                     if param in optimizer.state:
                         optimizer.state[master] = optimizer.state.pop(param)
@@ -415,6 +415,23 @@ class AmpOptimizerState:
         ]
 
 
+LOADED_FP32_ATTRIBUTE = "_amp_loaded_fp32"  # set by the model's O2 load_state_dict hook
+MASTER_ATTRIBUTE = "_amp_master"  # a half param's fp32 master, read by the state_dict hooks
+
+
+def _master_copy_of(param: torch.Tensor) -> torch.Tensor:
+    """A fresh fp32 master; from the checkpoint's fp32 values when the model just loaded one."""
+    loaded = getattr(param, LOADED_FP32_ATTRIBUTE, None)
+    if loaded is not None and loaded.shape == param.shape:
+        delattr(param, LOADED_FP32_ATTRIBUTE)
+        source = loaded.to(param.device)
+    else:
+        source = param.detach().float()
+    master = source.clone().requires_grad_(True)
+    setattr(param, MASTER_ATTRIBUTE, master)
+    return master
+
+
 def _combine(tensors: list[Any]) -> torch.Tensor:
     buffer = combine_npu(tensors)
     assert buffer is not None  # never called with an empty list
@@ -464,12 +481,10 @@ def clip_grad_norm_of(
 def install(optimizer: torch.optim.Optimizer, properties: Any) -> AmpOptimizerState:
     if hasattr(optimizer, "_amp_stash"):
         raise RuntimeError("A given optimizer should only be passed through amp.initialize once.")
-    for name in ("get_model_combined_grads", "get_optimizer_combined_grads"):
-        if hasattr(optimizer, name):
-            raise RuntimeError(f"Incoming optimizer already has {name} defined.")
     stash = AmpOptimizerState(optimizer, properties)
     original_step = optimizer.step
     original_zero_grad = optimizer.zero_grad
+    original_load_state_dict = optimizer.load_state_dict
 
     def step(self: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:
@@ -499,6 +514,11 @@ def install(optimizer: torch.optim.Optimizer, properties: Any) -> AmpOptimizerSt
             stash.stash.clear()
             stash.grads_known_zero = True
 
+    def load_state_dict(self: torch.optim.Optimizer, state_dict: dict[str, Any]) -> None:
+        # Masters first, so O2 state (momentum...) is loaded in fp32, not rounded to half.
+        stash.lazy_init()
+        original_load_state_dict(state_dict)
+
     def get_model_combined_grads(self: torch.optim.Optimizer) -> list[torch.Tensor]:
         return stash.model_combined_grads()
 
@@ -518,6 +538,7 @@ def install(optimizer: torch.optim.Optimizer, properties: Any) -> AmpOptimizerSt
     for function in (
         step,
         zero_grad,
+        load_state_dict,
         get_model_combined_grads,
         get_optimizer_combined_grads,
         clip_optimizer_grad_norm_fused,

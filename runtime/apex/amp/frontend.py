@@ -12,7 +12,7 @@ import torch
 from . import _casting
 from ._amp_state import _amp_state, maybe_print, warn_or_err
 from ._combine_ddp import CombineDDP
-from ._optimizer import install
+from ._optimizer import LOADED_FP32_ATTRIBUTE, MASTER_ATTRIBUTE, install
 from ._properties import Properties, is_half_cast, properties_for
 from .scaler import LossScaler
 
@@ -231,6 +231,7 @@ def _cast_models(
         if target != torch.float32:
             for module in model.modules():
                 module._register_state_dict_hook(_float32_state_dict_hook)
+                module._register_load_state_dict_pre_hook(_keep_fp32_values_hook, with_module=True)
     for optimizer in optimizers:
         # apex's trick: a state_dict round trip recasts existing per-param state.
         optimizer.load_state_dict(optimizer.state_dict())
@@ -256,9 +257,33 @@ def _cast_module_tensors(
 def _float32_state_dict_hook(
     module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any
 ) -> None:
+    """Half entries are saved as fp32; a half param with a master saves the master's values.
+
+    Saving the masters (apex saves the half values) makes an O2 checkpoint resume exactly.
+    """
+    for name, param in module.named_parameters(recurse=False):
+        master = getattr(param, MASTER_ATTRIBUTE, None)
+        if master is not None and prefix + name in state_dict:
+            state_dict[prefix + name] = master.detach().clone()
     for key, value in state_dict.items():
         if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
             state_dict[key] = value.to(torch.float32)
+
+
+def _keep_fp32_values_hook(
+    module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    """Loading an fp32 checkpoint into a half param also restores its fp32 master."""
+    for name, param in module.named_parameters(recurse=False):
+        value = state_dict.get(prefix + name)
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
+            continue
+        master = getattr(param, MASTER_ATTRIBUTE, None)
+        if master is not None and master.shape == value.shape:
+            with torch.no_grad():
+                master.copy_(value)
+        else:
+            setattr(param, LOADED_FP32_ATTRIBUTE, value.detach().clone())
 
 
 def _zero_grads_in_place_on(model: torch.nn.Module) -> None:
@@ -342,3 +367,11 @@ def register_float_function(module: Any, name: str) -> None:
 def register_promote_function(module: Any, name: str) -> None:
     """Run ``module.name`` in the widest floating dtype of its arguments under O1."""
     _casting.register(module, name, "promote")
+
+
+def _reset() -> None:
+    """Forget every ``initialize`` and registration (test isolation; not part of apex's API)."""
+    _casting.restore_user_casts()
+    _casting._USER_CAST_REGISTRY.clear()
+    fresh = type(_amp_state)()
+    _amp_state.__dict__.update(fresh.__dict__)
