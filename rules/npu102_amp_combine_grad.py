@@ -143,8 +143,9 @@ class AmpCombineGrad(Rule):
             origins = ", ".join(f"`{code_of(o)}`" for o in unknown)
             self.report(
                 sink.call,
-                "cannot see where the optimizer passed here is built (it comes from "
-                f"{origins}); if it is an NPU fused optimizer, add `combine_grad=True`",
+                "cannot see where the optimizer passed here is built (npu-migrate traces it "
+                f"back to {origins} and no further); if it is an NPU fused optimizer, add "
+                "`combine_grad=True`",
             )
         return False
 

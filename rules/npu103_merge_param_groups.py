@@ -10,8 +10,10 @@ import libcst as cst
 from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
 
 from migrator.callargs import argument
+from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import (
+    NPU_FUSED,
     OptimizerFlow,
     code_of,
     literal_value,
@@ -120,6 +122,8 @@ class MergeParamGroups(Rule):
         for call in self.flow.calls:
             if npu_fused_name(self, call.func):
                 self._examine_constructor(call)
+            else:
+                self._examine_ambiguous(call)
         self._examine_add_param_group()
 
     # -- analysis --------------------------------------------------------------------------------
@@ -149,6 +153,27 @@ class MergeParamGroups(Rule):
         for merge in merges:
             merge.message = self._merge_message(merge)
         self.plans[id(groups_list)] = ListPlan(merges)
+
+    def _examine_ambiguous(self, call: cst.Call) -> None:
+        """A name that may or may not be an NPU fused optimizer, with groups that would merge."""
+        name = self.qualified_name(call.func)
+        if not isinstance(name, Ambiguous) or not any(
+            NPU_FUSED.fullmatch(c) for c in name.candidates
+        ):
+            return
+        arg = argument(call, PARAMS, 0)
+        if arg is None or not isinstance(arg.value, cst.List):
+            return
+        groups = [_group(index, element) for index, element in enumerate(arg.value.elements)]
+        mergeable = [members for members in _buckets(groups) if len(members) > 1]
+        if mergeable:
+            self.report(
+                call,
+                f"cannot tell whether `{code_of(call.func)}` is an NPU fused optimizer: "
+                f"{name.describe()}; if it is, parameter "
+                f"{_groups_text(self, mergeable[0])} share all hyper-parameters: merge them into "
+                "one group by hand (the fused optimizer fuses per group)",
+            )
 
     def _groups_list(self, call: cst.Call, params: cst.BaseExpression) -> cst.List | None:
         """The list literal of groups, directly or through a name bound once to it."""
@@ -195,6 +220,11 @@ class MergeParamGroups(Rule):
         if scope is None:
             return None
         assignments = list(scope[name.value])
+        augmented = [a.node for a in assignments if self._augments(a.node)]
+        if augmented:
+            how = f"are added to `{name.value}` at line {self.flow.line_of(augmented[0])}"
+            self.report(name, _RUNTIME_GROUPS.format(how=how))
+            return None
         if len(assignments) != 1 or not isinstance(assignments[0], Assignment):
             return None
         assignment = assignments[0]
@@ -207,6 +237,10 @@ class MergeParamGroups(Rule):
         if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
             return None
         return assignment, statement.value
+
+    def _augments(self, target: cst.CSTNode) -> bool:
+        """``name += ...`` (an assignment of ``name`` too)."""
+        return isinstance(self.get_metadata(ParentNodeProvider, target, None), cst.AugAssign)
 
     def _mutates(self, name: cst.CSTNode) -> bool:
         """``groups.append(...)``, ``groups += ...``, ``groups[i] = ...`` and the like."""
@@ -255,8 +289,9 @@ class MergeParamGroups(Rule):
     def _merge_message(self, merge: Merge) -> str:
         lines = _groups_text(self, merge.members)
         signature = merge.members[0].signature or frozenset()
+        keys = [f"`{key}`" for key, _ in sorted(signature)]
         shared = (
-            "the same " + ", ".join(f"`{key}`" for key, _ in sorted(signature))
+            "the same " + (", ".join(keys[:-1]) + " and " if len(keys) > 1 else "") + keys[-1]
             if signature
             else "no overrides of the optimizer's defaults"
         )
