@@ -271,6 +271,8 @@ class TorchCudaApi(DeviceRule):
         missing = [
             a.evaluated_name for a in original_node.names if a.evaluated_name not in supported
         ]
+        if any(name in REPORTED_BY_OTHER_RULES for name in missing):
+            return updated_node  # NPU922 / NPU924 report the uses; the import stays torch's
         if missing:
             self._report_unsupported(
                 original_node,

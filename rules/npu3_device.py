@@ -538,11 +538,12 @@ class ReportUses(DeviceRule):
         name = outermost_use(self, node)
         if isinstance(name, Ambiguous):
             wanted = [c for c in name.candidates if in_namespace(c, self.NAMESPACES)]
-            if wanted:
+            message = self.message(wanted[0], node) if wanted else None
+            if message is not None:
                 self.report(
                     node,
                     f"cannot tell whether this is `{wanted[0]}`: {name.describe()}; "
-                    f"if it is: {self.message(wanted[0], node)}",
+                    f"if it is: {message}",
                 )
             return
         if name is None or not in_namespace(name, self.NAMESPACES):

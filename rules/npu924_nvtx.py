@@ -1,0 +1,52 @@
+"""NPU924: `torch.cuda.nvtx` ranges and markers."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from migrator.rules.npu3_device import ReportUses
+
+NVTX = "torch.cuda.nvtx"
+
+
+class Nvtx(ReportUses):
+    """
+    ## What it does
+    Reports uses of `torch.cuda.nvtx` (`range_push`, `range_pop`, `range`, `mark`), also through
+    `import torch.cuda.nvtx as nvtx` or `from torch.cuda import nvtx`.
+
+    ## Why
+    NVTX annotates timelines for NVIDIA's Nsight tools; Ascend has no NVTX. torch_npu's profiler
+    has its own lightweight markers (`torch_npu.npu.mstx`, in recent torch_npu releases) or use
+    `torch.profiler.record_function(...)` ranges, which torch_npu's profiler records.
+
+    ## Example
+    ```python
+    torch.cuda.nvtx.range_push("forward")
+    ```
+
+    ## Use instead
+    ```python
+    with torch.profiler.record_function("forward"):
+        ...
+    ```
+
+    ## Fix safety
+    No fix: the replacement depends on the profiler you use on Ascend.
+    """
+
+    CODE = "NPU924"
+    NAME = "nvtx"
+    SUMMARY = "`torch.cuda.nvtx` annotation (no NVTX on Ascend)"
+    TRIGGER = re.compile(r"nvtx")
+    NAMESPACES = (NVTX,)
+
+    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+        if name == NVTX:
+            return None  # the module itself (`nvtx = torch.cuda.nvtx`); its uses are reported
+        return (
+            f"`{name}` (NVTX) does not exist on Ascend: use "
+            "`torch.profiler.record_function(...)` ranges or torch_npu's mstx markers, or remove it"
+        )
