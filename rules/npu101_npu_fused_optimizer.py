@@ -235,6 +235,14 @@ class NpuFusedOptimizer(Rule):
         if problems:
             self.report(call, _blocked_message(source, target, problems))
             return
+        if amp_call is not None:
+            condition = self.flow.condition_only_for(amp_call, call)
+            if condition is not None:
+                plan.notes.append(
+                    f"warning: `amp.initialize` runs only when {condition}, and without it this "
+                    "optimizer refuses to step: call `amp.initialize` on every path, or use "
+                    f"`{TORCH_NPU_HOME}.{target}` on the path without amp"
+                )
         self.plans[id(call)] = plan
 
     def _map_arguments(self, plan: Plan, names: list[str]) -> list[str]:

@@ -326,6 +326,28 @@ class OptimizerFlow:
     def line_of(self, node: cst.CSTNode) -> int:
         return self.rule.position(node)[0]
 
+    def condition_only_for(self, node: cst.CSTNode, other: cst.CSTNode) -> str | None:
+        """The `if` condition under which ``node`` runs that does not also guard ``other``.
+
+        ``"`args.fp16` holds"`` or ``"`args.fp32` is false"`` (an ``else`` branch), else None.
+        """
+        guards_of_other = {id(guard) for guard, _ in self._guards(other)}
+        for guard, in_body in self._guards(node):
+            if id(guard) not in guards_of_other:
+                test = code_of(guard.test)
+                return f"`{test}` holds" if in_body else f"`{test}` is false"
+        return None
+
+    def _guards(self, node: cst.CSTNode) -> Iterator[tuple[cst.If, bool]]:
+        """Enclosing `if` statements (innermost first) and whether ``node`` is in the body."""
+        child = node
+        parent = self.rule.get_metadata(ParentNodeProvider, child, None)
+        while parent is not None and not isinstance(parent, cst.FunctionDef | cst.Module):
+            if isinstance(parent, cst.If) and child is not parent.test:
+                yield parent, child is parent.body
+            child = parent
+            parent = self.rule.get_metadata(ParentNodeProvider, child, None)
+
     def origins(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         found: list[cst.BaseExpression] = []
         self._follow(expr, found, set())
