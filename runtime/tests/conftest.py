@@ -1,0 +1,117 @@
+"""Shared fixtures of the runtime tests: a deterministic training workload for optimizers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+# Scalars, an empty tensor, odd sizes that straddle the 16-element slot alignment, and one
+# "large" (a few thousand elements: large enough to span many slots, small enough to be fast).
+MIXED_SHAPES: tuple[tuple[int, ...], ...] = ((), (0,), (3, 5), (64, 33), (17,), (4, 3, 2, 2), (1,))
+
+
+class Workload:
+    """Parameters of mixed shapes, one frozen and one never used, with seeded gradients.
+
+    Two workloads built with the same seed hold equal parameters and, as long as their
+    parameters stay equal, receive equal gradients: the loss is a seeded random linear term
+    plus a small quadratic one, so gradients depend on the parameters themselves.
+    """
+
+    def __init__(self, seed: int = 0, dtype: torch.dtype = torch.float32) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.seed = seed
+        self.trainable = [
+            torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=dtype))
+            for shape in MIXED_SHAPES
+        ]
+        self.frozen = torch.nn.Parameter(
+            torch.randn(5, generator=generator, dtype=dtype), requires_grad=False
+        )
+        self.unused = torch.nn.Parameter(torch.randn(6, generator=generator, dtype=dtype))
+
+    @property
+    def all_params(self) -> list[torch.nn.Parameter]:
+        return [*self.trainable, self.frozen, self.unused]
+
+    def groups(self, options: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Split the parameters round-robin into one group per ``options`` entry."""
+        groups = [{"params": [], **option} for option in options]
+        for index, p in enumerate(self.trainable):
+            groups[index % len(groups)]["params"].append(p)
+        groups[0]["params"].append(self.frozen)
+        groups[-1]["params"].append(self.unused)
+        return groups
+
+    def backward(self, step: int, params: Sequence[torch.Tensor] | None = None) -> None:
+        generator = torch.Generator().manual_seed(self.seed * 1000 + step)
+        loss = torch.zeros(())
+        for p in self.trainable:
+            direction = torch.randn(p.shape, generator=generator, dtype=p.dtype)
+            if params is None or any(p is q for q in params):
+                loss = loss + (p * direction).sum() + 0.1 * (p * p).sum()
+        loss.backward()
+
+
+def train(
+    workload: Workload, optimizer: torch.optim.Optimizer, steps: int, first_step: int = 0
+) -> None:
+    for step in range(first_step, first_step + steps):
+        optimizer.zero_grad()
+        workload.backward(step)
+        optimizer.step()
+
+
+def assert_same_params(ours: Workload, reference: Workload, rtol: float = 1e-6) -> None:
+    for mine, theirs in zip(ours.all_params, reference.all_params, strict=True):
+        torch.testing.assert_close(mine.detach(), theirs.detach(), rtol=rtol, atol=rtol)
+
+
+TwinRun = tuple[Workload, torch.optim.Optimizer, Workload, torch.optim.Optimizer]
+OptimizerFactory = Callable[[list[dict[str, Any]]], torch.optim.Optimizer]
+
+
+def run_twins(
+    make_ours: OptimizerFactory,
+    make_reference: OptimizerFactory,
+    options: Sequence[dict[str, Any]],
+    steps: int = 20,
+    seed: int = 0,
+) -> TwinRun:
+    """Train the same workload with two optimizers; return both workloads and optimizers."""
+    ours_workload, reference_workload = Workload(seed), Workload(seed)
+    ours = make_ours(ours_workload.groups(options))
+    reference = make_reference(reference_workload.groups(options))
+    train(ours_workload, ours, steps)
+    train(reference_workload, reference, steps)
+    return ours_workload, ours, reference_workload, reference
+
+
+@pytest.fixture
+def workload() -> Workload:
+    return Workload()
+
+
+@pytest.fixture
+def twins() -> Callable[
+    ..., tuple[Workload, torch.optim.Optimizer, Workload, torch.optim.Optimizer]
+]:
+    return run_twins
+
+
+@pytest.fixture
+def same_params() -> Callable[..., None]:
+    return assert_same_params
+
+
+@pytest.fixture
+def trainer() -> Callable[..., None]:
+    return train
+
+
+@pytest.fixture
+def workload_class() -> type[Workload]:
+    return Workload
