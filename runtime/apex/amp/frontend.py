@@ -86,7 +86,9 @@ def initialize(
 
     device_type = _casting.model_device_type(model_list)
     half_dtype = _casting.half_dtype_for(device_type)
-    _cast_models(model_list, optimizer_list, properties, device_type, half_dtype)
+    _cast_models(
+        model_list, optimizer_list, properties, device_type, half_dtype, cast_model_outputs
+    )
     if properties.patch_torch_functions:
         output_dtype = cast_model_outputs or torch.float32
         autocast = (device_type, half_dtype) if half_dtype != torch.float32 else None
@@ -210,6 +212,7 @@ def _cast_models(
     properties: Properties,
     device_type: str,
     half_dtype: torch.dtype,
+    cast_model_outputs: torch.dtype | None,
 ) -> None:
     cast_type = properties.cast_model_type
     if is_half_cast(cast_type):
@@ -220,14 +223,16 @@ def _cast_models(
         target = cast_type
     else:
         target = None
-    output_dtype = properties.options.get("cast_model_outputs")
     if target is None:
+        if cast_model_outputs is not None and not properties.patch_torch_functions:
+            for model in models:
+                _casting.patch_forward(model, None, cast_model_outputs)
         return
     for model in models:
         _cast_module_tensors(
             model, target, keep_batchnorm_fp32=bool(properties.keep_batchnorm_fp32)
         )
-        _casting.patch_forward(model, target, output_dtype or torch.float32)
+        _casting.patch_forward(model, target, cast_model_outputs or torch.float32)
         if target != torch.float32:
             for module in model.modules():
                 module._register_state_dict_hook(_float32_state_dict_hook)
