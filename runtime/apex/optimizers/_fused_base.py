@@ -67,7 +67,6 @@ class Slab:
     # buffer before its first step, so a state_dict taken then still reads "no momentum yet".
     pending_state: set[str] = field(default_factory=set)
     bound_grads: list[torch.Tensor] = field(default_factory=list)
-    param_addresses: list[int] = field(default_factory=list)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -305,7 +304,6 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
             offsets=offsets,
             pending_state=pending,
             bound_grads=list(grads),  # type: ignore[arg-type]
-            param_addresses=[p.data_ptr() for p in params],
         )
         self._publish_state(slab)
         return slab
@@ -366,11 +364,10 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
 
     def _rebind_moved_tensors(self, slab: Slab) -> None:
         for index, (p, offset) in enumerate(zip(slab.params, slab.offsets, strict=True)):
-            if p.data_ptr() != slab.param_addresses[index]:
+            if not _lives_at(p, slab.param, offset):
                 self._readopt(p, slab.param, offset, what="parameter")
-                slab.param_addresses[index] = p.data_ptr()
             bound = slab.bound_grads[index]
-            if p.grad is bound and bound.data_ptr() == slab.grad[offset:].data_ptr():
+            if p.grad is bound and _lives_at(bound, slab.grad, offset):
                 continue
             slot = slab.grad.narrow(0, offset, p.numel())
             if p.grad is None:
@@ -456,6 +453,15 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         self.__dict__.setdefault("_slabs_by_group", [])
         self.__dict__.setdefault("_packed_params", set())
         self.__dict__.setdefault("_pack_attempted", False)
+
+
+def _lives_at(tensor: torch.Tensor, flat: torch.Tensor, offset: int) -> bool:
+    """True while ``tensor`` is still the view of ``flat`` that packing made at ``offset``."""
+    # Compared by storage and offset, not data_ptr: an empty tensor's data_ptr is always 0.
+    return (
+        tensor.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+        and tensor.storage_offset() == flat.storage_offset() + offset
+    )
 
 
 def _slot_offsets(tensors: list[torch.nn.Parameter]) -> list[int]:
