@@ -473,6 +473,7 @@ class NpuFusedOptimizer(Rule):
             id(alias) in self.import_rewrites for alias in original_node.names
         ):
             return updated_node
+        assert not isinstance(updated_node.names, cst.ImportStar)
         module: str | None = None
         names = []
         for original, alias in zip(original_node.names, updated_node.names, strict=True):

@@ -220,7 +220,9 @@ class MergeParamGroups(Rule):
         if scope is None:
             return None
         assignments = list(scope[name.value])
-        augmented = [a.node for a in assignments if self._augments(a.node)]
+        augmented = [
+            a.node for a in assignments if isinstance(a, Assignment) and self._augments(a.node)
+        ]
         if augmented:
             how = f"are added to `{name.value}` at line {self.flow.line_of(augmented[0])}"
             self.report(name, _RUNTIME_GROUPS.format(how=how))

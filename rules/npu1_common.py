@@ -403,10 +403,10 @@ class OptimizerFlow:
             value = self._assigned_value(assignment.node)
             if value is _FROM_AMP:
                 continue  # `model, optimizer = amp.initialize(model, optimizer)`: same object
-            if value is None:
-                opaque = True
-            else:
+            if isinstance(value, cst.BaseExpression):
                 values.append(value)
+            else:
+                opaque = True
         if opaque or not values:
             yield name
         yield from values
