@@ -31,7 +31,8 @@ class DeviceString(DeviceRule):
     devices: `torch.device(...)`, `.to(...)`, any `device=` / `map_location=` / `device_type=`
     argument, `torch.autocast(...)`, `torch.amp.GradScaler(...)`, comparisons with
     `x.device.type` or a `*device` variable, assignments to a `*device` variable or attribute,
-    `*device` parameter defaults and the default of an `--*device` command-line option. The value
+    `*device` parameter defaults, `torch.set_default_device(...)` and the default and choices of
+    an `--*device` command-line option. The value
     is followed through `a if cond else b`, `a or b` and names assigned in the same scope, so
     `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")` and
     `loc = "cuda:{}".format(gpu); torch.load(path, map_location=loc)` are both covered. Strings

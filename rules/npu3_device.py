@@ -197,6 +197,7 @@ def with_device_type(node: cst.SimpleString | cst.FormattedString, new: str) -> 
 
 DEVICE_CONSTRUCTORS = {"torch.device"}
 DEVICE_TYPE_CALLS = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
+DEFAULT_DEVICE_SETTERS = {"torch.set_default_device"}
 GRAD_SCALERS = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
 
 
@@ -205,9 +206,11 @@ def device_positions(rule: Rule, module: cst.Module) -> Iterator[tuple[cst.BaseE
 
     Calls: ``torch.device(x)``, ``.to(x)``, ``f(device=x)``, ``f(map_location=x)`` (the values of a
     dict: its keys name where a checkpoint was saved and must keep matching it),
-    ``torch.autocast(x)``, ``f(device_type=x)``, ``torch.amp.GradScaler(x)``. Also comparisons with
+    ``torch.autocast(x)``, ``f(device_type=x)``, ``torch.amp.GradScaler(x)``,
+    ``torch.set_default_device(x)``. Also comparisons with
     ``<expr>.device.type`` or a ``*device`` name, assignments to a ``*device`` name or attribute,
-    ``*device`` parameter defaults, and the ``default=`` of an ``--*device`` command-line option.
+    ``*device`` parameter defaults, and the ``default=`` and ``choices=`` of an ``--*device``
+    command-line option.
     """
     collector = _DevicePositions(rule)
     module.visit(collector)
@@ -236,8 +239,14 @@ class _DevicePositions(cst.CSTVisitor):
             self.add(_arg_value(node, "device", 0), Place.DEVICE_TYPE)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "to":
             self.add(first[0].value if first else None)
+        elif name in DEFAULT_DEVICE_SETTERS:
+            self.add(first[0].value if first else None)
         elif _is_add_argument(node) and _option_matches(node, DEVICE_NAME):
             self.add(_keyword_value(node, "default"))
+            choices = _keyword_value(node, "choices")
+            if isinstance(choices, cst.List | cst.Tuple | cst.Set):
+                for element in choices.elements:
+                    self.add(element.value)
         for arg in node.args:
             if arg.keyword is None:
                 continue
