@@ -237,9 +237,9 @@ class _DevicePositions(cst.CSTVisitor):
             self.add(first[0].value if first else None, Place.DEVICE_TYPE)
         elif name in GRAD_SCALERS:
             self.add(_arg_value(node, "device", 0), Place.DEVICE_TYPE)
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "to":
-            self.add(first[0].value if first else None)
-        elif name in DEFAULT_DEVICE_SETTERS:
+        elif (
+            isinstance(node.func, cst.Attribute) and node.func.attr.value == "to"
+        ) or name in DEFAULT_DEVICE_SETTERS:
             self.add(first[0].value if first else None)
         elif _is_add_argument(node) and _option_matches(node, DEVICE_NAME):
             self.add(_keyword_value(node, "default"))
