@@ -219,7 +219,9 @@ class TorchCudaApi(DeviceRule):
             return updated
         require_torch_npu(self)
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        device_type = cst.Arg(expression(ACCELERATOR_TYPE), comma=comma if updated.args else None)
+        device_type = cst.Arg(
+            expression(ACCELERATOR_TYPE), comma=comma if updated.args else cst.MaybeSentinel.DEFAULT
+        )
         return updated.with_changes(func=expression(replacement), args=[device_type, *updated.args])
 
     # -- imports -----------------------------------------------------------------------------

@@ -256,9 +256,9 @@ class _DevicePositions(cst.CSTVisitor):
                 self.add(arg.value, Place.DEVICE_TYPE)
             elif arg.keyword.value == "map_location":
                 if isinstance(arg.value, cst.Dict):
-                    for element in arg.value.elements:
-                        if isinstance(element, cst.DictElement):
-                            self.add(element.value)
+                    for entry in arg.value.elements:
+                        if isinstance(entry, cst.DictElement):
+                            self.add(entry.value)
                 else:
                     self.add(arg.value)
 
@@ -376,18 +376,19 @@ def assigned_values(rule: Rule, name: cst.Name) -> list[cst.BaseExpression]:
 
 
 def _plain_assignment_value(rule: Rule, node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    statement: cst.CSTNode | None = node
     if isinstance(node, cst.Name):
         parent = rule.get_metadata(ParentNodeProvider, node, None)
         if isinstance(parent, cst.AssignTarget):
-            node = rule.get_metadata(ParentNodeProvider, parent, None)
+            statement = rule.get_metadata(ParentNodeProvider, parent, None)
         elif isinstance(parent, cst.AnnAssign):
-            node = parent
-    if isinstance(node, cst.Assign) and all(
-        isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets
+            statement = parent
+    if isinstance(statement, cst.Assign) and all(
+        isinstance(t.target, cst.Name) and t.target.value == name for t in statement.targets
     ):
-        return node.value
-    if isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name):
-        return node.value
+        return statement.value
+    if isinstance(statement, cst.AnnAssign) and isinstance(statement.target, cst.Name):
+        return statement.value
     return None
 
 
