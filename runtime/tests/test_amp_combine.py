@@ -202,6 +202,15 @@ def test_o2_with_a_fused_optimizer_uses_its_buffers_for_master_grads():
     )
 
 
+def test_module_zero_grad_is_torchs_again_after_reset():
+    one_backward("O1", combine_grad=True)
+    _reset()
+    layer = torch.nn.Linear(2, 2)
+    layer(torch.ones(1, 2)).sum().backward()
+    layer.zero_grad()
+    assert layer.weight.grad is None
+
+
 def test_combined_grads_are_empty_before_backward_or_without_combine_grad(capsys):
     model = Branchy()
     optimizer = sgd(model.parameters())
@@ -216,11 +225,13 @@ def test_combined_grads_are_empty_before_backward_or_without_combine_grad(capsys
     assert "please set combine_grad=True" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("zero", ["optimizer", "model"])
+@pytest.mark.parametrize("zero", ["optimizer", "model", "wrapper"])
 def test_zero_grad_keeps_grads_inside_the_buffers(zero):
     model, optimizer = one_backward("O1", combine_grad=True)
     buffers = optimizer.get_model_combined_grads()
-    (optimizer if zero == "optimizer" else model).zero_grad()
+    # "wrapper": a module amp never saw (a DDP wrapper, say) zeroes the model's grads.
+    zeroed = {"optimizer": optimizer, "model": model, "wrapper": torch.nn.Sequential(model)}
+    zeroed[zero].zero_grad()
     assert all(p.grad is not None and lives_in(p.grad, buffers) for p in model.parameters())
     assert all(int(torch.count_nonzero(b)) == 0 for b in buffers)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import types
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
@@ -56,6 +55,7 @@ def initialize(
     ``(models, optimizers)``..., or only the model(s) when no optimizer is given.
     """
     _casting.restore_user_casts()
+    _restore_module_zero_grad()
     _amp_state.opt_properties = Properties()
     _amp_state.verbosity = verbosity
     _amp_state.initialized = True
@@ -112,8 +112,7 @@ def initialize(
         for _ in range(num_losses)
     ]
     if any(stash.combine for stash in stashes):
-        for model in model_list:
-            _zero_grads_in_place_on(model)
+        _zero_module_grads_in_place()
     if properties.combine_ddp:
         CombineDDP.broadcast_from_rank_zero(model_list)
         for stash in stashes:
@@ -291,20 +290,39 @@ def _keep_fp32_values_hook(
             setattr(param, LOADED_FP32_ATTRIBUTE, value.detach().clone())
 
 
-def _zero_grads_in_place_on(model: torch.nn.Module) -> None:
-    """Combined grads must stay inside their buffers, so this model's zero_grad never frees them.
+_ORIGINAL_MODULE_ZERO_GRAD = torch.nn.Module.zero_grad
 
-    Ascend patches ``torch.nn.Module.zero_grad`` globally; patching only the models given to
-    ``initialize`` keeps every other module's behaviour untouched.
+
+def _module_zero_grad_in_place(self: torch.nn.Module, set_to_none: bool = False) -> None:
+    """``torch.nn.Module.zero_grad`` with Ascend's default under combine_grad: zero in place.
+
+    torch >= 2.0 defaults to ``set_to_none=True``, which would detach every grad from its flat
+    buffer (amp would notice and re-pack, but every step). An explicit ``set_to_none=True`` is
+    still honoured.
     """
-
-    def zero_grad(self: torch.nn.Module, set_to_none: bool = False) -> None:
-        for param in self.parameters():
-            if param.grad is not None:
+    if set_to_none:
+        _ORIGINAL_MODULE_ZERO_GRAD(self, set_to_none=True)
+        return
+    for param in self.parameters():
+        if param.grad is not None:
+            if param.grad.grad_fn is not None:
                 param.grad.detach_()
-                param.grad.zero_()
+            else:
+                param.grad.requires_grad_(False)
+            param.grad.zero_()
 
-    model.zero_grad = types.MethodType(zero_grad, model)  # type: ignore[method-assign]
+
+def _zero_module_grads_in_place() -> None:
+    # Global, as in Ascend: the model is often zeroed through a DDP wrapper amp never sees.
+    torch.nn.Module.zero_grad = _module_zero_grad_in_place  # type: ignore[method-assign]
+    maybe_print(
+        "Warning: Default value of `set_to_none` in torch.nn.Module.zero_grad() is set as False "
+        "for combine grad, which is True since torch 2.0."
+    )
+
+
+def _restore_module_zero_grad() -> None:
+    torch.nn.Module.zero_grad = _ORIGINAL_MODULE_ZERO_GRAD  # type: ignore[method-assign]
 
 
 # ---- checkpoints -------------------------------------------------------------------------------
@@ -377,6 +395,7 @@ def register_promote_function(module: Any, name: str) -> None:
 def _reset() -> None:
     """Forget every ``initialize`` and registration (test isolation; not part of apex's API)."""
     _casting.restore_user_casts()
+    _restore_module_zero_grad()
     _casting._USER_CAST_REGISTRY.clear()
     fresh = type(_amp_state)()
     _amp_state.__dict__.update(fresh.__dict__)
