@@ -24,6 +24,7 @@ from migrator.rules.npu1_common import (
     Source,
     code_of,
     literal_value,
+    qualified,
 )
 
 # Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
@@ -152,14 +153,14 @@ class NpuFusedOptimizer(Rule):
         """Plan or report ``call``; returns ids of calls inside it that must be left alone."""
         if self._suppressed(call):
             return set()
-        if isinstance(self.qualified_name_in(call.func, FP16_OPTIMIZERS), str):
+        if isinstance(qualified(self, call.func, FP16_OPTIMIZERS), str):
             self.report(call, _FP16_OPTIMIZER_ADVICE)
             return {id(arg.value) for arg in call.args if isinstance(arg.value, cst.Call)}
         if self._is_dynamic_lookup(call):
             self.report(call, _DYNAMIC_LOOKUP_ADVICE)
             return set()
         wanted = SOURCES.keys() | UNSUPPORTED.keys()
-        name = self.qualified_name_in(call.func, wanted)
+        name = qualified(self, call.func, wanted)
         if isinstance(name, Ambiguous):
             self.report(call, self._ambiguous_message(call, name))
         elif name in UNSUPPORTED:
@@ -173,9 +174,9 @@ class NpuFusedOptimizer(Rule):
         lookup = call.func
         if not isinstance(lookup, cst.Call) or not lookup.args:
             return False
-        if self.qualified_name(lookup.func) != "builtins.getattr":
+        if qualified(self, lookup.func) != "builtins.getattr":
             return False
-        module = self.qualified_name(lookup.args[0].value)
+        module = qualified(self, lookup.args[0].value)
         return isinstance(module, str) and module in OPTIMIZER_MODULES
 
     def _ambiguous_message(self, call: cst.Call, name: Ambiguous) -> str:
@@ -195,7 +196,7 @@ class NpuFusedOptimizer(Rule):
         if self._suppressed(class_def):
             return
         for base in class_def.bases:
-            name = self.qualified_name_in(base.value, SOURCES.keys() | UNSUPPORTED.keys())
+            name = qualified(self, base.value, SOURCES.keys() | UNSUPPORTED.keys())
             if not isinstance(name, str):
                 continue
             if name in UNSUPPORTED:
@@ -313,7 +314,7 @@ class NpuFusedOptimizer(Rule):
         for plan in self.plans.values():
             func = plan.call.func
             if isinstance(func, cst.Attribute):
-                base = self.qualified_name(func.value)
+                base = qualified(self, func.value)
                 plan.func_style = "attr" if base == plan.home else "dotted"
                 continue
             binding = self._from_import_binding(func)
@@ -378,7 +379,7 @@ class NpuFusedOptimizer(Rule):
             base = base.value
         if not isinstance(base, cst.Name):
             return
-        bound = self.qualified_name(base)
+        bound = qualified(self, base)
         if not isinstance(bound, str) or bound.count(".") < 1:
             return
         scope = self.get_metadata(ScopeProvider, base, None)

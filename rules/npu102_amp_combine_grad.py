@@ -17,6 +17,7 @@ from migrator.rules.npu1_common import (
     code_of,
     literal_value,
     npu_fused_name,
+    qualified,
 )
 
 # Positions in Ascend's `initialize(models, optimizers, enabled, opt_level, cast_model_type,
@@ -120,7 +121,7 @@ class AmpCombineGrad(Rule):
             if isinstance(origin, cst.Call) and npu_fused_name(self, origin.func):
                 fused.append(origin)
             elif isinstance(origin, cst.Call) and isinstance(
-                self.qualified_name_in(origin.func, SOURCES.keys() | UNSUPPORTED.keys()), str
+                qualified(self, origin.func, SOURCES.keys() | UNSUPPORTED.keys()), str
             ):
                 unfused.append(origin)
             else:

@@ -18,6 +18,7 @@ from migrator.rules.npu1_common import (
     code_of,
     literal_value,
     npu_fused_name,
+    qualified,
 )
 
 PARAMS = "params"
@@ -156,7 +157,7 @@ class MergeParamGroups(Rule):
 
     def _examine_ambiguous(self, call: cst.Call) -> None:
         """A name that may or may not be an NPU fused optimizer, with groups that would merge."""
-        name = self.qualified_name(call.func)
+        name = qualified(self, call.func)
         if not isinstance(name, Ambiguous) or not any(
             NPU_FUSED.fullmatch(c) for c in name.candidates
         ):

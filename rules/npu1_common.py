@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -308,7 +308,7 @@ class OptimizerFlow:
         self.amp_sinks: list[AmpSink] = []
         self.ambiguous_amp: list[tuple[cst.Call, Ambiguous]] = []
         for call in self.calls:
-            name = rule.qualified_name_in(call.func, {AMP_INITIALIZE})
+            name = qualified(rule, call.func, {AMP_INITIALIZE})
             if isinstance(name, Ambiguous):
                 self.ambiguous_amp.append((call, name))
             elif name == AMP_INITIALIZE:
@@ -445,7 +445,7 @@ class OptimizerFlow:
         elif isinstance(callee, cst.Attribute):
             local_function = callee.attr.value  # `self.build_optimizer(...)`
         # Only calls that resolve to no import can be this module's functions.
-        if local_function in self._returns and self.rule.qualified_name(callee) is None:
+        if local_function in self._returns and qualified(self.rule, callee) is None:
             yield from self._returns[local_function]
         else:
             yield call
@@ -457,9 +457,26 @@ class OptimizerFlow:
 _FROM_AMP = object()
 
 
+def qualified(
+    rule: Rule, node: cst.BaseExpression, wanted: Collection[str] | None = None
+) -> str | Ambiguous | None:
+    """``rule.qualified_name(node)`` (or ``_in`` with ``wanted``), ``None`` where it recurses.
+
+    The engine's value-alias resolution recurses without end on ``x = x.T`` followed by
+    ``x.div_()``; such a name is never an optimizer or amp, and one bad name must not turn the
+    whole file into an error.
+    """
+    try:
+        if wanted is None:
+            return rule.qualified_name(node)
+        return rule.qualified_name_in(node, wanted)
+    except RecursionError:
+        return None
+
+
 def npu_fused_name(rule: Rule, func: cst.BaseExpression) -> str | None:
     """``apex.optimizers.NpuFusedSGD`` etc. when ``func`` resolves to an NPU fused optimizer."""
-    name = rule.qualified_name(func)
+    name = qualified(rule, func)
     if isinstance(name, str) and NPU_FUSED.fullmatch(name):
         return name
     return None
