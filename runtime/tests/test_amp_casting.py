@@ -190,3 +190,22 @@ def test_user_cast_preferred_decides_whether_fp16_list_casts_apply_first(preferr
         rounded = a.bfloat16().float() @ b.bfloat16().float()
         torch.testing.assert_close(result, rounded)
         assert not torch.allclose(result, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_cast_decorators_apply_only_while_o1_is_active():
+    @amp.float_function
+    def as_float(tensor: torch.Tensor) -> torch.dtype:
+        return tensor.dtype
+
+    @amp.half_function
+    def as_half(tensor: torch.Tensor) -> torch.dtype:
+        return tensor.dtype
+
+    bf16 = torch.ones(2, dtype=torch.bfloat16)
+    assert as_float(bf16) == torch.bfloat16  # no amp yet
+    initialize(Recorder(), "O1")
+    assert as_float(bf16) == torch.float32
+    assert as_half(torch.ones(2)) == torch.bfloat16
+    _reset()
+    initialize(Recorder(), "O2")
+    assert as_float(bf16) == torch.bfloat16

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from ._amp_state import _amp_state
 from .frontend import (
+    float_function,
+    half_function,
     initialize,
     load_state_dict,
     master_params,
+    promote_function,
     register_float_function,
     register_half_function,
     register_promote_function,
@@ -22,9 +25,12 @@ __all__ = [
     "LossScaler",
     "_amp_state",
     "disable_casts",
+    "float_function",
+    "half_function",
     "initialize",
     "load_state_dict",
     "master_params",
+    "promote_function",
     "register_float_function",
     "register_half_function",
     "register_promote_function",

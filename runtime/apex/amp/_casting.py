@@ -203,3 +203,38 @@ def _target_dtype(kind: CastKind, half_dtype: torch.dtype, arguments: Any) -> to
     for dtype in dtypes[1:]:
         widest = torch.promote_types(widest, dtype)
     return widest
+
+
+def cast_decorator(kind: CastKind, is_active: Callable[[], bool]) -> Callable[..., Any]:
+    """apex's ``@amp.half_function`` family: cast the arguments while O1 casting is active."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not is_active() or _casts_disabled():
+                return function(*args, **kwargs)
+            device_type = _first_tensor_device_type((args, kwargs))
+            half_dtype = half_dtype_for(device_type)
+            target = _target_dtype(kind, half_dtype, (args, kwargs))
+            if target is not None:
+                args, kwargs = cast_floating(args, target), cast_floating(kwargs, target)
+            with disable_casts():
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _first_tensor_device_type(value: Any) -> str:
+    """Device type of the first tensor inside ``value``; "cpu" when there is none."""
+    stack = [value]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            return item.device.type
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return "cpu"

@@ -399,3 +399,21 @@ def _reset() -> None:
     _casting._USER_CAST_REGISTRY.clear()
     fresh = type(_amp_state)()
     _amp_state.__dict__.update(fresh.__dict__)
+
+
+def _o1_casting_active() -> bool:
+    properties = _amp_state.opt_properties
+    return bool(
+        _amp_state.initialized
+        and properties is not None
+        and properties.enabled
+        and properties.patch_torch_functions
+    )
+
+
+half_function = _casting.cast_decorator("half", _o1_casting_active)
+half_function.__doc__ = "Decorator: run the function in half precision under O1 (apex's)."
+float_function = _casting.cast_decorator("float", _o1_casting_active)
+float_function.__doc__ = "Decorator: run the function in fp32 under O1 (apex's)."
+promote_function = _casting.cast_decorator("promote", _o1_casting_active)
+promote_function.__doc__ = "Decorator: run the function in its widest argument dtype under O1."
