@@ -136,10 +136,10 @@ class NpuFusedOptimizer(Rule):
         self.flow = OptimizerFlow(self, node)
         self.plans: dict[int, Plan] = {}
         self.import_rewrites: dict[int, tuple[str | None, str]] = {}  # id(alias) -> (module, name)
-        skipped: set[int] = set()
+        wrapped = self._report_fp16_wrappers()
         for call in self.flow.calls:
-            if id(call) not in skipped:
-                skipped.update(self._examine_call(call))
+            if id(call) not in wrapped:
+                self._examine_call(call)
         for class_def in self.flow.classes:
             self._examine_subclass(class_def)
         self._plan_call_names()
@@ -149,16 +149,26 @@ class NpuFusedOptimizer(Rule):
     def _suppressed(self, node: cst.CSTNode) -> bool:
         return self.context.suppressions.covers(self.position(node)[0], self.CODE)
 
-    def _examine_call(self, call: cst.Call) -> set[int]:
-        """Plan or report ``call``; returns ids of calls inside it that must be left alone."""
+    def _report_fp16_wrappers(self) -> set[int]:
+        """Report ``FP16_Optimizer(...)``; the ids of the constructors it wraps, left as they are
+        so that the user migrates wrapper and optimizer together."""
+        wrapped: set[int] = set()
+        for call in self.flow.calls:
+            if self._suppressed(call):
+                continue
+            if isinstance(qualified(self, call.func, FP16_OPTIMIZERS), str):
+                self.report(call, _FP16_OPTIMIZER_ADVICE)
+                for arg in call.args:
+                    wrapped.update(id(origin) for origin in self.flow.origins(arg.value))
+        return wrapped
+
+    def _examine_call(self, call: cst.Call) -> None:
+        """Plan the rewrite of ``call``, or report why it cannot be rewritten."""
         if self._suppressed(call):
-            return set()
-        if isinstance(qualified(self, call.func, FP16_OPTIMIZERS), str):
-            self.report(call, _FP16_OPTIMIZER_ADVICE)
-            return {id(arg.value) for arg in call.args if isinstance(arg.value, cst.Call)}
+            return
         if self._is_dynamic_lookup(call):
             self.report(call, _DYNAMIC_LOOKUP_ADVICE)
-            return set()
+            return
         wanted = SOURCES.keys() | UNSUPPORTED.keys()
         name = qualified(self, call.func, wanted)
         if isinstance(name, Ambiguous):
@@ -167,7 +177,6 @@ class NpuFusedOptimizer(Rule):
             self.report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
         elif name in SOURCES:
             self._plan(call, SOURCES[name])
-        return set()
 
     def _is_dynamic_lookup(self, call: cst.Call) -> bool:
         """``getattr(torch.optim, name)(...)``."""
