@@ -30,8 +30,8 @@ class IntDevice(DeviceRule):
 
     Only expressions known to be integers are rewritten: integer literals, `int(...)`,
     `len(...)`, `torch.distributed.get_rank()` and friends, names assigned only from those in the
-    same scope, parameters annotated `int`, rank-named parameters without a default
-    (`def main_worker(gpu, ...)`, as `torch.multiprocessing.spawn` calls it), and
+    same scope, parameters annotated `int`, `rank` / `local_rank` parameters without a default
+    (`def run(rank, world_size)`, as `torch.multiprocessing.spawn` calls it), and
     `args.<name>` from `parser.add_argument("--<name>", type=int, default=<int>)`. An expression
     that is named like an index (`rank`, `local_rank`, `gpu`, `gpu_id`, `device_id`, ...) but not
     known to be an int, such as an option with `default=None`, is reported.

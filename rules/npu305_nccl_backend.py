@@ -162,20 +162,28 @@ class _BackendPositions(cst.CSTVisitor):
         elif name == NEW_GROUP:
             arg = argument(node, "backend", 2)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
-            options = [
-                (string_body(a.value) or "").lstrip("-").replace("-", "_")
-                for a in node.args
-                if a.keyword is None and isinstance(a.value, cst.SimpleString)
-            ]
-            arg = (
-                argument(node, "default", None)
-                if any(BACKEND_NAME.fullmatch(o) for o in options)
-                else None
-            )
+            self._backend_option(node)
+            return
         else:
             arg = None
         if arg is not None:
             self.found.append(arg.value)
+
+    def _backend_option(self, call: cst.Call) -> None:
+        """``add_argument("--dist-backend", default="nccl", choices=["nccl", "gloo"])``."""
+        options = [
+            (string_body(a.value) or "").lstrip("-").replace("-", "_")
+            for a in call.args
+            if a.keyword is None and isinstance(a.value, cst.SimpleString)
+        ]
+        if not any(BACKEND_NAME.fullmatch(option) for option in options):
+            return
+        default = argument(call, "default", None)
+        if default is not None:
+            self.found.append(default.value)
+        choices = argument(call, "choices", None)
+        if choices is not None and isinstance(choices.value, cst.List | cst.Tuple | cst.Set):
+            self.found.extend(element.value for element in choices.value.elements)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if any(names_match(target.target, BACKEND_NAME) for target in node.targets):

@@ -89,6 +89,7 @@ CUDA_FSTRING_HEAD = re.compile(r"cuda(:)?")
 DEVICE_NAME = re.compile(r"(.*_)?device")
 BACKEND_NAME = re.compile(r"(.*_)?backend")
 # Names that conventionally hold an integer device index (ranks and GPU ids).
+RANK_NAME = re.compile(r"(local_)?rank")
 INDEX_NAME = re.compile(r"(local_)?rank|(local_)?gpu(_id|_index)?|(device|gpu)_(id|idx|index)")
 
 
@@ -442,8 +443,9 @@ def int_index(rule: Rule, module: cst.Module, node: cst.BaseExpression, depth: i
 
 
 def _is_int_parameter(rule: Rule, name: cst.Name) -> bool:
-    """A parameter annotated ``int``, or a rank-named parameter with no default (``mp.spawn``
-    passes the process index as the first argument: ``def main_worker(gpu, ...)``)."""
+    """A parameter annotated ``int``, or an unannotated ``rank`` / ``local_rank`` parameter with
+    no default. (A ``gpu`` parameter is not enough: the imagenet example calls
+    ``main_worker(args.gpu, ...)`` with None when it does not spawn.)"""
     scope = rule.get_metadata(ScopeProvider, name, None)
     if scope is None:
         return False
@@ -453,7 +455,7 @@ def _is_int_parameter(rule: Rule, name: cst.Name) -> bool:
             annotation = param.annotation
             if annotation is not None:
                 return get_full_name_for_node(annotation.annotation) == "int"
-            return param.default is None and INDEX_NAME.fullmatch(name.value) is not None
+            return param.default is None and RANK_NAME.fullmatch(name.value) is not None
     return False
 
 
