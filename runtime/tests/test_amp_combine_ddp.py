@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from apex import amp
+from apex import amp, optimizers
 from apex.amp.frontend import _reset
 
 WORLD_SIZE = 2
@@ -62,10 +62,11 @@ def with_torch_ddp(rank: int, opt_level: str) -> list[torch.Tensor]:
     return train(wrapped, optimizer, rank_batches(rank))
 
 
-def with_combine_ddp(rank: int, opt_level: str) -> list[torch.Tensor]:
+def with_combine_ddp(rank: int, opt_level: str, fused: bool = False) -> list[torch.Tensor]:
     _reset()
     model = Net(seed=rank)  # amp.initialize broadcasts rank 0's weights
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    optimizer_class = optimizers.NpuFusedSGD if fused else torch.optim.SGD
+    optimizer = optimizer_class(model.parameters(), lr=0.1, momentum=0.9)
     model, optimizer = amp.initialize(
         model,
         optimizer,
@@ -103,10 +104,11 @@ def worker(rank: int, port: int) -> None:
     try:
         for opt_level in ("O1", "O2"):
             expected = with_torch_ddp(rank, opt_level)
-            got = with_combine_ddp(rank, opt_level)
-            assert len(got) == len(expected) > 0
-            for a, b in zip(got, expected, strict=True):
-                torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+            for fused in (False, True):
+                got = with_combine_ddp(rank, opt_level, fused)
+                assert len(got) == len(expected) > 0
+                for a, b in zip(got, expected, strict=True):
+                    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
             # Every rank ends with the same weights.
             gathered = [torch.zeros_like(got[0]) for _ in range(WORLD_SIZE)]
             dist.all_gather(gathered, got[0])
