@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -13,6 +14,7 @@ from libcst.metadata import (
     ExpressionContext,
     ExpressionContextProvider,
     ParentNodeProvider,
+    Scope,
     ScopeProvider,
 )
 
@@ -154,7 +156,10 @@ class FusedLayerNormToTorch(Rule):
     `--unsafe-fixes`, reported otherwise.
     """
 
-    METADATA_DEPENDENCIES = (*Rule.METADATA_DEPENDENCIES, ExpressionContextProvider)
+    METADATA_DEPENDENCIES = (  # type: ignore[assignment]  # one more provider than Rule's
+        *Rule.METADATA_DEPENDENCIES,
+        ExpressionContextProvider,
+    )
 
     CODE = "NPU201"
     NAME = "fused-layer-norm-to-torch"
@@ -193,7 +198,9 @@ class FusedLayerNormToTorch(Rule):
     def find_clashes(self) -> set[str]:
         """``LayerNorm`` / ``RMSNorm`` already bound to something other than torch's class."""
         clashes: set[str] = set()
-        scopes = {s for s in self.metadata.get(ScopeProvider, {}).values() if s is not None}
+        scopes: set[Scope] = {
+            s for s in self.metadata.get(ScopeProvider, {}).values() if isinstance(s, Scope)
+        }
         for scope in scopes:
             for target in ("LayerNorm", "RMSNorm"):
                 for assignment in scope.assignments[target]:
@@ -379,14 +386,21 @@ class FusedLayerNormToTorch(Rule):
             "from torch.nn cannot fail, so the fallback could never run",
         ):
             return updated_node
-        statements = list(updated_node.body.body)
+        statements = list(self.block_statements(updated_node.body))
         if updated_node.orelse is not None:
-            statements.extend(updated_node.orelse.body.body)
+            statements.extend(self.block_statements(updated_node.orelse.body))
         first = statements[0]
+        assert isinstance(first, cst.SimpleStatementLine)  # fallback_unreachable checked it
         statements[0] = first.with_changes(
             leading_lines=[*updated_node.leading_lines, *first.leading_lines]
         )
         return cst.FlattenSentinel(statements)
+
+    @staticmethod
+    def block_statements(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+        # fallback_unreachable only accepts indented blocks of statement lines
+        assert isinstance(suite, cst.IndentedBlock)
+        return suite.body
 
     # -- uses ------------------------------------------------------------------------------------
 

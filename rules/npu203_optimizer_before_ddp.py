@@ -303,8 +303,8 @@ class EffectsCollector(cst.CSTVisitor):
             self.bind_target(target.value)
             return
         if isinstance(target, cst.Subscript):
-            for element in target.slice:
-                element.visit(self)
+            for index_element in target.slice:
+                index_element.visit(self)
             path = dotted_path(target.value)
             if path is not None:
                 self.effects.mutates.add(path)
@@ -805,11 +805,11 @@ class OptimizerBeforeDdp(Rule):
                 f"`{self.code(call.func)}` may be DistributedDataParallel: {name.describe()}; if "
                 "it is, it wraps the model",
             )
-        for call in m.findall(statement, m.Call(func=m.Name())):
-            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Name)
-            wrap = self.wrapping_functions.get(call.func.value)
+        for found in m.findall(statement, m.Call(func=m.Name())):
+            assert isinstance(found, cst.Call) and isinstance(found.func, cst.Name)
+            wrap = self.wrapping_functions.get(found.func.value)
             if wrap is not None:
-                return index, wrap, f"`{call.func.value}()` wraps the model in DDP"
+                return index, wrap, f"`{found.func.value}()` wraps the model in DDP"
         return None
 
     # -- moving ----------------------------------------------------------------------------------
