@@ -9,6 +9,7 @@ import libcst as cst
 from libcst.metadata import ImportAssignment, PositionProvider, ScopeProvider
 
 from migrator.callargs import append_arg, keyword, remove_arg_objects
+from migrator.diagnostics import Severity
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import (
@@ -24,6 +25,7 @@ from migrator.rules.npu1_common import (
     Source,
     code_of,
     literal_value,
+    npu_fused_name,
     qualified,
 )
 
@@ -169,6 +171,7 @@ class NpuFusedOptimizer(Rule):
         if self._is_dynamic_lookup(call):
             self.report(call, _DYNAMIC_LOOKUP_ADVICE)
             return
+        self._check_apex_home(call)
         wanted = SOURCES.keys() | UNSUPPORTED.keys()
         name = qualified(self, call.func, wanted)
         if isinstance(name, Ambiguous):
@@ -177,6 +180,24 @@ class NpuFusedOptimizer(Rule):
             self.report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
         elif name in SOURCES:
             self._plan(call, SOURCES[name])
+
+    def _check_apex_home(self, call: cst.Call) -> None:
+        """An Ascend apex fused optimizer that never reaches amp here raises in `step()`."""
+        name = npu_fused_name(self, call.func)
+        if (
+            name is None
+            or not name.startswith(APEX_HOME + ".")
+            or id(call) in self.flow.reaches_amp
+        ):
+            return
+        self.report(
+            call,
+            f"`{name}` does not reach `amp.initialize` in this module, and Ascend apex's fused "
+            "optimizers raise in `step()` without amp: if no other module passes it to "
+            f"`amp.initialize`, use `{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works "
+            "without amp",
+            severity=Severity.INFO,
+        )
 
     def _is_dynamic_lookup(self, call: cst.Call) -> bool:
         """``getattr(torch.optim, name)(...)``."""
