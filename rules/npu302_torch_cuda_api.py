@@ -18,6 +18,7 @@ from migrator.rules.npu3_device import (
     NPU_CUDA_AMP_API,
     NPU_CUDA_API,
     REPORTED_BY_OTHER_RULES,
+    UNSUPPORTED_HINTS,
     DeviceRule,
     expression,
     is_accelerator,
@@ -149,10 +150,13 @@ class TorchCudaApi(DeviceRule):
 
     def _report_unsupported(self, node: cst.CSTNode, member: str | None, sub: str | None) -> None:
         dotted = ".".join(p for p in ("torch.cuda", member, sub) if p)
+        advice = UNSUPPORTED_HINTS.get(member or "") if member != "amp" else None
         self.report(
             node,
             f"`{dotted}` has no torch_npu equivalent under `torch.npu`; "
-            "find the Ascend replacement in the torch_npu API list or remove the call",
+            + (
+                advice or "find the Ascend replacement in the torch_npu API list or remove the call"
+            ),
         )
 
     def _check_alias_member(self, node: cst.Attribute) -> None:

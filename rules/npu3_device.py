@@ -51,6 +51,15 @@ NPU_CUDA_API = frozenset(
 )  # fmt: skip
 NPU_CUDA_AMP_API = frozenset({"autocast", "GradScaler", "custom_fwd", "custom_bwd"})
 
+# Advice for torch.cuda names with no one-to-one torch.npu equivalent (NPU302 reports them).
+UNSUPPORTED_HINTS = {
+    "CUDAGraph": "recent torch_npu releases capture graphs with `torch.npu.NPUGraph` (ACL graph), "
+    "with their own capture rules: port it by hand",
+    "graph": "recent torch_npu releases have `torch.npu.graph` (ACL graph capture): port by hand",
+    "nccl": "collectives go through torch.distributed with the hccl backend",
+    "jiterator": "write the kernel with PyTorch ops instead",
+}
+
 # torch.cuda names that a report-only rule explains; NPU302 leaves them to it.
 REPORTED_BY_OTHER_RULES = {"get_device_capability": "NPU922", "nvtx": "NPU924"}
 
