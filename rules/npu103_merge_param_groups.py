@@ -40,7 +40,7 @@ _PURE_NODES = (
 # `params` values that may be a single tensor, which `list(...)` would split into rows.
 _MAYBE_ONE_TENSOR = (cst.Name, cst.Attribute, cst.Subscript)
 _USED_AS_IS = (cst.List, cst.ListComp)
-_LIST_MUTATORS = frozenset({"append", "extend", "insert", "__iadd__"})
+_LIST_MUTATORS = frozenset({"append", "extend", "insert"})
 
 
 @dataclass
@@ -409,10 +409,7 @@ def _buckets(groups: list[Group], include_tensor_params: bool = False) -> list[l
     """Groups with equal signatures, each bucket in list order, buckets by first member."""
     buckets: dict[frozenset[tuple[str, str]], list[Group]] = {}
     for group in groups:
-        comparable = group.signature is not None and (
-            include_tensor_params or not group.params_may_be_tensor
-        )
-        if comparable:
+        if group.mergeable or (include_tensor_params and group.signature is not None):
             assert group.signature is not None
             buckets.setdefault(group.signature, []).append(group)
     return list(buckets.values())
