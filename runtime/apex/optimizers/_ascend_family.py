@@ -401,7 +401,7 @@ class NpuFusedBertAdam(NpuFusedOptimizerBase):
     def __init__(
         self,
         params: Iterable[Any],
-        lr: float = required,
+        lr: float = required,  # type: ignore[assignment]
         warmup: float = -1,
         t_total: int = -1,
         schedule: str = "warmup_linear",

@@ -443,8 +443,8 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
     def _dissolve(self, slab: Slab) -> None:
         """Give a packed slab's tensors their own memory again (loaded steps disagree)."""
         for p, grad in zip(slab.params, slab.bound_grads, strict=True):
-            p.set_(p.detach().clone())
-            grad.set_(grad.clone())
+            p.data = p.detach().clone()
+            grad.data = grad.clone()
             self._packed_params.discard(id(p))
 
     def __setstate__(self, state: dict[str, Any]) -> None:

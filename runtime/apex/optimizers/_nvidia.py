@@ -55,6 +55,12 @@ class _NvidiaOptimizer(torch.optim.Optimizer):
         return state[name]
 
 
+def _grad_of(p: torch.Tensor) -> torch.Tensor:
+    """The gradient of a parameter the step loop selected for having one."""
+    assert p.grad is not None
+    return p.grad
+
+
 def _corrections(group: dict[str, Any], beta1: float, beta2: float) -> tuple[float, float]:
     if not group.get("bias_correction", True):
         return 1.0, 1.0
@@ -71,7 +77,7 @@ class FusedSGD(_NvidiaOptimizer):
     def __init__(
         self,
         params: Iterable[Any],
-        lr: float = required,
+        lr: float = required,  # type: ignore[assignment]
         momentum: float = 0.0,
         dampening: float = 0.0,
         weight_decay: float = 0.0,
@@ -101,7 +107,7 @@ class FusedSGD(_NvidiaOptimizer):
     def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
         weight_decay, momentum = group["weight_decay"], group["momentum"]
         for p in params:
-            direction = p.grad
+            direction = _grad_of(p)
             if weight_decay != 0 and not self.wd_after_momentum:
                 direction = direction.add(p, alpha=weight_decay)
             if momentum != 0:
@@ -152,7 +158,7 @@ class FusedAdam(_NvidiaOptimizer):
         correction1, correction2 = _corrections(group, beta1, beta2)
         weight_decay = group["weight_decay"]
         for p in params:
-            grad = p.grad
+            grad = _grad_of(p)
             if weight_decay != 0 and not self.adam_w_mode:
                 grad = grad.add(p, alpha=weight_decay)
             exp_avg, exp_avg_sq = self._state(p, "exp_avg"), self._state(p, "exp_avg_sq")
@@ -224,7 +230,7 @@ class FusedLAMB(_NvidiaOptimizer):
         global_norm = float(self._global_norm)
         clip = global_norm / max_norm if max_norm > 0 and global_norm > max_norm else 1.0
         for p in params:
-            grad = p.grad / clip
+            grad = _grad_of(p) / clip
             if weight_decay != 0 and not self.adam_w_mode:
                 grad = grad.add(p, alpha=weight_decay)
             exp_avg, exp_avg_sq = self._state(p, "exp_avg"), self._state(p, "exp_avg_sq")
@@ -291,7 +297,7 @@ class FusedNovoGrad(_NvidiaOptimizer):
         correction1, correction2 = _corrections(group, beta1, beta2)
         weight_decay = group["weight_decay"]
         for p in params:
-            grad = p.grad
+            grad = _grad_of(p)
             norm = self._blend_norm(p, group, beta2)
             denom = norm / math.sqrt(correction2) + group["eps"]
             exp_avg = self._state(p, "exp_avg")
@@ -306,7 +312,7 @@ class FusedNovoGrad(_NvidiaOptimizer):
                 p.add_(update, alpha=-group["lr"])
 
     def _blend_norm(self, p: torch.Tensor, group: dict[str, Any], beta2: float) -> torch.Tensor:
-        grad = p.grad.float()
+        grad = _grad_of(p).float()
         max_norm = group["norm_type"] == 0
         current = grad.abs().max() if max_norm else grad.norm()
         state = self.state[p]
@@ -345,7 +351,7 @@ class FusedAdagrad(_NvidiaOptimizer):
     def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
         weight_decay = group["weight_decay"]
         for p in params:
-            grad = p.grad
+            grad = _grad_of(p)
             if weight_decay != 0 and not self.adagrad_w_mode:
                 grad = grad.add(p, alpha=weight_decay)
             accumulator = self._state(p, "sum")

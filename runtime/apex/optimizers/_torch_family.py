@@ -41,7 +41,7 @@ class NpuFusedSGD(NpuFusedOptimizerBase):
     def __init__(
         self,
         params: Iterable[Any],
-        lr: float = required,
+        lr: float = required,  # type: ignore[assignment]
         momentum: float = 0.0,
         dampening: float = 0.0,
         weight_decay: float = 0.0,
