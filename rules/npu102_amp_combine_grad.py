@@ -118,6 +118,8 @@ class AmpCombineGrad(Rule):
         unfused: list[cst.BaseExpression] = []
         unknown: list[cst.BaseExpression] = []
         for origin in self.flow.origins(sink.optimizers):
+            if self.flow.exclusive(sink.call, origin):
+                continue  # built only on the path where this amp.initialize does not run
             if isinstance(origin, cst.Call) and npu_fused_name(self, origin.func):
                 fused.append(origin)
             elif isinstance(origin, cst.Call) and isinstance(

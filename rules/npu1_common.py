@@ -320,7 +320,8 @@ class OptimizerFlow:
             if sink.optimizers is None:
                 continue
             for origin in self.origins(sink.optimizers):
-                if isinstance(origin, cst.Call):
+                exclusive = isinstance(origin, cst.Call) and self.exclusive(sink.call, origin)
+                if isinstance(origin, cst.Call) and not exclusive:
                     self.reaches_amp.setdefault(id(origin), sink.call)
 
     def line_of(self, node: cst.CSTNode) -> int:
@@ -331,12 +332,21 @@ class OptimizerFlow:
 
         ``"`args.fp16` holds"`` or ``"`args.fp32` is false"`` (an ``else`` branch), else None.
         """
-        guards_of_other = {id(guard) for guard, _ in self._guards(other)}
+        # Two `if args.fp16:` blocks guard alike: compare the conditions, not the statements.
+        guards_of_other = {(code_of(guard.test), in_body) for guard, in_body in self._guards(other)}
         for guard, in_body in self._guards(node):
-            if id(guard) not in guards_of_other:
-                test = code_of(guard.test)
+            test = code_of(guard.test)
+            if (test, in_body) not in guards_of_other:
                 return f"`{test}` holds" if in_body else f"`{test}` is false"
         return None
+
+    def exclusive(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """``node`` runs only where ``other`` does not: opposite branches of the same condition
+        (`if args.fp16:` ... `else:` ...), compared by the condition's text."""
+        branches = {(code_of(guard.test), in_body) for guard, in_body in self._guards(other)}
+        return any(
+            (code_of(guard.test), not in_body) in branches for guard, in_body in self._guards(node)
+        )
 
     def _guards(self, node: cst.CSTNode) -> Iterator[tuple[cst.If, bool]]:
         """Enclosing `if` statements (innermost first) and whether ``node`` is in the body."""
