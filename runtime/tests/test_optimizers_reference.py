@@ -496,3 +496,17 @@ def test_random_lamb_hyperparameters_match_formula(twins, same_params) -> None:
         same_params(ours_workload, reference_workload)
 
     check()
+
+
+@pytest.mark.parametrize("case", TORCH_CASES, ids=_case_id)
+def test_whole_buffer_path_without_fused_kernels_matches_torch(
+    case, twins, same_params, monkeypatch
+) -> None:
+    # Devices without torch's fused kernels (an Ascend NPU) take the plain whole-buffer path;
+    # selecting it here runs the same code on CPU.
+    from apex.optimizers import _torch_family
+
+    monkeypatch.setattr(_torch_family, "fused_kernels_available", lambda device: False)
+    ours_class, torch_class, options = case
+    ours_workload, _, reference_workload, _ = twins(ours_class, torch_class, options, steps=10)
+    same_params(ours_workload, reference_workload)

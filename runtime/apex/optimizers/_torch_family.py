@@ -32,7 +32,9 @@ class NpuFusedSGD(NpuFusedOptimizerBase):
     """SGD with momentum, dampening, weight decay and Nesterov; torch.optim.SGD's math.
 
     The first step with momentum copies the (decayed) gradient into the momentum buffer, as
-    torch does; until then the buffer is absent from ``state_dict()``.
+    torch does; until then the buffer is absent from ``state_dict()``. Ascend's published
+    version (as copied into ModelZoo) also applies momentum and dampening to that freshly
+    copied buffer on the first step, a bug this one does not copy.
     """
 
     _ascend_name: ClassVar[str] = "NpuFusedSGD"
