@@ -211,6 +211,28 @@ def test_module_zero_grad_is_torchs_again_after_reset():
     assert layer.weight.grad is None
 
 
+def test_combined_params_come_from_a_fused_optimizer():
+    model, optimizer = one_backward("O1", make_optimizer=fused_sgd, combine_grad=True)
+    params = optimizer.get_optimizer_combined_params()
+    assert params == optimizer.flat_param_buffers()
+    assert optimizer.get_model_combined_params() == params
+    assert all(lives_in(p, params) for p in model.parameters())
+    _reset()
+    _, plain = one_backward("O1", combine_grad=True)
+    assert plain.get_optimizer_combined_params() == []
+
+
+def test_clip_model_grad_norm_fused_is_o1_only():
+    model, optimizer = one_backward("O1", combine_grad=True)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    expected = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    torch.testing.assert_close(optimizer.clip_model_grad_norm_fused(1e9), expected)
+    _reset()
+    _, o2_optimizer = one_backward("O2", combine_grad=True)
+    with pytest.raises(RuntimeError, match="can only be used when opt_level='O1'"):
+        o2_optimizer.clip_model_grad_norm_fused(1.0)
+
+
 def test_combined_grads_are_empty_before_backward_or_without_combine_grad(capsys):
     model = Branchy()
     optimizer = sgd(model.parameters())

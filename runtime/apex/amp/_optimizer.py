@@ -535,13 +535,40 @@ def install(optimizer: torch.optim.Optimizer, properties: Any) -> AmpOptimizerSt
         tensors = [*buffers, *stash.grads_outside_optimizer_buffers()]
         return clip_grad_norm_of(tensors, max_norm, norm_type)
 
+    def clip_model_grad_norm_fused(
+        self: torch.optim.Optimizer, max_norm: float, norm_type: float = 2
+    ) -> torch.Tensor:
+        """O1's version of the above over the model's grads (they are the optimizer's there)."""
+        if stash.master_weights:
+            raise RuntimeError("clip_model_grad_norm_fused can only be used when opt_level='O1'")
+        return clip_optimizer_grad_norm_fused(self, max_norm, norm_type)
+
+    def get_optimizer_combined_params(self: torch.optim.Optimizer) -> list[torch.Tensor]:
+        if not stash.is_npu_fused:
+            maybe_print("To get combined params, please use npu fused optimizer.")
+            return []
+        if not stash._combined_available():
+            return []
+        return list(self.flat_param_buffers())  # type: ignore[attr-defined]
+
+    def get_model_combined_params(self: torch.optim.Optimizer) -> list[torch.Tensor]:
+        # Without master weights the optimizer's params are the model's; under O2 the model's
+        # half params are never packed (their fp32 masters are).
+        if stash.master_weights:
+            maybe_print("Combined model params are not available with master weights (O2).")
+            return []
+        return get_optimizer_combined_params(self)
+
     for function in (
         step,
         zero_grad,
         load_state_dict,
         get_model_combined_grads,
         get_optimizer_combined_grads,
+        get_model_combined_params,
+        get_optimizer_combined_params,
         clip_optimizer_grad_norm_fused,
+        clip_model_grad_norm_fused,
     ):
         setattr(optimizer, function.__name__, types.MethodType(function, optimizer))
     optimizer._amp_stash = stash  # type: ignore[attr-defined]
