@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
+from libcst.metadata import Assignment, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from migrator.callargs import argument
 from migrator.names import Ambiguous
@@ -22,6 +22,7 @@ from migrator.rules.npu1_common import (
 )
 
 PARAMS = "params"
+LINE_LENGTH = 100  # a merged `params` longer than this is written one `+ part` per line
 
 # Expression nodes whose evaluation has no side effect and whose source text fixes their value
 # for the duration of the constructor call.
@@ -332,6 +333,14 @@ class MergeParamGroups(Rule):
 
     # -- transformation --------------------------------------------------------------------------
 
+    def _wrap_column(self, merge: Merge) -> int | None:
+        """Where continuation lines of a too long merged ``params`` start, or None."""
+        first = merge.members[0]
+        value = _params_item(first.element).value
+        start = self.get_metadata(PositionProvider, value).start.column
+        one_line = len(code_of(_concatenation([g.element for g in merge.members], None)))
+        return start if start + one_line > LINE_LENGTH else None
+
     def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.BaseExpression:
         plan = self.plans.get(id(original_node))
         if plan is None:
@@ -343,7 +352,8 @@ class MergeParamGroups(Rule):
             if not self.fix(first.element, merge.message):
                 continue
             members = [elements[g.index] for g in merge.members]
-            elements[first.index] = _with_params(members[0], _concatenation(members))
+            concatenation = _concatenation(members, self._wrap_column(merge))
+            elements[first.index] = _with_params(members[0], concatenation)
             removed.update(g.index for g in merge.members[1:])
         if not removed:
             return updated_node
@@ -430,8 +440,9 @@ def _params_item(element: cst.BaseElement) -> cst.DictElement:
     raise AssertionError("a mergeable group has a 'params' key")
 
 
-def _concatenation(members: list[cst.BaseElement]) -> cst.BaseExpression:
-    """``list(a) + list(b) + ...``; a list literal or comprehension is used as it is."""
+def _concatenation(members: list[cst.BaseElement], wrap_column: int | None) -> cst.BaseExpression:
+    """``list(a) + list(b) + ...``; a list literal or comprehension is used as it is. With
+    ``wrap_column``, each ``+ part`` starts a new line there (inside the braces of the group)."""
     parts: list[cst.BaseExpression] = []
     for member in members:
         params = _params_item(member).value
@@ -439,9 +450,17 @@ def _concatenation(members: list[cst.BaseElement]) -> cst.BaseExpression:
             parts.append(params)
         else:
             parts.append(cst.Call(cst.Name("list"), [cst.Arg(params)]))
+    before_plus: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")
+    if wrap_column is not None:
+        before_plus = cst.ParenthesizedWhitespace(
+            indent=False, last_line=cst.SimpleWhitespace(" " * wrap_column)
+        )
     expression = parts[0]
     for part in parts[1:]:
-        expression = cst.BinaryOperation(expression, cst.Add(), part)
+        operator = cst.Add(
+            whitespace_before=before_plus, whitespace_after=cst.SimpleWhitespace(" ")
+        )
+        expression = cst.BinaryOperation(expression, operator, part)
     return expression
 
 
