@@ -379,3 +379,31 @@ def inject_inf_into_grads_once(model: torch.nn.Module) -> None:
         return torch.full_like(grad, float("inf"))
 
     model[0].weight.register_hook(hook)
+
+
+def test_a_saturating_npu_flag_skips_the_step(monkeypatch):
+    # No Ascend 910A here: stand in for torch_npu's float-status flag to check amp's handling.
+    from apex.amp import _npu_overflow
+
+    flag = {"set": False, "cleared": 0}
+
+    class FakeUtils:
+        @staticmethod
+        def clear_npu_overflow_flag() -> None:
+            flag["cleared"] += 1
+            flag["set"] = False
+
+        @staticmethod
+        def get_npu_overflow_flag() -> bool:
+            return flag["set"]
+
+    monkeypatch.setattr(_npu_overflow, "_saturation_mode_utils", lambda: FakeUtils)
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1", verbosity=0)
+    model[0].weight.register_hook(lambda grad: flag.update(set=True) or grad)
+    before = params_of(model)
+    train_step(model, optimizer, batches(1)[0])
+    assert flag["cleared"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+    assert amp._amp_state.loss_scalers[0].loss_scale() == 2.0**15

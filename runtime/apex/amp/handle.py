@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from . import _npu_overflow
 from ._amp_state import _amp_state
 from ._casting import disable_casts
 from ._optimizer import AmpOptimizerState
@@ -67,6 +68,8 @@ def scale_loss(
         for stash in stashes:
             if not stash.params_have_scaled_gradients:
                 stash.prepare_backward()
+    if loss_scaler.dynamic:
+        _npu_overflow.clear_overflow_flag()
     yield loss.float() * loss_scale
     if delay_unscale:
         for stash in stashes:
@@ -74,6 +77,8 @@ def scale_loss(
             stash.params_have_scaled_gradients = True
         return
     loss_scaler.clear_overflow_state()
+    if loss_scaler.dynamic and _npu_overflow.overflow_flag_is_set():
+        loss_scaler.record_overflow()  # a saturating NPU: the grads themselves look finite
     for stash in stashes:
         stash.post_backward(loss_scaler)
         stash.params_have_scaled_gradients = False

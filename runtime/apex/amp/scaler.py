@@ -72,6 +72,10 @@ class LossScaler:
         if self.dynamic and tensors:
             self.unscale_(tensors, scale=1.0)
 
+    def record_overflow(self) -> None:
+        """Mark this backward as overflowed (for overflows seen outside the grads)."""
+        self._has_overflow = True
+
     def has_overflow(self) -> bool:
         if not self._has_overflow:
             self._has_overflow = any(bool(flag.item()) for flag in self._found_inf.values())
