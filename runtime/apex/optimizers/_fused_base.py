@@ -16,6 +16,7 @@ Rules that keep the buffers and what users see consistent:
   its slot and ``.grad`` rebound; a ``None`` gradient counts as zero.
 - ``zero_grad()`` zeroes the grad buffers in place. ``zero_grad(set_to_none=True)`` after packing
   raises: dropping the grads would detach them from the buffers that amp unscales.
+- A group added with ``add_param_group`` after packing is packed at the next step.
 - ``state_dict()`` is torch's format (per-parameter views, one ``step`` tensor per parameter),
   so torch.optim and these classes load each other's checkpoints.
 """
@@ -23,7 +24,7 @@ Rules that keep the buffers and what users see consistent:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -91,9 +92,6 @@ class Slab:
             return [flat]
         return [view.view(p.shape) for view, p in zip(self.views(flat), self.params, strict=True)]
 
-    def slot_lengths(self) -> list[int]:
-        return [get_aligned_storage_size(p) for p in self.params]
-
 
 def _step_value(step: Any) -> float:
     if isinstance(step, torch.Tensor):
@@ -119,7 +117,6 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         self._slabs_by_group: list[list[Slab]] = []
         self._packed_params: set[int] = set()
-        self._pack_attempted = False
         super().__init__(params, defaults)
 
     # ---- what subclasses describe -------------------------------------------------------
@@ -169,7 +166,6 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         Idempotent: a group is packed once; parameters without a gradient at that moment stay
         outside for good (they are still updated, tensor by tensor).
         """
-        self._pack_attempted = True
         while len(self._slabs_by_group) < len(self.param_groups):
             self._slabs_by_group.append([])
         for index, group in enumerate(self.param_groups):
@@ -224,10 +220,6 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
                         else:
                             p.grad.requires_grad_(False)
                         p.grad.zero_()
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        # A new group is packed at the next pack()/step(), like the first ones were.
-        super().add_param_group(param_group)
 
     def state_dict(self) -> StateDict:
         state_dict = super().state_dict()
@@ -452,7 +444,6 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         # Unpickled optimizers start unpacked: buffers and views do not survive pickling.
         self.__dict__.setdefault("_slabs_by_group", [])
         self.__dict__.setdefault("_packed_params", set())
-        self.__dict__.setdefault("_pack_attempted", False)
 
 
 def _lives_at(tensor: torch.Tensor, flat: torch.Tensor, offset: int) -> bool:
@@ -471,11 +462,6 @@ def _slot_offsets(tensors: list[torch.nn.Parameter]) -> list[int]:
         offsets.append(offset)
         offset += get_aligned_storage_size(tensor)
     return offsets
-
-
-def iter_params(slabs: list[Slab]) -> Iterator[torch.nn.Parameter]:
-    for slab in slabs:
-        yield from slab.params
 
 
 def group_grad_norm(slabs: list[Slab]) -> torch.Tensor:
