@@ -137,6 +137,7 @@ def test_combine_ddp_without_a_process_group_is_a_clear_error():
         amp.initialize(
             model, optimizer, opt_level="O1", combine_grad=True, combine_ddp=True, verbosity=0
         )
+    assert not hasattr(optimizer, "_amp_stash")  # nothing was changed: fixing it and retrying works
     _reset()
 
 

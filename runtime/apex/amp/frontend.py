@@ -10,7 +10,7 @@ import torch
 
 from . import _casting
 from ._amp_state import _amp_state, maybe_print, warn_or_err
-from ._combine_ddp import CombineDDP
+from ._combine_ddp import CombineDDP, require_process_group
 from ._optimizer import LOADED_FP32_ATTRIBUTE, MASTER_ATTRIBUTE, install
 from ._properties import Properties, is_half_cast, properties_for
 from .scaler import LossScaler
@@ -83,6 +83,8 @@ def initialize(
     _check_models(model_list)
     _check_params_fp32(model_list)
     _check_optimizers_against_options(optimizer_list, properties)
+    if properties.combine_ddp:
+        require_process_group()  # before anything is changed, so a retry can succeed
 
     device_type = _casting.model_device_type(model_list)
     half_dtype = _casting.half_dtype_for(device_type)
