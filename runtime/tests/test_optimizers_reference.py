@@ -510,3 +510,70 @@ def test_whole_buffer_path_without_fused_kernels_matches_torch(
     ours_class, torch_class, options = case
     ours_workload, _, reference_workload, _ = twins(ours_class, torch_class, options, steps=10)
     same_params(ours_workload, reference_workload)
+
+
+@st.composite
+def rmsprop_tf_options(draw: st.DrawFn) -> dict[str, Any]:
+    return dict(
+        lr=draw(st.floats(min_value=1e-4, max_value=1e-2)),
+        alpha=draw(st.floats(min_value=0.5, max_value=0.99)),
+        eps=draw(st.sampled_from([1e-10, 1e-8, 1e-3])),
+        weight_decay=draw(decay),
+        momentum=draw(st.sampled_from([0.0, 0.5, 0.9])),
+        centered=draw(st.booleans()),
+        decoupled_decay=draw(st.booleans()),
+        lr_in_momentum=draw(st.booleans()),
+    )
+
+
+@st.composite
+def adamp_options(draw: st.DrawFn) -> dict[str, Any]:
+    return dict(
+        lr=draw(learning_rate),
+        betas=(draw(unit), draw(st.floats(min_value=0.5, max_value=0.999))),
+        weight_decay=draw(decay),
+        delta=draw(st.sampled_from([0.01, 0.1, 1.0])),
+        wd_ratio=draw(st.sampled_from([0.1, 0.5])),
+        nesterov=draw(st.booleans()),
+    )
+
+
+@st.composite
+def bert_adam_options(draw: st.DrawFn) -> dict[str, Any]:
+    scheduled = draw(st.booleans())
+    return dict(
+        lr=draw(learning_rate),
+        warmup=draw(st.sampled_from([-1, 0.1, 0.5])) if scheduled else -1,
+        t_total=draw(st.integers(min_value=6, max_value=20)) if scheduled else -1,
+        schedule=draw(
+            st.sampled_from(
+                sorted(["warmup_linear", "warmup_constant", "warmup_cosine", "warmup_poly"])
+            )
+        ),
+        b1=draw(unit),
+        b2=draw(st.floats(min_value=0.5, max_value=0.999)),
+        weight_decay=draw(decay),
+        max_grad_norm=draw(st.sampled_from([-1.0, 0.5, 1.0, 100.0])),
+    )
+
+
+FORMULA_PROPERTY_CASES = {
+    "rmsprop_tf": (standalone.NpuFusedRMSpropTF, ReferenceRMSpropTF, rmsprop_tf_options()),
+    "adamp": (standalone.NpuFusedAdamP, ReferenceAdamP, adamp_options()),
+    "bert_adam": (standalone.NpuFusedBertAdam, ReferenceBertAdam, bert_adam_options()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMULA_PROPERTY_CASES))
+def test_random_hyperparameters_match_formula(name, twins, same_params) -> None:
+    ours_class, reference_class, options = FORMULA_PROPERTY_CASES[name]
+
+    @settings(max_examples=10, deadline=None, derandomize=True)
+    @given(first=options, second=options)
+    def check(first: dict[str, Any], second: dict[str, Any]) -> None:
+        ours_workload, _, reference_workload, _ = twins(
+            ours_class, reference_class, [first, second], steps=6
+        )
+        same_params(ours_workload, reference_workload)
+
+    check()
