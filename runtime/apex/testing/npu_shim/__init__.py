@@ -22,7 +22,9 @@ What ``import torch_npu`` does with the shim on the path:
   ``tensorboard_trace_handler`` over torch's profiler (``ProfilerActivity.NPU`` records nothing
   on CPU).
 - ``torch.distributed``: an ``"hccl"`` backend that runs gloo, and ``is_hccl_available()``.
-- Device strings: the privateuse1 backend is renamed ``npu`` (as torch_npu does), so
+- Device strings: the privateuse1 backend is renamed ``npu`` (as torch_npu does) and registered
+  with no device (``torch.accelerator.is_available()`` is False; torch code that asks for the
+  accelerator, such as ``torch.distributed.barrier``, gets an answer), so
   ``torch.device("npu")`` and ``"npu:0"`` parse; but no tensor can be allocated there, and
   ``torch.ones(1, device="npu")`` or ``.to("npu")`` fails with torch's error. Migrated code that
   names ``"npu"`` unconditionally therefore needs a real NPU; code that chooses it only when

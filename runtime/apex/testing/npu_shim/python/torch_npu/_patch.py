@@ -24,10 +24,28 @@ def install(torch_module: Any, npu_module: ModuleType) -> None:
     _register_hccl()
 
 
+class _NoNpuHooks(torch._C._acc.PrivateUse1Hooks):
+    """The backend exists but has no device: what torch asks of a registered privateuse1 backend.
+
+    Without hooks, torch code that looks up the accelerator (``torch._C._get_accelerator()``, as
+    ``torch.distributed.barrier`` does) fails with "Please register PrivateUse1HooksInterface".
+    """
+
+    def is_available(self) -> bool:
+        return False
+
+    def has_primary_context(self, device_index: int) -> bool:
+        return False
+
+    def is_built(self) -> bool:
+        return True
+
+
 def _name_the_device() -> None:
     """``torch.device("npu")`` parses, as with torch_npu (allocation there still fails)."""
     if torch._C._get_privateuse1_backend_name() == "privateuseone":
         torch.utils.rename_privateuse1_backend("npu")
+        torch._C._acc.register_python_privateuseone_hook(_NoNpuHooks())
 
 
 def _npu(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any):
