@@ -104,13 +104,18 @@ def run_chain(
     context = FileContext(path, settings, suppressions, star_imports(module))
     code = module.code
     fresh = True  # the first wrapper may skip its defensive deep copy: nothing else holds the tree
+    # Resolving metadata costs far more than parsing; a rule that changed nothing leaves the tree
+    # and its resolved metadata valid for the next rule, so the wrapper is only rebuilt after a
+    # change.
+    wrapper: MetadataWrapper | None = None
     for rule in rules:
         if not rule.TRIGGER.search(code):
             continue
         context.pending_imports.clear()
         context.pending_removals.clear()
         try:
-            wrapper = MetadataWrapper(module, unsafe_skip_copy=fresh)
+            if wrapper is None:
+                wrapper = MetadataWrapper(module, unsafe_skip_copy=fresh)
             updated = wrapper.visit(rule(context))
             updated = apply_import_edits(updated, context.pending_imports, context.pending_removals)
         except Exception as error:  # a bug in one rule must not stop the run
@@ -121,6 +126,7 @@ def run_chain(
         if updated_code != code:
             fresh = False
             module, code = updated, updated_code
+            wrapper = None
     return module, sorted(context.diagnostics, key=lambda d: (d.line, d.column, d.code))
 
 
