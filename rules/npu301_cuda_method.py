@@ -14,10 +14,10 @@ from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
     DeviceRule,
     Index,
+    add_device_import,
     expression,
     int_index,
     is_accelerator,
-    require_torch_npu,
     string_body,
 )
 
@@ -82,7 +82,7 @@ class CudaMethod(DeviceRule):
             return self._to_accelerator(original_node, updated_node)
         if not self.fix(func.attr, "`.cuda(...)` -> `.npu(...)`"):
             return updated_node
-        require_torch_npu(self)
+        add_device_import(self)
         assert isinstance(updated_node.func, cst.Attribute)
         return updated_node.with_changes(func=updated_node.func.with_changes(attr=cst.Name("npu")))
 
@@ -96,7 +96,7 @@ class CudaMethod(DeviceRule):
             return updated_node
         if not self.fix(original_node.attr, "`.cuda` -> `.npu`"):
             return updated_node
-        require_torch_npu(self)
+        add_device_import(self)
         return updated_node.with_changes(attr=cst.Name("npu"))
 
     def _to_accelerator(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -119,7 +119,7 @@ class CudaMethod(DeviceRule):
         assert isinstance(original.func, cst.Attribute)
         if not self.fix(original.func.attr, "`.cuda(...)` -> `.to(<current accelerator>)`"):
             return updated
-        require_torch_npu(self)
+        add_device_import(self)
         assert isinstance(updated.func, cst.Attribute)
         rest = list(updated.args)
         if device_arg is not None:

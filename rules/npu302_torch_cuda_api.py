@@ -20,9 +20,9 @@ from migrator.rules.npu3_device import (
     REPORTED_BY_OTHER_RULES,
     UNSUPPORTED_HINTS,
     DeviceRule,
+    add_device_import,
     expression,
     is_accelerator,
-    require_torch_npu,
 )
 
 # import-time module names: torch.npu only exists once torch_npu is imported, so imports name
@@ -139,13 +139,13 @@ class TorchCudaApi(DeviceRule):
                 return updated  # rewritten with its member, in _accelerator_member / leave_Call
             if not self.fix(original.attr, "`torch.cuda` -> `torch.get_device_module()`"):
                 return updated
-            require_torch_npu(self)
+            add_device_import(self)
             return expression("torch.get_device_module()")
         dotted = ".".join(p for p in (member, sub) if p)
         dotted = f".{dotted}" if dotted else ""
         if not self.fix(original.attr, f"`torch.cuda{dotted}` -> `torch.npu{dotted}`"):
             return updated
-        require_torch_npu(self)
+        add_device_import(self)
         return updated.with_changes(attr=cst.Name("npu"))
 
     def _report_unsupported(self, node: cst.CSTNode, member: str | None, sub: str | None) -> None:
@@ -186,7 +186,7 @@ class TorchCudaApi(DeviceRule):
             code = f"torch.get_device_module().{member}"
         if not self.fix(original.attr, f"`torch.cuda.{member}` -> `{code}`"):
             return updated
-        require_torch_npu(self)
+        add_device_import(self)
         return expression(code)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -221,7 +221,7 @@ class TorchCudaApi(DeviceRule):
         dotted = get_full_name_for_node(original.func)
         if not self.fix(original, f"`{dotted}(...)` -> `{replacement}(<accelerator type>, ...)`"):
             return updated
-        require_torch_npu(self)
+        add_device_import(self)
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         device_type = cst.Arg(
             expression(ACCELERATOR_TYPE), comma=comma if updated.args else cst.MaybeSentinel.DEFAULT
@@ -247,7 +247,7 @@ class TorchCudaApi(DeviceRule):
                 continue
             target = IMPORTED_MODULES[module]
             if self.fix(alias, f"`import {module} as ...` -> `import {target} as ...`"):
-                require_torch_npu(self)
+                add_device_import(self)
                 new_name = expression(target)
                 assert isinstance(new_name, cst.Attribute)
                 aliases[index] = aliases[index].with_changes(name=new_name)
@@ -288,7 +288,7 @@ class TorchCudaApi(DeviceRule):
         target = IMPORTED_MODULES[module]
         if not self.fix(original_node, f"`from {module} import` -> `from {target} import`"):
             return updated_node
-        require_torch_npu(self)
+        add_device_import(self)
         new_module = expression(target)
         assert isinstance(new_module, cst.Attribute)
         return updated_node.with_changes(module=new_module)
@@ -311,7 +311,7 @@ class TorchCudaApi(DeviceRule):
             return updated
         if not self.fix(original, "`from torch import cuda` -> `from torch_npu import npu`"):
             return updated
-        require_torch_npu(self)
+        add_device_import(self)
         alias = cuda[0]
         asname = alias.asname or cst.AsName(name=cst.Name("cuda"))
         return updated.with_changes(

@@ -12,12 +12,12 @@ from migrator.rules.npu3_device import (
     CUDA_DEVICE_TEXT,
     DeviceRule,
     Place,
+    add_device_import,
     cuda_fstring_head,
     device_positions,
     expression,
     is_accelerator,
     is_cuda_device_string,
-    require_torch_npu,
     string_body,
     values_reaching,
 )
@@ -109,7 +109,7 @@ class DeviceString(DeviceRule):
             return updated
         if not self.fix(original, f"{old} -> {self.module.code_for_node(new)}"):
             return updated
-        require_torch_npu(self)
+        add_device_import(self)
         return new
 
 

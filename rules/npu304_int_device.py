@@ -13,10 +13,10 @@ from migrator.rules.npu3_device import (
     DEVICE_CONSTRUCTORS,
     DeviceRule,
     Index,
+    add_device_import,
     expression,
     int_index,
     is_accelerator,
-    require_torch_npu,
 )
 
 
@@ -104,7 +104,7 @@ class IntDevice(DeviceRule):
             return None
         if not self.fix(value, f"device `{code}` -> `{new}`"):
             return None
-        require_torch_npu(self)
+        add_device_import(self)
         return expression(new)
 
     def _device_code(self, value: cst.BaseExpression, code: str) -> str | None:

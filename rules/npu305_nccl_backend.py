@@ -13,10 +13,10 @@ from migrator.rules.npu3_device import (
     ACCELERATOR_DEVICE,
     BACKEND_NAME,
     DeviceRule,
+    add_device_import,
     expression,
     is_accelerator,
     names_match,
-    require_torch_npu,
     string_body,
     values_reaching,
 )
@@ -110,7 +110,7 @@ class NcclBackend(DeviceRule):
         message = f"{self.module.code_for_node(original_node)} -> {self.module.code_for_node(new)}"
         if not self.fix(original_node, message):
             return updated_node
-        require_torch_npu(self)
+        add_device_import(self)
         return new
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -128,7 +128,7 @@ class NcclBackend(DeviceRule):
             return updated_node
         if not self.fix(original_node, "`is_nccl_available()` -> `is_hccl_available()`"):
             return updated_node
-        require_torch_npu(self)
+        add_device_import(self)
         if isinstance(func, cst.Attribute):
             return updated_node.with_changes(
                 func=func.with_changes(attr=cst.Name("is_hccl_available"))

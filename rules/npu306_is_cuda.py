@@ -12,9 +12,9 @@ from migrator.rule import FixSafety
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
     DeviceRule,
+    add_device_import,
     expression,
     is_accelerator,
-    require_torch_npu,
     string_body,
 )
 
@@ -83,7 +83,7 @@ class IsCuda(DeviceRule):
             return self._accelerator(original_node, updated_node)
         if not self.fix(original_node.attr, "`.is_cuda` -> `.is_npu`"):
             return updated_node
-        require_torch_npu(self)
+        add_device_import(self)
         return updated_node.with_changes(attr=cst.Name("is_npu"))
 
     def _accelerator(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
@@ -91,7 +91,7 @@ class IsCuda(DeviceRule):
             original.attr, "`.is_cuda` -> compare the device type with the accelerator's"
         ):
             return updated
-        require_torch_npu(self)
+        add_device_import(self)
         comparison = _with_receiver(
             expression(f"x.device.type == {ACCELERATOR_TYPE}"), updated.value
         )

@@ -9,7 +9,7 @@ from libcst.helpers import get_full_name_for_node
 
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
-from migrator.rules.npu3_device import DeviceRule, expression, is_accelerator, require_torch_npu
+from migrator.rules.npu3_device import DeviceRule, add_device_import, expression, is_accelerator
 
 PROFILER = "torch.profiler"
 CUDA_ACTIVITY = "torch.profiler.ProfilerActivity.CUDA"
@@ -103,7 +103,7 @@ class ProfilerActivityCuda(DeviceRule):
                 original_node.attr, "`ProfilerActivity.CUDA` -> `ProfilerActivity.NPU`"
             ):
                 return updated_node
-            require_torch_npu(self)
+            add_device_import(self)
             return updated_node.with_changes(attr=cst.Name("NPU"))
         written_out = isinstance(original_node.value, cst.Attribute)
         if (
@@ -117,7 +117,7 @@ class ProfilerActivityCuda(DeviceRule):
                 original_node, f"`torch.profiler.{member}` -> `torch_npu.profiler.{member}`"
             ):
                 return updated_node
-            require_torch_npu(self)
+            add_device_import(self)
             return updated_node.with_changes(value=expression("torch_npu.profiler"))
         return updated_node
 
@@ -143,7 +143,7 @@ class ProfilerActivityCuda(DeviceRule):
             original_node, "`from torch.profiler import` -> `from torch_npu.profiler import`"
         ):
             return updated_node
-        require_torch_npu(self)
+        add_device_import(self)
         module = expression("torch_npu.profiler")
         assert isinstance(module, cst.Attribute)
         return updated_node.with_changes(module=module)

@@ -132,7 +132,7 @@ class Place(enum.Enum):
     DEVICE_TYPE = "device type"
 
 
-def require_torch_npu(rule: Rule) -> None:
+def add_device_import(rule: Rule) -> None:
     """Every NPU-target fix needs ``import torch_npu``; device-agnostic code needs only torch."""
     if rule.settings.target is Target.NPU:
         rule.add_import("torch_npu", after="torch")
