@@ -113,6 +113,7 @@ class AmpOptimizerState:
         self.lazy_init_called = False
         self.params_have_scaled_gradients = False  # between delay_unscale blocks
         self.grads_known_zero = True
+        self.masters_known_zero = True  # no master grad holds anything yet
         self.skip_next_step: tuple[int, LossScaler] | None = None
         self.half_params: list[torch.Tensor] = []
         self.master_params: list[torch.Tensor] = []  # master_params[i] copies half_params[i]
@@ -207,6 +208,7 @@ class AmpOptimizerState:
         self._unscale_directs(outside_directs, scaler)
         self.stash.clear()
         self.grads_known_zero = False
+        self.masters_known_zero = False
 
     def scaled_grads_to_reduce(self) -> list[torch.Tensor]:
         """Every tensor holding grads straight out of backward: buffers first, then the rest."""
@@ -219,6 +221,11 @@ class AmpOptimizerState:
 
     def _unscale_combined(self, combined: CombinedGrads, scaler: LossScaler) -> None:
         for half_buffer in combined.half:
+            if half_buffer.master is not None and self.masters_known_zero:
+                # Nothing to accumulate into: cast straight into the masters, no temporary.
+                half_buffer.master.buffer.copy_(half_buffer.half.buffer)
+                scaler.unscale_([half_buffer.master.buffer])
+                continue
             fresh = half_buffer.half.buffer.float()
             scaler.unscale_([fresh])
             if half_buffer.master is not None:
@@ -358,6 +365,7 @@ class AmpOptimizerState:
                 param.grad.zero_()
         self.stash.clear()
         self.grads_known_zero = True
+        self.masters_known_zero = True
 
     def _unpacked_masters(self) -> list[torch.Tensor]:
         packed = self.combined.packed_param_ids() if self.combined is not None else set()
@@ -365,6 +373,7 @@ class AmpOptimizerState:
 
     def clear_master_grads(self) -> None:
         """After a step (taken or skipped) the master grads start again from zero."""
+        self.masters_known_zero = True
         for master in self.master_params:
             if master.grad is None:
                 continue
