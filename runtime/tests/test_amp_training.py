@@ -407,3 +407,20 @@ def test_a_saturating_npu_flag_skips_the_step(monkeypatch):
     assert flag["cleared"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
     assert amp._amp_state.loss_scalers[0].loss_scale() == 2.0**15
+
+
+@pytest.mark.parametrize("opt_level", ["O1", "O2", "O3"])
+def test_cpu_float32_mode_trains_exactly_like_o0(opt_level, monkeypatch):
+    monkeypatch.setenv("APEX_AMP_CPU_DTYPE", "float32")
+
+    def run(level: str) -> list[torch.Tensor]:
+        _reset()
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model, optimizer = amp.initialize(model, optimizer, opt_level=level, verbosity=0)
+        for batch in batches(4):
+            train_step(model, optimizer, batch)
+        return params_of(model)
+
+    # Loss scales are powers of two, so scaling and unscaling fp32 grads is exact.
+    assert all(torch.equal(a, b) for a, b in zip(run("O0"), run(opt_level), strict=True))
