@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from apex import amp
+from apex import amp, optimizers
 from apex.amp.frontend import _reset
 
 
@@ -330,19 +330,22 @@ def test_state_dict_format_and_round_trip():
 
 
 @pytest.mark.parametrize("opt_level", ["O1", "O2"])
-def test_resume_from_a_checkpoint_gives_the_identical_trajectory(opt_level, tmp_path):
+@pytest.mark.parametrize("migrated", [False, True], ids=["torch_sgd", "npu_fused_combined"])
+def test_resume_from_a_checkpoint_gives_the_identical_trajectory(opt_level, migrated, tmp_path):
     data = batches(8)
 
     def fresh(window: int = 3):
         _reset()
         model = small_model()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        optimizer_class = optimizers.NpuFusedSGD if migrated else torch.optim.SGD
+        optimizer = optimizer_class(model.parameters(), lr=0.1, momentum=0.9)
         return amp.initialize(
             model,
             optimizer,
             opt_level=opt_level,
             dynamic_init_scale=2.0**20,
             scale_window=window,
+            combine_grad=migrated or None,
             verbosity=0,
         )
 
