@@ -41,10 +41,21 @@ class Ambiguous:
 
 
 def resolve(
-    visitor: MetadataDependent, node: cst.BaseExpression, star_imports: Iterable[str] = ()
+    visitor: MetadataDependent,
+    node: cst.BaseExpression,
+    star_imports: Iterable[str] = (),
+    _following: frozenset[str] = frozenset(),
 ) -> str | Ambiguous | None:
-    """The qualified name of ``node`` (see the module docstring)."""
-    qualified: set[QualifiedName] = visitor.get_metadata(QualifiedNameProvider, node, set())
+    """The qualified name of ``node`` (see the module docstring).
+
+    ``_following`` holds the local names whose assignments are being followed, so that rebinding a
+    name from itself (``x = x.T``) ends the search instead of recursing forever.
+    """
+    qualified: set[QualifiedName] = visitor.get_metadata(
+        QualifiedNameProvider,  # type: ignore[arg-type]  # libcst's provider typing is too narrow
+        node,
+        set(),
+    )
     imported = {q.name for q in qualified if q.source is not QualifiedNameSource.LOCAL}
     local = {q.name for q in qualified if q.source is QualifiedNameSource.LOCAL}
     if imported and local:
@@ -54,7 +65,7 @@ def resolve(
     if imported:
         return imported.pop()
     if local:
-        return _value_alias(visitor, node, star_imports)
+        return _value_alias(visitor, node, star_imports, _following)
     return _star_candidate(node, star_imports)
 
 
@@ -72,11 +83,14 @@ def resolve_any(
 
 
 def _value_alias(
-    visitor: MetadataDependent, node: cst.BaseExpression, star_imports: Iterable[str]
+    visitor: MetadataDependent,
+    node: cst.BaseExpression,
+    star_imports: Iterable[str],
+    following: frozenset[str],
 ) -> Ambiguous | None:
     """``Opt = torch.optim.SGD`` then ``Opt(...)``: report what ``Opt`` may stand for."""
     base = _base_name(node)
-    if base is None:
+    if base is None or base.value in following:
         return None
     scope = visitor.get_metadata(ScopeProvider, base, None)
     if scope is None:
@@ -89,7 +103,7 @@ def _value_alias(
         value = _assigned_value(visitor, assignment.node, base.value)
         if value is None:
             continue
-        target = resolve(visitor, value, star_imports)
+        target = resolve(visitor, value, star_imports, following | {base.value})
         if isinstance(target, str):
             candidates.add(target + suffix)
         elif isinstance(target, Ambiguous):

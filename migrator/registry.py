@@ -20,8 +20,7 @@ class UnknownRuleError(ValueError):
 @cache
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule, sorted by code (the order the chain runs in)."""
-    from migrator import rules as package
-
+    package = importlib.import_module("migrator.rules")  # rules/, mapped in by pyproject.toml
     found: dict[str, type[Rule]] = {}
     for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
         module = importlib.import_module(info.name)

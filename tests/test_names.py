@@ -102,3 +102,9 @@ def test_resolve_any_ignores_ambiguity_that_does_not_involve_the_wanted_names() 
     MetadataWrapper(module).visit(Probe(FileContext("t.py", Settings(), Suppressions())))
     assert found[0] is None
     assert isinstance(found[1], Ambiguous)
+
+
+def test_a_name_rebound_from_itself_ends_the_search() -> None:
+    """``x = x.T`` once sent the value-alias search into endless recursion (torch/optim)."""
+    source = "def f(g):\n    x = g.float()\n    x = x.T\n    return x.div_(2)\n"
+    assert resolve_calls(source) == [None, None]
