@@ -7,7 +7,7 @@ implementation, ``foreach=True`` and ``fused=True``; it prints one markdown tabl
 time, the speed-up of the fused optimizer over each torch variant, and the effective memory
 bandwidth of each step as a fraction of a plain tensor copy moving the same number of bytes.
 
-Run: ``python runtime/bench/bench_optimizers.py [--device cpu|cuda] [--steps N]``.
+Run: ``python runtime/bench/bench_optimizers.py [--device cpu|cuda] [--steps N] [--threads N]``.
 Not a test: it allocates several GB and takes a minute or two.
 """
 
@@ -163,7 +163,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(
