@@ -209,3 +209,32 @@ def test_cast_decorators_apply_only_while_o1_is_active():
     _reset()
     initialize(Recorder(), "O2")
     assert as_float(bf16) == torch.bfloat16
+
+
+@pytest.mark.parametrize("opt_level", ["O1", "O2"])
+def test_a_deepcopy_of_the_model_runs_its_own_weights(opt_level):
+    import copy
+
+    model, optimizer = initialize(Recorder(), opt_level)
+    with amp.scale_loss(model(torch.randn(3, 4)).sum(), optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()  # O2 masters exist from here on
+    ema = copy.deepcopy(model)  # the usual EMA copy, made after initialize
+    with torch.no_grad():
+        for param in ema.parameters():
+            param.zero_()
+    inputs = torch.randn(3, 4)
+    assert isinstance(ema, Recorder)
+    assert int(torch.count_nonzero(ema(inputs))) == 0
+    assert int(torch.count_nonzero(model(inputs))) > 0
+    assert ema(inputs).dtype == torch.float32
+    assert all(int(torch.count_nonzero(v)) == 0 for v in ema.state_dict().values())
+
+
+def test_an_instance_level_forward_is_wrapped_too():
+    model = Recorder()
+    original = model.forward
+    model.forward = lambda inputs: original(inputs) * 2
+    model, _ = initialize(model, "O1")
+    assert model(torch.randn(3, 4)).dtype == torch.float32
+    assert model.seen == [torch.float32, torch.bfloat16]

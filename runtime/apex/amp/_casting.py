@@ -97,11 +97,14 @@ def patch_forward(
     output_dtype: torch.dtype | None,
     autocast: tuple[str, torch.dtype] | None = None,
 ) -> None:
-    """Wrap ``model.forward`` (on the instance) with input/output casts and optional autocast."""
-    original_forward = model.forward
+    """Make ``model``'s forward cast inputs and outputs, optionally under autocast.
 
-    @functools.wraps(original_forward)
-    def forward(*args: Any, **kwargs: Any) -> Any:
+    The model gets a subclass of its own class (same name) whose ``forward`` wraps the original,
+    rather than a closure stored on the instance as apex does: ``copy.deepcopy(model)`` (EMA
+    copies) then runs the copy's own weights, not the original model's.
+    """
+
+    def run(call: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         if input_dtype is not None:
             args, kwargs = cast_floating(args, input_dtype), cast_floating(kwargs, input_dtype)
         context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -109,10 +112,33 @@ def patch_forward(
             device_type, dtype = autocast
             context = torch.autocast(device_type, dtype=dtype)
         with context:
-            output = original_forward(*args, **kwargs)
+            output = call(*args, **kwargs)
         return output if output_dtype is None else cast_floating(output, output_dtype)
 
-    model.forward = forward
+    if "forward" in vars(model):
+        # The instance already overrides forward; wrap that one where it is.
+        instance_forward = model.forward
+
+        @functools.wraps(instance_forward)
+        def forward_on_instance(*args: Any, **kwargs: Any) -> Any:
+            return run(instance_forward, args, kwargs)
+
+        model.forward = forward_on_instance
+        return
+
+    base = type(model)
+    base_forward = base.forward
+
+    @functools.wraps(base_forward)
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return run(functools.partial(base_forward, self), args, kwargs)
+
+    namespace = {
+        "forward": forward,
+        "__module__": base.__module__,
+        "__qualname__": base.__qualname__,
+    }
+    model.__class__ = type(base.__name__, (base,), namespace)
 
 
 # ---------------------------------------------------------------------------------------------

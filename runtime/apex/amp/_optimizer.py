@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from apex.contrib.combine_tensors import combine_npu, is_combined_tensor_valid
 
@@ -424,20 +425,23 @@ class AmpOptimizerState:
         ]
 
 
-LOADED_FP32_ATTRIBUTE = "_amp_loaded_fp32"  # set by the model's O2 load_state_dict hook
-MASTER_ATTRIBUTE = "_amp_master"  # a half param's fp32 master, read by the state_dict hooks
+# Keyed by the half model param, weakly (a deleted model frees its entries) and by identity
+# (tensors compare elementwise, so a plain WeakKeyDictionary cannot hold them). A deepcopy of the
+# model, an EMA copy say, is not a key, so it never reads another model's masters.
+MASTER_OF = WeakIdKeyDictionary()
+# fp32 values a checkpoint brought for a half param whose master does not exist yet.
+LOADED_FP32_OF = WeakIdKeyDictionary()
 
 
 def _master_copy_of(param: torch.Tensor) -> torch.Tensor:
     """A fresh fp32 master; from the checkpoint's fp32 values when the model just loaded one."""
-    loaded = getattr(param, LOADED_FP32_ATTRIBUTE, None)
+    loaded = LOADED_FP32_OF.pop(param, None)
     if loaded is not None and loaded.shape == param.shape:
-        delattr(param, LOADED_FP32_ATTRIBUTE)
         source = loaded.to(param.device)
     else:
         source = param.detach().float()
     master = source.clone().requires_grad_(True)
-    setattr(param, MASTER_ATTRIBUTE, master)
+    MASTER_OF[param] = master
     return master
 
 

@@ -11,7 +11,7 @@ import torch
 from . import _casting
 from ._amp_state import _amp_state, maybe_print, warn_or_err
 from ._combine_ddp import CombineDDP, require_process_group
-from ._optimizer import LOADED_FP32_ATTRIBUTE, MASTER_ATTRIBUTE, install
+from ._optimizer import LOADED_FP32_OF, MASTER_OF, install
 from ._properties import Properties, is_half_cast, properties_for
 from .scaler import LossScaler
 
@@ -268,7 +268,7 @@ def _float32_state_dict_hook(
     Saving the masters (apex saves the half values) makes an O2 checkpoint resume exactly.
     """
     for name, param in module.named_parameters(recurse=False):
-        master = getattr(param, MASTER_ATTRIBUTE, None)
+        master = MASTER_OF.get(param)
         if master is not None and prefix + name in state_dict:
             state_dict[prefix + name] = master.detach().clone()
     for key, value in state_dict.items():
@@ -284,12 +284,12 @@ def _keep_fp32_values_hook(
         value = state_dict.get(prefix + name)
         if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
             continue
-        master = getattr(param, MASTER_ATTRIBUTE, None)
+        master = MASTER_OF.get(param)
         if master is not None and master.shape == value.shape:
             with torch.no_grad():
                 master.copy_(value)
         else:
-            setattr(param, LOADED_FP32_ATTRIBUTE, value.detach().clone())
+            LOADED_FP32_OF[param] = value.detach().clone()
 
 
 _ORIGINAL_MODULE_ZERO_GRAD = torch.nn.Module.zero_grad
