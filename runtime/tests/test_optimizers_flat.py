@@ -449,3 +449,23 @@ def test_rmsprop_tf_square_avg_starts_at_ones() -> None:
     expected = 1.0 + 0.1 * (param.grad**2 - 1.0)
     torch.testing.assert_close(optimizer.state[param]["square_avg"], expected)
     torch.testing.assert_close(param.detach(), -0.1 * param.grad / torch.sqrt(expected + 1e-10))
+
+
+def test_momentum_switched_on_after_packing_matches_torch() -> None:
+    def make() -> list[torch.nn.Parameter]:
+        torch.manual_seed(11)
+        return [torch.nn.Parameter(torch.randn(7)), torch.nn.Parameter(torch.randn(2, 3))]
+
+    ours_params, torch_params = make(), make()
+    ours = standalone.NpuFusedSGD(ours_params, lr=0.1)
+    reference = torch.optim.SGD(torch_params, lr=0.1)
+    for step in range(6):
+        for params, optimizer in ((ours_params, ours), (torch_params, reference)):
+            if step == 3:
+                optimizer.param_groups[0]["momentum"] = 0.9
+            optimizer.zero_grad()
+            sum((p * p).sum() for p in params).backward()
+            optimizer.step()
+    for mine, theirs in zip(ours_params, torch_params, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-6)
+    assert "momentum_buffer" in ours.state_dict()["state"][0]

@@ -347,6 +347,7 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         slabs = self._slabs_by_group[index] if index < len(self._slabs_by_group) else []
         for slab in slabs:
             self._rebind_moved_tensors(slab)
+            self._add_missing_state(slab, group)
         outside = [
             self._single_param_slab(p, group)
             for p in group["params"]
@@ -368,6 +369,20 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
                 slot.copy_(p.grad.reshape(-1))
             p.grad = bound
             rebind_into(bound, slab.grad, offset)
+
+    def _add_missing_state(self, slab: Slab, group: ParamGroup) -> None:
+        """State a hyper-parameter change asks for after packing (momentum set from 0)."""
+        missing = [name for name in self._state_names(group) if name not in slab.state]
+        for name in missing:
+            flat = torch.zeros_like(slab.param)
+            if self._state_fill(name) != 0.0:
+                for view in slab.views(flat):
+                    view.fill_(self._state_fill(name))
+            slab.state[name] = flat
+            if self._fresh_state_is_pending(name):
+                slab.pending_state.add(name)
+        if missing:
+            self._publish_state(slab)
 
     def _readopt(self, tensor: torch.Tensor, flat: torch.Tensor, offset: int, what: str) -> None:
         if tensor.dtype != flat.dtype or tensor.device != flat.device:
