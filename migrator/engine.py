@@ -8,6 +8,8 @@ never stops a run.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import difflib
 import enum
 import io
 import tokenize
@@ -101,8 +103,16 @@ def run_chain(
     settings: Settings,
     suppressions: Suppressions,
 ) -> tuple[cst.Module, list[Diagnostic]]:
+    """Run ``rules`` in order over one shared context.
+
+    Diagnostics point into the code as it was given: a rule that runs after another one changed
+    the code sees shifted lines, so its findings are mapped back through each change. Suppression
+    comments are read again after every change, because they move with the lines they sit on.
+    """
     context = FileContext(path, settings, suppressions, star_imports(module))
     code = module.code
+    versions: list[str] = [code]  # the code after each change; diagnostics carry their version
+    recorded: list[tuple[int, Diagnostic]] = []
     fresh = True  # the first wrapper may skip its defensive deep copy: nothing else holds the tree
     # Resolving metadata costs far more than parsing; a rule that changed nothing leaves the tree
     # and its resolved metadata valid for the next rule, so the wrapper is only rebuilt after a
@@ -113,6 +123,7 @@ def run_chain(
             continue
         context.pending_imports.clear()
         context.pending_removals.clear()
+        context.diagnostics.clear()
         try:
             if wrapper is None:
                 wrapper = MetadataWrapper(module, unsafe_skip_copy=fresh)
@@ -122,12 +133,38 @@ def run_chain(
             raise RuleChainError(
                 f"internal error in {rule.CODE}: {type(error).__name__}: {error}"
             ) from error
+        recorded.extend((len(versions) - 1, d) for d in context.diagnostics)
         updated_code = updated.code
         if updated_code != code:
             fresh = False
             module, code = updated, updated_code
             wrapper = None
-    return module, sorted(context.diagnostics, key=lambda d: (d.line, d.column, d.code))
+            versions.append(code)
+            context.suppressions = Suppressions.scan(code)
+    context.diagnostics.clear()
+    diagnostics = [_in_original(d, version, versions) for version, d in recorded]
+    return module, sorted(diagnostics, key=lambda d: (d.line, d.column, d.code))
+
+
+def _in_original(diagnostic: Diagnostic, version: int, versions: list[str]) -> Diagnostic:
+    """``diagnostic`` (at a line of ``versions[version]``) moved to the matching original line."""
+    line = diagnostic.line
+    for newer in range(version, 0, -1):
+        line = _older_line(versions[newer - 1], versions[newer], line)
+    # The column is kept: on a line an earlier rule rewrote it is the best guess there is.
+    return diagnostic if line == diagnostic.line else dataclasses.replace(diagnostic, line=line)
+
+
+def _older_line(older: str, newer: str, line: int) -> int:
+    """The line of ``older`` that line ``line`` of ``newer`` comes from; a line the change wrote
+    maps to the first line that change replaced."""
+    matcher = difflib.SequenceMatcher(None, older.splitlines(), newer.splitlines(), autojunk=False)
+    for tag, old_start, _old_end, new_start, new_end in matcher.get_opcodes():
+        if new_start < line <= new_end:
+            if tag == "equal":
+                return old_start + (line - 1 - new_start) + 1
+            return min(old_start + 1, max(len(older.splitlines()), 1))
+    return line
 
 
 def verify(output: bytes, path: str, rules: Sequence[type[Rule]], settings: Settings) -> str | None:
