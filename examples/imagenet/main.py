@@ -76,21 +76,24 @@ def seed_everything(seed):
 def main_worker(gpu, args):
     seed_everything(args.seed)
     cudnn.benchmark = True
-    if torch.cuda.is_available():
-        torch.cuda.set_device(gpu)
-    dist.init_process_group(
-        backend="nccl" if torch.cuda.is_available() else "gloo",
-        init_method=args.dist_url,
-        world_size=args.world_size,
-        rank=gpu,
-    )
+    args.distributed = args.world_size > 1
+    if args.distributed:
+        if torch.cuda.is_available():
+            torch.cuda.set_device(gpu)
+        dist.init_process_group(
+            backend="nccl" if torch.cuda.is_available() else "gloo",
+            init_method=args.dist_url,
+            world_size=args.world_size,
+            rank=gpu,
+        )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     model = models.ARCHITECTURES[args.arch](num_classes=args.num_classes)
     model.to(device)
-    model = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[gpu] if torch.cuda.is_available() else None
-    )
+    if args.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[gpu] if torch.cuda.is_available() else None
+        )
 
     criterion = nn.CrossEntropyLoss().to(device)
     optimizer = torch.optim.SGD(
@@ -101,19 +104,24 @@ def main_worker(gpu, args):
     dataset = SyntheticImageNet(
         args.steps * args.batch_size * args.world_size, args.image_size, args.num_classes, args.seed
     )
-    sampler = torch.utils.data.distributed.DistributedSampler(dataset, seed=args.seed)
+    if args.distributed:
+        sampler = torch.utils.data.distributed.DistributedSampler(dataset, seed=args.seed)
+    else:
+        sampler = None
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=args.batch_size, sampler=sampler, num_workers=0
+        dataset, batch_size=args.batch_size, shuffle=(sampler is None), sampler=sampler,
+        num_workers=0,
     )
 
-    losses = train(loader, model, criterion, optimizer, device, args)
+    losses = train(loader, model, criterion, optimizer, device, gpu, args)
     if gpu == 0:
         save_result(args.out, model, losses)
-    dist.barrier()  # let rank 0 finish writing before any process tears the group down
-    dist.destroy_process_group()
+    if args.distributed:
+        dist.barrier()  # let rank 0 finish writing before any process tears the group down
+        dist.destroy_process_group()
 
 
-def train(loader, model, criterion, optimizer, device, args):
+def train(loader, model, criterion, optimizer, device, gpu, args):
     model.train()
     losses = []
     end = time.time()
@@ -132,7 +140,7 @@ def train(loader, model, criterion, optimizer, device, args):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         losses.append(loss.item())
-        if i % args.print_freq == 0 and dist.get_rank() == 0:
+        if i % args.print_freq == 0 and gpu == 0:
             print(f"step {i}  loss {loss.item():.5f}  time {time.time() - end:.3f}s")
         end = time.time()
     return losses
