@@ -305,6 +305,21 @@ def test_output_writes_a_migrated_copy_of_the_whole_tree(
     assert cli("-o", str(tmp_path / "again"), ".")[0] == 0
 
 
+def test_output_recreates_inner_symlinks_and_skips_outer_ones(
+    tree: Path, tmp_path: Path, cli: Cli
+) -> None:
+    write(tree / "pkg/real.py", UNMIGRATED)
+    (tree / "pkg/alias.py").symlink_to("real.py")
+    outside = write(tmp_path / "outside.py", UNMIGRATED)
+    (tree / "pkg/outer.py").symlink_to(outside)
+    copy = tmp_path / "copy"
+    assert cli("-o", str(copy), ".")[0] == 0
+    assert (copy / "pkg/real.py").read_bytes() == MIGRATED
+    assert os.readlink(copy / "pkg/alias.py") == "real.py"
+    assert not (copy / "pkg/outer.py").exists()
+    assert outside.read_bytes() == UNMIGRATED
+
+
 def test_output_inside_the_input_tree_is_refused(tree: Path, cli: Cli) -> None:
     write(tree / "train.py", UNMIGRATED)
     code, _, err = cli("-o", "migrated", ".")
@@ -454,6 +469,15 @@ def test_json_document(tree: Path, cli: Cli) -> None:
     severities = {(d["path"], d["severity"]) for d in document["diagnostics"]}
     assert severities == {("./broken.py", "error"), ("./fallback.py", "manual")}
     assert document["summary"]["rules"]["NPU102"] == {"fixed": 1, "manual": 1, "info": 0}
+
+
+def test_json_with_diff_carries_each_file_diff(tree: Path, cli: Cli) -> None:
+    write(tree / "train.py", UNMIGRATED)
+    code, out, _ = cli("--diff", "--format", "json", ".")
+    assert code == 1
+    [entry] = json.loads(out)["files"]
+    assert entry["diff"].startswith("--- ./train.py\n+++ ./train.py\n")
+    assert (tree / "train.py").read_bytes() == UNMIGRATED
 
 
 def test_unwritable_report_is_an_error(tree: Path, cli: Cli) -> None:
