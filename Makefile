@@ -28,8 +28,10 @@ demo: $(VENV)/.demo-installed
 	@# --diff exits 1 when the migration would change something, which is the point of the demo.
 	$(BIN)/npu-migrate --diff examples/ || test $$? -eq 1
 
+# Two pytest workers on two cores: one torch thread each, or the workers fight over the cores
+# (the tiny models of the tests run many times slower with two threads per worker).
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check .
