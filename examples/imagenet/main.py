@@ -35,6 +35,7 @@ parser.add_argument("--lr", "--learning-rate", default=0.1, type=float, dest="lr
 parser.add_argument("--momentum", default=0.9, type=float)
 parser.add_argument("--wd", "--weight-decay", default=1e-4, type=float, dest="weight_decay")
 parser.add_argument("-p", "--print-freq", default=2, type=int)
+parser.add_argument("--prof", default=-1, type=int, help="mark iterations for nsys from this one on")
 parser.add_argument("--world-size", default=1, type=int, help="number of training processes")
 parser.add_argument("--dist-url", default="tcp://127.0.0.1:23456", type=str)
 parser.add_argument("--seed", default=1234, type=int)
@@ -126,6 +127,9 @@ def train(loader, model, criterion, optimizer, device, gpu, args):
     losses = []
     end = time.time()
     for i, (images, target) in enumerate(loader):
+        if 0 <= args.prof <= i:
+            # NVTX ranges exist only for NVIDIA's profiler; --prof is for nsys runs on GPUs.
+            torch.cuda.nvtx.range_push(f"Body of iteration {i}")  # npu-migrate: ignore[NPU924]
         images = images.to(device, non_blocking=True)
         target = target.to(device, non_blocking=True)
 
@@ -139,6 +143,8 @@ def train(loader, model, criterion, optimizer, device, gpu, args):
 
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+        if 0 <= args.prof <= i:
+            torch.cuda.nvtx.range_pop()  # npu-migrate: ignore[NPU924] (see range_push above)
         losses.append(loss.item())
         if i % args.print_freq == 0 and gpu == 0:
             print(f"step {i}  loss {loss.item():.5f}  time {time.time() - end:.3f}s")
