@@ -93,7 +93,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_config_selects_and_excludes_and_the_command_line_wins(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pyproject(project, "[tool.npu-migrate]\nignore = ['NPU102']\n")
+    # Only NPU102 is selected throughout, so rules added later cannot change these outcomes.
+    pyproject(project, "[tool.npu-migrate]\nselect = ['NPU102']\nignore = ['NPU102']\n")
     assert main(["--check", "src"]) == 0  # ignored by the file
     assert main(["--check", "--ignore", "NPU3", "src"]) == 1  # replaced on the command line
 
@@ -114,6 +115,8 @@ def test_bad_config_is_a_usage_error(project: Path, capsys: pytest.CaptureFixtur
 
 
 def test_explicit_config_file(project: Path, tmp_path: Path) -> None:
-    other = pyproject(tmp_path / "elsewhere", "[tool.npu-migrate]\nignore = ['NPU102']\n")
+    other = pyproject(
+        tmp_path / "elsewhere", "[tool.npu-migrate]\nselect = ['NPU102']\nignore = ['NPU102']\n"
+    )
     assert main(["--check", "--select", "NPU102", "src"]) == 1
     assert main(["--check", "--config", str(other), "src"]) == 0
