@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,17 +200,10 @@ def cli_output(result: subprocess.CompletedProcess[str]) -> str:
     return f"--- stdout\n{result.stdout[-6000:]}\n--- stderr\n{result.stderr[-6000:]}"
 
 
-def diagnostics_in(report: Any) -> Iterator[dict[str, Any]]:
-    """Every diagnostic object of the JSON report, wherever the schema nests it."""
-    if isinstance(report, dict):
-        if {"code", "severity", "message"} <= report.keys():
-            yield report
-        else:
-            for value in report.values():
-                yield from diagnostics_in(value)
-    elif isinstance(report, list):
-        for value in report:
-            yield from diagnostics_in(value)
+def report_entries(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Edits and diagnostics of a JSON report (schema version 1, docs/cli.md), in line order."""
+    assert report["schema_version"] == 1, f"unknown report schema {report['schema_version']}"
+    return sorted(report["edits"] + report["diagnostics"], key=lambda d: (d["path"], d["line"]))
 
 
 # -- running the programs --------------------------------------------------------------------------
@@ -415,12 +407,12 @@ def test_migration_applies_the_expected_rules(
     case: Case, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     migration = migration_of(case, tmp_path_factory)
-    diagnostics = list(diagnostics_in(migration.report))
-    errors = [d for d in diagnostics if d["severity"] == "error"]
+    entries = report_entries(migration.report)
+    errors = [d for d in entries if d["severity"] == "error"]
     assert not errors, f"npu-migrate could not process every file: {errors}"
-    fixed = {d["code"] for d in diagnostics if d["severity"] == "fixed"}
+    fixed = {d["code"] for d in migration.report["edits"]}
     missing = sorted(set(case.fixed) - fixed)
-    found = "\n".join(f"  {d['line']}: {d['code']} {d['severity']}" for d in diagnostics)
+    found = "\n".join(f"  {d['line']}: {d['code']} {d['severity']}" for d in entries)
     assert not missing, f"expected fixes by {missing}; the report has:\n{found}"
 
     text = (migration.migrated / case.script).read_text()
