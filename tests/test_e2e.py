@@ -11,6 +11,10 @@ GPU script. For each one the test
    each writes to a JSON file;
 3. runs ``npu-migrate --check`` on the migrated copy, which must report nothing left to do.
 
+Where the untouched original cannot run at some world size (apex refuses the imagenet program's
+DDP-before-amp order on two processes), the test checks that it fails as expected and compares the
+migrated program with the original fixed by just the rule that addresses that failure.
+
 Why the tolerances are what they are: see ``TOLERANCES``.
 """
 
@@ -66,8 +70,8 @@ TOLERANCES = {
     # Adam update by up to a bf16 ulp (2**-8) of the learning rate: about steps * lr * 2**-8 =
     # 8 * 5e-4 * 2**-8 = 1.6e-5 for the BERT program. Measured: 2.5e-6 on the weights, 1.2e-5 on
     # the attention key biases (their exact gradient is zero, so their values are amplified
-    # rounding noise). A real migration mistake, say a group stepping with the wrong learning rate
-    # or betas, moves the weights by a whole update (about lr = 5e-4) and fails.
+    # rounding noise). A real migration mistake still fails: a group whose learning rate is 10%
+    # off moves its weights by about steps * lr / 10 = 4e-4.
     "amp-nvidia-adam": Tolerance(rtol=1e-5, atol=2e-5),
 }
 
@@ -134,7 +138,7 @@ def case_ids(case: Case) -> str:
 
 
 def npu_migrate(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real command line, in a subprocess, exactly as a user runs it."""
+    """The real command line (the entry point of the ``npu-migrate`` script), in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "migrator", *args],
         capture_output=True,
