@@ -6,6 +6,8 @@ NpuFusedAdam and NpuFusedAdamW and of torch.optim's SGD/Adam/AdamW with the defa
 implementation, ``foreach=True`` and ``fused=True``; it prints one markdown table with each
 time, the speed-up of the fused optimizer over each torch variant, and the effective memory
 bandwidth of each step as a fraction of a plain tensor copy moving the same number of bytes.
+The variants of one row are timed round-robin, step by step, so that changes in machine load
+affect them alike; all of a row's optimizers are alive at once (about 10 GB for BERT-base).
 
 Run: ``python runtime/bench/bench_optimizers.py [--device cpu|cuda] [--steps N] [--threads N]``.
 Not a test: it allocates several GB and takes a minute or two.
@@ -95,40 +97,37 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def median_seconds(action: Callable[[], object], device: torch.device, steps: int) -> float:
-    action()  # warm-up: packing, lazy state creation, kernel selection
-    action()
-    times = []
-    for _ in range(steps):
-        synchronize(device)
-        start = time.perf_counter()
+def interleaved_medians(
+    actions: dict[str, Callable[[], object]], device: torch.device, steps: int
+) -> dict[str, float]:
+    """Median seconds of each action, timed round-robin so that load drifts hit all alike."""
+    for action in actions.values():
+        action()  # warm-up: packing, lazy state creation, kernel selection
         action()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(steps):
+        for name, action in actions.items():
+            synchronize(device)
+            start = time.perf_counter()
+            action()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
-def copy_bandwidth(total_bytes: int, device: torch.device, steps: int) -> float:
-    """Bytes per second of ``dst.copy_(src)`` moving ``total_bytes`` (half read, half written)."""
-    elements = total_bytes // 2 // 4
-    source = torch.ones(elements, device=device)
+def copy_action(total_bytes: int, device: torch.device) -> Callable[[], object]:
+    """``dst.copy_(src)`` moving ``total_bytes`` (half read, half written)."""
+    source = torch.ones(total_bytes // 2 // 4, device=device)
     target = torch.empty_like(source)
-    seconds = median_seconds(lambda: target.copy_(source), device, steps)
-    return total_bytes / seconds
+    return lambda: target.copy_(source)
 
 
-def time_optimizer(
+def optimizer_action(
     make: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
     shapes: list[Shape],
     device: torch.device,
-    steps: int,
-) -> float:
-    params = make_params(shapes, device)
-    optimizer = make(params)
-    seconds = median_seconds(optimizer.step, device, steps)
-    del optimizer, params
-    gc.collect()
-    return seconds
+) -> Callable[[], object]:
+    return make(make_params(shapes, device)).step
 
 
 def rows(device: torch.device, steps: int) -> Iterator[list[str]]:
@@ -136,26 +135,28 @@ def rows(device: torch.device, steps: int) -> Iterator[list[str]]:
         elements = sum(torch.Size(shape).numel() for shape in shapes)
         for kind in KINDS:
             moved_bytes = kind.tensors_moved * 4 * elements
-            copy_rate = copy_bandwidth(moved_bytes, device, steps)
-            fused = time_optimizer(
-                lambda p, kind=kind: kind.fused_class(p, **kind.options), shapes, device, steps
-            )
-            timings = {
-                variant: time_optimizer(
+            actions = {
+                "copy": copy_action(moved_bytes, device),
+                "fused": optimizer_action(
+                    lambda p, kind=kind: kind.fused_class(p, **kind.options), shapes, device
+                ),
+            }
+            for variant, extra in VARIANTS.items():
+                actions[variant] = optimizer_action(
                     lambda p, kind=kind, extra=extra: kind.torch_class(p, **kind.options, **extra),
                     shapes,
                     device,
-                    steps,
                 )
-                for variant, extra in VARIANTS.items()
-            }
-            bandwidth = moved_bytes / fused / copy_rate
+            seconds = interleaved_medians(actions, device, steps)
+            del actions
+            gc.collect()
+            fused = seconds["fused"]
             yield [
                 f"{model} ({len(shapes)} tensors, {elements / 1e6:.1f}M)",
                 f"NpuFused{kind.name}",
                 f"{fused * 1e3:.1f}",
-                *(f"{timings[v] * 1e3:.1f} ({timings[v] / fused:.2f}x)" for v in VARIANTS),
-                f"{bandwidth:.0%}",
+                *(f"{seconds[v] * 1e3:.1f} ({seconds[v] / fused:.2f}x)" for v in VARIANTS),
+                f"{seconds['copy'] / fused:.0%}",
             ]
 
 
