@@ -469,3 +469,26 @@ def test_momentum_switched_on_after_packing_matches_torch() -> None:
     for mine, theirs in zip(ours_params, torch_params, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-6)
     assert "momentum_buffer" in ours.state_dict()["state"][0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduced_precision_sgd_with_momentum_matches_torch(dtype: torch.dtype) -> None:
+    def make() -> list[torch.nn.Parameter]:
+        torch.manual_seed(13)
+        return [
+            torch.nn.Parameter(torch.randn(37).to(dtype)),
+            torch.nn.Parameter(torch.randn(5).to(dtype)),
+        ]
+
+    ours_params, torch_params = make(), make()
+    ours = standalone.NpuFusedSGD(ours_params, lr=0.01, momentum=0.9, weight_decay=1e-3)
+    reference = torch.optim.SGD(torch_params, lr=0.01, momentum=0.9, weight_decay=1e-3)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        grads = [torch.randn(p.shape, generator=generator).to(dtype) for p in ours_params]
+        for params, optimizer in ((ours_params, ours), (torch_params, reference)):
+            for p, grad in zip(params, grads, strict=True):
+                p.grad = grad.clone()
+            optimizer.step()
+    for mine, theirs in zip(ours_params, torch_params, strict=True):
+        assert torch.equal(mine, theirs)

@@ -79,10 +79,18 @@ class NpuFusedSGD(NpuFusedOptimizerBase):
     def _update(self, group: ParamGroup, slabs: list[Slab]) -> None:
         for slab in slabs:
             first_step = "momentum_buffer" in slab.pending_state
-            if fused_kernels_available(slab.device):
+            if self._fused_kernel_is_accurate(slab):
                 self._fused_update(group, slab, first_step)
             else:
                 self._plain_update(group, slab, first_step)
+
+    @staticmethod
+    def _fused_kernel_is_accurate(slab: Slab) -> bool:
+        # torch 2.13's CPU fused SGD drifts far from the unfused result for fp16 / bf16 with
+        # momentum (0.15 absolute after 5 steps, where the unfused fp16 path stays within 2e-3
+        # of fp32), so reduced precision on CPU takes the whole-buffer path.
+        reduced = slab.dtype in (torch.float16, torch.bfloat16)
+        return fused_kernels_available(slab.device) and not (reduced and slab.device.type == "cpu")
 
     @staticmethod
     def _fused_update(group: ParamGroup, slab: Slab, first_step: bool) -> None:
