@@ -318,12 +318,11 @@ def _process(task: Task, job: Job, rules: Sequence[type[Rule]]) -> Outcome:
         return _error(task.path, f"cannot read file: {error.strerror}")
     result = migrate_source(source, task.path, rules, job.settings)
     outcome = Outcome(task.path, result.status, result.diagnostics)
-    if result.status is Status.ERROR:
-        outcome.reason = result.diagnostics[0].message if result.diagnostics else "error"
-    elif result.status is not Status.CHANGED:
-        outcome.digest = content_digest(source)  # a fact about this content: cacheable
-    if result.status is Status.SKIPPED:
-        outcome.reason = "`# npu-migrate: skip-file`"
+    outcome.reason = reason_of(result.status, result.diagnostics)
+    if result.status is not Status.CHANGED:
+        # Unchanged, skipped, or an engine error (syntax, decoding, a rule's internal error):
+        # all facts about this content under these rules, so they may be cached.
+        outcome.digest = content_digest(source)
 
     if job.mode is Mode.OUTPUT:
         assert task.destination is not None
@@ -340,6 +339,14 @@ def _process(task: Task, job: Job, rules: Sequence[type[Rule]]) -> Outcome:
         except OSError as error:
             return _error(task.path, f"cannot write file: {error}")
     return outcome
+
+
+def reason_of(status: Status, diagnostics: list[Diagnostic]) -> str | None:
+    if status is Status.SKIPPED:
+        return "`# npu-migrate: skip-file`"
+    if status is Status.ERROR:
+        return diagnostics[0].message if diagnostics else "error"
+    return None
 
 
 def _write_copy(outcome: Outcome, destination: str, data: bytes, mode_bits: int) -> Outcome:
@@ -438,10 +445,11 @@ def cache_key(job: Job) -> str:
 class ResultCache:
     """Results of files that needed no edit, keyed by content hash, one JSON file per key.
 
-    Only ``unchanged`` and ``skipped`` outcomes are stored (with their manual and info
-    diagnostics): a hit means "this exact content was already processed under these exact rules
+    Only ``unchanged``, ``skipped`` and engine ``error`` outcomes are stored, with their
+    diagnostics: a hit means "this exact content was already processed under these exact rules
     and settings and nothing is to be written", so a write decision never rests on anything but a
-    hash match. Changed files are not stored; once migrated, their new content is.
+    hash match. Changed files are not stored; once migrated, their new content is. I/O errors
+    (unreadable, read-only) are facts about the file system, not the content, and are not stored.
     """
 
     MAX_ENTRIES = 200_000
@@ -470,7 +478,7 @@ class ResultCache:
             ]
         except (KeyError, TypeError, ValueError):
             return None
-        reason = "`# npu-migrate: skip-file`" if status is Status.SKIPPED else None
+        reason = reason_of(status, diagnostics)
         return Outcome(path, status, diagnostics, reason=reason, digest=digest, cached=True)
 
     def put(self, outcome: Outcome) -> None:

@@ -132,6 +132,19 @@ def test_changed_files_are_not_cached(tmp_path: Path) -> None:
         assert (outcome.status, outcome.cached) == (Status.CHANGED, False)
 
 
+def test_files_that_fail_to_parse_are_cached_as_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_bytes(b"from apex import amp\namp.initialize(\n")
+    discovery = discover([str(broken)], Excluder((), tmp_path))
+    results = [
+        run(discovery, CHECK, 1, ResultCache(tmp_path / "cache", cache_key(CHECK))).outcomes[0]
+        for _ in range(2)
+    ]
+    assert [(o.status, o.cached) for o in results] == [(Status.ERROR, False), (Status.ERROR, True)]
+    assert results[0].reason == results[1].reason
+    assert results[1].reason is not None and results[1].reason.startswith("syntax error at")
+
+
 def test_cache_key_depends_on_rules_and_settings() -> None:
     keys = {
         cache_key(CHECK),
