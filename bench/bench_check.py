@@ -179,7 +179,7 @@ def table(measures: list[Measure]) -> str:
         peak = f"{m.peak_rss / MB:.0f}" if m.peak_rss is not None else "-"
         lines.append(
             f"| {m.name} | {m.files} | {m.size / MB:.1f} | {m.seconds:.2f} | "
-            f"{m.files_per_second:.0f} | {m.bytes_per_second / MB:.1f} | {peak} | {m.note} |"
+            f"{m.files_per_second:.1f} | {m.bytes_per_second / MB:.3f} | {peak} | {m.note} |"
         )
     return "\n".join(lines)
 
