@@ -274,6 +274,14 @@ class FusedLayerNormToTorch(Rule):
                 continue
             inside_kept_try = self.inside_try(node) and id(node) not in self.collapsed_nodes
             suppressed = self.context.suppressions.covers(self.position(node)[0], self.CODE)
+            line = self.get_metadata(ParentNodeProvider, node, None)
+            if isinstance(line, cst.SimpleStatementLine) and len(line.body) != 1 and not suppressed:
+                self.report(
+                    node,
+                    "this apex normalization import shares its line with another statement: "
+                    "put it on its own line so that it can be rewritten to torch.nn",
+                )
+                suppressed = True  # keep the import and every use of its names as they are
             moves: dict[str, NewHome] = {}
             for alias in node.names:
                 norm = CLASSES.get(imported_name(alias))
@@ -333,9 +341,6 @@ class FusedLayerNormToTorch(Rule):
             return updated_node
         node = planned[0]
         assert isinstance(node, cst.ImportFrom)
-        if len(original_node.body) != 1:
-            self.report(node, "put this import on its own line so that it can be rewritten")
-            return updated_node
         moves = self.moves[id(node)]
         self.fix(node, self.import_message(moves))
         if any(home.module is None for home in moves.values()):
