@@ -21,10 +21,12 @@ def apply_import_edits(
     additions: Sequence[ImportRequest],
     removals: Sequence[ImportRemoval],
 ) -> cst.Module:
-    if removals:
-        context = CodemodContext()
-        unused = [(r.module, r.obj, r.asname) for r in removals]
-        module = RemoveImportsVisitor(context, unused).transform_module(module)
+    # RemoveImportsVisitor keeps one request per module name, so two removals from the same module
+    # (`import apex.normalization as N` and `import apex.normalization`) would drop one of them:
+    # apply them one at a time.
+    for removal in removals:
+        unused = [(removal.module, removal.obj, removal.asname)]
+        module = RemoveImportsVisitor(CodemodContext(), unused).transform_module(module)
     for request in additions:
         module = ensure_import(module, request.module, after=request.after)
     return module

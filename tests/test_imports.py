@@ -86,3 +86,13 @@ def test_requests_apply_after_removals() -> None:
         [ImportRemoval("apex.optimizers", "FusedAdam")],
     )
     assert module.code == "import torch\nimport apex\nx = 1\n"
+
+
+def test_two_removals_from_one_module_are_both_applied() -> None:
+    source = "import apex.normalization as N\nimport apex.normalization\nx = 1\n"
+    module = apply_import_edits(
+        cst.parse_module(source),
+        [],
+        [ImportRemoval("apex.normalization", None, "N"), ImportRemoval("apex.normalization")],
+    )
+    assert module.code == "x = 1\n"
