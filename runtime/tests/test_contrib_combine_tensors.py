@@ -96,3 +96,22 @@ def test_validity_detects_a_tensor_moved_out_of_the_buffer() -> None:
     assert not is_combined_tensor_valid(combined, [first, second])
     assert not is_combined_tensor_valid(None, [first])
     assert is_combined_tensor_valid(None, [])
+
+
+def test_packed_parameters_keep_their_gradient_accumulator() -> None:
+    """Hooks on a parameter's AccumulateGrad node (torch DDP's all-reduce hangs there) must still
+    fire after packing: rebinding a parameter with ``set_`` gave it a new node, so DDP stopped
+    averaging gradients after an NpuFused optimizer's first step."""
+    weight = torch.nn.Parameter(torch.randn(4, 3))
+    bias = torch.nn.Parameter(torch.randn(3))
+    accumulators = [p.view_as(p).grad_fn.next_functions[0][0] for p in (weight, bias)]
+    fired: list[int] = []
+    for index, accumulator in enumerate(accumulators):
+        accumulator.register_hook(lambda *_, index=index: fired.append(index))
+
+    combined = combine_npu([weight, bias])
+
+    assert combined is not None and is_combined_tensor_valid(combined, [weight, bias])
+    assert [p.view_as(p).grad_fn.next_functions[0][0] for p in (weight, bias)] == accumulators
+    (torch.ones(2, 4) @ weight + bias).sum().backward()
+    assert sorted(fired) == [0, 1]

@@ -60,8 +60,17 @@ def _check_combinable(list_of_tensor: Sequence[torch.Tensor]) -> None:
 
 
 def rebind_into(tensor: torch.Tensor, combined: torch.Tensor, offset: int) -> None:
-    """Make ``tensor`` (same object) a contiguous view of ``combined`` starting at ``offset``."""
+    """Make ``tensor`` (same object) a contiguous view of ``combined`` starting at ``offset``.
+
+    A tensor autograd tracks (a parameter) is rebound through ``.data``: ``set_`` would give it a
+    new gradient accumulator, and every hook registered on the old one (torch DDP's all-reduce
+    hooks, for a start) would silently stop firing.
+    """
     with torch.no_grad():
+        if tensor.requires_grad:
+            slot = combined.narrow(0, offset, tensor.numel())
+            tensor.data = slot.view(tensor.shape)
+            return
         tensor.set_(
             combined.untyped_storage(),
             combined.storage_offset() + offset,
