@@ -8,6 +8,25 @@ from typing import Any
 import pytest
 import torch
 
+from apex.amp.frontend import _reset
+
+
+@pytest.fixture(autouse=True)
+def fresh_amp(request: pytest.FixtureRequest):
+    """amp keeps process-wide state (loss scalers, patched functions): every amp test starts and
+    ends without it. One torch thread: the models are tiny, and on a shared 2-core machine a second
+    OpenMP thread only adds waiting; results do not depend on it."""
+    if not request.module.__name__.rsplit(".", 1)[-1].startswith("test_amp"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    _reset()
+    yield
+    _reset()
+    torch.set_num_threads(threads)
+
+
 # Scalars, an empty tensor, odd sizes that straddle the 16-element slot alignment, and one
 # "large" (a few thousand elements: large enough to span many slots, small enough to be fast).
 MIXED_SHAPES: tuple[tuple[int, ...], ...] = ((), (0,), (3, 5), (64, 33), (17,), (4, 3, 2, 2), (1,))

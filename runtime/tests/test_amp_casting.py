@@ -11,18 +11,6 @@ from apex import amp
 from apex.amp.frontend import _reset
 
 
-@pytest.fixture(autouse=True)
-def fresh_amp():
-    # One thread: these models are tiny, and on a shared 2-core machine a second OpenMP thread
-    # only adds waiting. Results do not depend on it.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    _reset()
-    yield
-    _reset()
-    torch.set_num_threads(threads)
-
-
 class Recorder(torch.nn.Module):
     """Two linears; records the dtypes its first layer sees and produces."""
 

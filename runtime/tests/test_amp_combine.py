@@ -9,18 +9,6 @@ from apex import amp, optimizers
 from apex.amp.frontend import _reset
 
 
-@pytest.fixture(autouse=True)
-def fresh_amp():
-    # One thread: these models are tiny, and on a shared 2-core machine a second OpenMP thread
-    # only adds waiting. Results do not depend on it.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    _reset()
-    yield
-    _reset()
-    torch.set_num_threads(threads)
-
-
 class Branchy(torch.nn.Module):
     """A small net whose ``extra`` branch only gets grads when asked for."""
 
