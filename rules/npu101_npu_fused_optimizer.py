@@ -494,7 +494,7 @@ class NpuFusedOptimizer(Rule):
         if plan.home == TORCH_NPU_HOME:
             self.add_import("torch_npu", after="torch")
         else:
-            self.add_import("apex")
+            self.add_import("apex", after="apex")  # next to the file's other apex imports
         return cst.parse_expression(plan.qualified_target)
 
     def leave_ImportFrom(
