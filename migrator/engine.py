@@ -142,29 +142,44 @@ def run_chain(
             versions.append(code)
             context.suppressions = Suppressions.scan(code)
     context.diagnostics.clear()
-    diagnostics = [_in_original(d, version, versions) for version, d in recorded]
+    diagnostics = _in_original(recorded, versions)
     return module, sorted(diagnostics, key=lambda d: (d.line, d.column, d.code))
 
 
-def _in_original(diagnostic: Diagnostic, version: int, versions: list[str]) -> Diagnostic:
-    """``diagnostic`` (at a line of ``versions[version]``) moved to the matching original line."""
-    line = diagnostic.line
-    for newer in range(version, 0, -1):
-        line = _older_line(versions[newer - 1], versions[newer], line)
-    # The column is kept: on a line an earlier rule rewrote it is the best guess there is.
-    return diagnostic if line == diagnostic.line else dataclasses.replace(diagnostic, line=line)
+def _in_original(recorded: list[tuple[int, Diagnostic]], versions: list[str]) -> list[Diagnostic]:
+    """Each diagnostic (at a line of ``versions[version]``) moved to the matching original line.
+
+    Each change is diffed once, and only when a diagnostic was recorded after it.
+    """
+    line_maps: dict[int, list[int]] = {}
+    moved = []
+    for version, diagnostic in recorded:
+        line = diagnostic.line
+        for newer in range(version, 0, -1):
+            if newer not in line_maps:
+                line_maps[newer] = _line_map(versions[newer - 1], versions[newer])
+            back = line_maps[newer]
+            line = back[line - 1] if 0 < line <= len(back) else line
+        # The column is kept: on a line an earlier rule rewrote it is the best guess there is.
+        moved.append(
+            diagnostic if line == diagnostic.line else dataclasses.replace(diagnostic, line=line)
+        )
+    return moved
 
 
-def _older_line(older: str, newer: str, line: int) -> int:
-    """The line of ``older`` that line ``line`` of ``newer`` comes from; a line the change wrote
-    maps to the first line that change replaced."""
-    matcher = difflib.SequenceMatcher(None, older.splitlines(), newer.splitlines(), autojunk=False)
+def _line_map(older: str, newer: str) -> list[int]:
+    """For each line of ``newer``, the line of ``older`` it comes from (1-based); a line the
+    change wrote maps to the first line that change replaced."""
+    old_lines, new_lines = older.splitlines(), newer.splitlines()
+    back = [0] * len(new_lines)
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     for tag, old_start, _old_end, new_start, new_end in matcher.get_opcodes():
-        if new_start < line <= new_end:
+        for offset, index in enumerate(range(new_start, new_end)):
             if tag == "equal":
-                return old_start + (line - 1 - new_start) + 1
-            return min(old_start + 1, max(len(older.splitlines()), 1))
-    return line
+                back[index] = old_start + offset + 1
+            else:
+                back[index] = min(old_start + 1, max(len(old_lines), 1))
+    return back
 
 
 def verify(output: bytes, path: str, rules: Sequence[type[Rule]], settings: Settings) -> str | None:
