@@ -1,4 +1,17 @@
-"""Migrate one file's bytes: decode, pre-scan, parse, run the rule chain, verify.
+"""Migrate one file's bytes: decode, pre-scan, analyse on ``ast``, edit with libcst, verify.
+
+The cost of a file follows what it needs:
+
+1. every file: decode, read suppression comments, and run the selected rules' ``TRIGGER``
+   expressions over the text; a file none of them matches is done (most files of a tree);
+2. a file that passes: ``ast.parse`` and one :class:`~migrator.index.ModuleIndex` walk, then
+   every rule's ``check`` in code order, each seeing the fixes planned by the rules before it.
+   ``--check`` stops here, and so does any file without a fix: report-only findings need no
+   concrete tree;
+3. a file with fixes: one libcst parse and one pass that applies every edit
+   (:mod:`migrator.edits`), then the import edits;
+4. verification, Black's safety net without a second libcst pass: the output parses, and the
+   rules run on it find nothing left to fix (the rewrite is idempotent).
 
 Nothing here touches the file system; :mod:`migrator.runner` reads and writes files. Every failure
 comes back as a :class:`FileResult` with status ``error``, never as an exception, so one bad file
@@ -8,29 +21,31 @@ never stops a run.
 from __future__ import annotations
 
 import ast
-import dataclasses
-import difflib
+import contextlib
 import enum
-import io
-import tokenize
-from collections.abc import Sequence
+import re
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
 from migrator.diagnostics import Diagnostic, Severity
+from migrator.edits import EditError, apply_edits
 from migrator.imports import apply_import_edits
-from migrator.names import star_imports
+from migrator.index import ModuleIndex
 from migrator.rule import FileContext, Rule, Settings
+from migrator.source import Source, decode
 from migrator.suppressions import Suppressions
 
 ERROR_CODE = "NPU000"  # a file that could not be processed; not a rule, never selectable
 
+__all__ = ["ERROR_CODE", "Engine", "FileResult", "Status", "decode", "migrate_source"]
+
 
 class Status(enum.StrEnum):
     UNCHANGED = "unchanged"
-    CHANGED = "changed"
+    CHANGED = "changed"  # rewritten, or (with apply=False) would be
     SKIPPED = "skipped"  # `# npu-migrate: skip-file`
     ERROR = "error"
 
@@ -42,6 +57,7 @@ class FileResult:
     original: bytes
     migrated: bytes
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    parsed: bool = False  # whether libcst parsed the file (the expensive stage)
 
     @property
     def changed(self) -> bool:
@@ -49,151 +65,200 @@ class FileResult:
 
 
 class RuleChainError(Exception):
-    """A rule raised, or the chain's output failed verification."""
+    """A rule raised, or its edits could not be applied or verified."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The selected rules (sorted by code) and settings; reusable across files.
+
+    The soundness test turns the shortcuts off and compares: ``fast=False`` drops the trigger
+    pre-scan and the rules' candidate filters; ``force_rewrite=True`` runs the libcst stage on
+    every file, in ``--check`` mode too, and fails a file that has no fix but whose rewrite is
+    not byte-identical, or that has fixes but whose rewrite is.
+    """
+
+    rules: Sequence[type[Rule]]
+    settings: Settings = field(default_factory=Settings)
+    fast: bool = True
+    force_rewrite: bool = False
+
+    @property
+    def trigger(self) -> re.Pattern[str] | None:
+        return _combined_trigger(tuple(self.rules))
+
+    def migrate(self, source: bytes, path: str, *, apply: bool = True) -> FileResult:
+        """Run the rules over ``source``; ``apply=False`` (``--check``) writes no edit."""
+
+        def failed(message: str) -> FileResult:
+            diagnostic = Diagnostic(path, 1, 1, ERROR_CODE, Severity.ERROR, message)
+            return FileResult(path, Status.ERROR, source, source, [diagnostic])
+
+        try:
+            text = decode(source)
+        except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+            return failed(f"cannot decode file: {error}")
+        suppressions = Suppressions.scan(text)
+        if suppressions.skip_file:
+            return FileResult(path, Status.SKIPPED, source, source)
+        trigger = self.trigger
+        if self.fast and (trigger is None or trigger.search(text) is None):
+            return FileResult(path, Status.UNCHANGED, source, source)
+        try:
+            index = _parse(text, path)
+        except _ParseError as error:
+            return failed(str(error))
+        try:
+            context = self.analyse(index, path, suppressions)
+        except RuleChainError as error:
+            return failed(str(error))
+        diagnostics = sorted(context.diagnostics, key=_order)
+        fixes = any(d.severity is Severity.FIXED for d in diagnostics)
+        if not fixes and not self.force_rewrite:
+            return FileResult(path, Status.UNCHANGED, source, source, diagnostics)
+        if not apply and not self.force_rewrite:
+            return FileResult(path, Status.CHANGED, source, source, diagnostics)
+        try:
+            output = self.rewrite(source, context)
+        except RuleChainError as error:
+            return failed(str(error))
+        if output == source:
+            if fixes:
+                return failed("internal error, file left untouched: the fixes changed nothing")
+            return FileResult(path, Status.UNCHANGED, source, source, diagnostics, parsed=True)
+        if not fixes:
+            return failed("internal error, file left untouched: an edit without a diagnostic")
+        problem = self.verify(output, path)
+        if problem is not None:
+            return failed(f"internal error, file left untouched: {problem}")
+        migrated = output if apply else source
+        return FileResult(path, Status.CHANGED, source, migrated, diagnostics, parsed=True)
+
+    # -- stages ----------------------------------------------------------------------------------
+
+    def analyse(self, index: ModuleIndex, path: str, suppressions: Suppressions) -> FileContext:
+        """Every selected rule's ``check``, in code order, over one shared context."""
+        context = FileContext(path, self.settings, suppressions, index, fast=self.fast)
+        trigger_text = index.source.text
+        for rule in self.rules:
+            if self.fast and not rule.TRIGGER.search(trigger_text):
+                continue
+            try:
+                rule(context).check()
+            except Exception as error:  # a bug in one rule must not stop the run
+                raise RuleChainError(
+                    f"internal error in {rule.CODE}: {type(error).__name__}: {error}"
+                ) from error
+        return context
+
+    def rewrite(self, source: bytes, context: FileContext) -> bytes:
+        """The file with the planned edits applied: one libcst parse, one pass, imports."""
+        with _deeper_recursion(LIBCST_RECURSION_LIMIT):
+            return self._rewrite(source, context)
+
+    def _rewrite(self, source: bytes, context: FileContext) -> bytes:
+        try:
+            module = cst.parse_module(source)
+        except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, LookupError) as error:
+            raise RuleChainError(f"libcst cannot parse the file: {error}") from error
+        try:
+            module = apply_edits(module, context.edits)
+        except EditError as error:
+            raise RuleChainError(f"internal error: {error}") from error
+        except Exception as error:
+            raise RuleChainError(
+                f"internal error while editing: {type(error).__name__}: {error}"
+            ) from error
+        try:
+            module = apply_import_edits(module, context.imports, context.removals)
+        except (SyntaxError, ValueError) as error:
+            raise RuleChainError(
+                f"internal error: the edited code does not parse: {error}"
+            ) from error
+        return module.bytes
+
+    def verify(self, output: bytes, path: str) -> str | None:
+        """The output parses, and the rules find nothing left to fix in it."""
+        try:
+            text = decode(output)
+            index = _parse(text, path)
+        except (_ParseError, SyntaxError, UnicodeDecodeError, LookupError) as error:
+            return f"the migrated code does not parse ({error})"
+        try:
+            again = self.analyse(index, path, Suppressions.scan(text))
+        except RuleChainError as error:
+            return f"second pass failed: {error}"
+        left = [d for d in again.diagnostics if d.severity is Severity.FIXED]
+        if left:
+            first = left[0]
+            return (
+                "the rules are not idempotent on this file (a second pass would change it "
+                f"again: {first.code} at line {first.line})"
+            )
+        return None
 
 
 def migrate_source(
-    source: bytes, path: str, rules: Sequence[type[Rule]], settings: Settings
-) -> FileResult:
-    """Run ``rules`` (already sorted by code) over ``source``; ``path`` is only for messages."""
-
-    def failed(message: str) -> FileResult:
-        diagnostic = Diagnostic(path, 1, 1, ERROR_CODE, Severity.ERROR, message)
-        return FileResult(path, Status.ERROR, source, source, [diagnostic])
-
-    try:
-        text = decode(source)
-    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        return failed(f"cannot decode file: {error}")
-    suppressions = Suppressions.scan(text)
-    if suppressions.skip_file:
-        return FileResult(path, Status.SKIPPED, source, source)
-    if not any(rule.TRIGGER.search(text) for rule in rules):
-        return FileResult(path, Status.UNCHANGED, source, source)
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
-        return failed(f"syntax error at {error.raw_line}:{error.raw_column + 1}: {error.message}")
-    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        return failed(f"cannot parse file: {error}")
-
-    try:
-        migrated, diagnostics = run_chain(module, path, rules, settings, suppressions)
-    except RuleChainError as error:
-        return failed(str(error))
-    output = migrated.bytes
-    if output == source:
-        return FileResult(path, Status.UNCHANGED, source, source, diagnostics)
-    problem = verify(output, path, rules, settings)
-    if problem is not None:
-        return failed(f"internal error, file left untouched: {problem}")
-    return FileResult(path, Status.CHANGED, source, output, diagnostics)
-
-
-def decode(source: bytes) -> str:
-    """Decode as Python would: PEP 263 cookie, UTF-8 BOM, UTF-8 by default."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-    return source.decode(encoding)
-
-
-def run_chain(
-    module: cst.Module,
+    source: bytes,
     path: str,
     rules: Sequence[type[Rule]],
     settings: Settings,
-    suppressions: Suppressions,
-) -> tuple[cst.Module, list[Diagnostic]]:
-    """Run ``rules`` in order over one shared context.
-
-    Diagnostics point into the code as it was given: a rule that runs after another one changed
-    the code sees shifted lines, so its findings are mapped back through each change. Suppression
-    comments are read again after every change, because they move with the lines they sit on.
-    """
-    context = FileContext(path, settings, suppressions, star_imports(module))
-    code = module.code
-    versions: list[str] = [code]  # the code after each change; diagnostics carry their version
-    recorded: list[tuple[int, Diagnostic]] = []
-    fresh = True  # the first wrapper may skip its defensive deep copy: nothing else holds the tree
-    # Resolving metadata costs far more than parsing; a rule that changed nothing leaves the tree
-    # and its resolved metadata valid for the next rule, so the wrapper is only rebuilt after a
-    # change.
-    wrapper: MetadataWrapper | None = None
-    for rule in rules:
-        if not rule.TRIGGER.search(code):
-            continue
-        context.pending_imports.clear()
-        context.pending_removals.clear()
-        context.diagnostics.clear()
-        try:
-            if wrapper is None:
-                wrapper = MetadataWrapper(module, unsafe_skip_copy=fresh)
-            updated = wrapper.visit(rule(context))
-            updated = apply_import_edits(updated, context.pending_imports, context.pending_removals)
-        except Exception as error:  # a bug in one rule must not stop the run
-            raise RuleChainError(
-                f"internal error in {rule.CODE}: {type(error).__name__}: {error}"
-            ) from error
-        recorded.extend((len(versions) - 1, d) for d in context.diagnostics)
-        updated_code = updated.code
-        if updated_code != code:
-            fresh = False
-            module, code = updated, updated_code
-            wrapper = None
-            versions.append(code)
-            context.suppressions = Suppressions.scan(code)
-    context.diagnostics.clear()
-    diagnostics = _in_original(recorded, versions)
-    return module, sorted(diagnostics, key=lambda d: (d.line, d.column, d.code))
+    *,
+    apply: bool = True,
+) -> FileResult:
+    """Run ``rules`` (already sorted by code) over ``source``; ``path`` is only for messages."""
+    return Engine(tuple(rules), settings).migrate(source, path, apply=apply)
 
 
-def _in_original(recorded: list[tuple[int, Diagnostic]], versions: list[str]) -> list[Diagnostic]:
-    """Each diagnostic (at a line of ``versions[version]``) moved to the matching original line.
-
-    Each change is diffed once, and only when a diagnostic was recorded after it.
-    """
-    line_maps: dict[int, list[int]] = {}
-    moved = []
-    for version, diagnostic in recorded:
-        line = diagnostic.line
-        for newer in range(version, 0, -1):
-            if newer not in line_maps:
-                line_maps[newer] = _line_map(versions[newer - 1], versions[newer])
-            back = line_maps[newer]
-            line = back[line - 1] if 0 < line <= len(back) else line
-        # The column is kept: on a line an earlier rule rewrote it is the best guess there is.
-        moved.append(
-            diagnostic if line == diagnostic.line else dataclasses.replace(diagnostic, line=line)
-        )
-    return moved
+# libcst visits and prints trees recursively, several frames per nesting level: deeply nested
+# code (a few hundred nested calls) that ast accepts needs more than Python's default 1,000.
+LIBCST_RECURSION_LIMIT = 20_000
 
 
-def _line_map(older: str, newer: str) -> list[int]:
-    """For each line of ``newer``, the line of ``older`` it comes from (1-based); a line the
-    change wrote maps to the first line that change replaced."""
-    old_lines, new_lines = older.splitlines(), newer.splitlines()
-    back = [0] * len(new_lines)
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, old_start, _old_end, new_start, new_end in matcher.get_opcodes():
-        for offset, index in enumerate(range(new_start, new_end)):
-            if tag == "equal":
-                back[index] = old_start + offset + 1
+@contextlib.contextmanager
+def _deeper_recursion(limit: int) -> Iterator[None]:
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)
+
+
+class _ParseError(Exception):
+    pass
+
+
+def _parse(text: str, path: str) -> ModuleIndex:
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as error:
+        where = f"{error.lineno}:{(error.offset or 0)}" if error.lineno else "?"
+        raise _ParseError(f"syntax error at {where}: {error.msg}") from error
+    except (ValueError, MemoryError, RecursionError) as error:
+        raise _ParseError(f"cannot parse file: {type(error).__name__}: {error}") from error
+    try:
+        return ModuleIndex(tree, Source(text))
+    except RecursionError as error:
+        raise _ParseError("cannot parse file: it is nested too deeply") from error
+
+
+def _order(diagnostic: Diagnostic) -> tuple[int, int, str]:
+    return diagnostic.line, diagnostic.column, diagnostic.code
+
+
+_TRIGGERS: dict[tuple[type[Rule], ...], re.Pattern[str] | None] = {}
+
+
+def _combined_trigger(rules: tuple[type[Rule], ...]) -> re.Pattern[str] | None:
+    """One expression matching where any of the rules' triggers match: one scan per file."""
+    if rules not in _TRIGGERS:
+        parts = []
+        for rule in rules:
+            pattern = rule.TRIGGER
+            if pattern.flags & re.IGNORECASE:
+                parts.append(f"(?i:{pattern.pattern})")
             else:
-                back[index] = min(old_start + 1, max(len(old_lines), 1))
-    return back
-
-
-def verify(output: bytes, path: str, rules: Sequence[type[Rule]], settings: Settings) -> str | None:
-    """Black's safety net: the output parses and the chain has nothing left to change."""
-    try:
-        text = decode(output)
-        ast.parse(text, filename=path)
-        module = cst.parse_module(output)
-    except (SyntaxError, UnicodeDecodeError, cst.ParserSyntaxError) as error:
-        return f"the migrated code does not parse ({error})"
-    try:
-        again, _ = run_chain(module, path, rules, settings, Suppressions.scan(text))
-    except RuleChainError as error:
-        return f"second pass failed: {error}"
-    if again.bytes != output:
-        return "the rules are not idempotent on this file (a second pass changed it again)"
-    return None
+                parts.append(f"(?:{pattern.pattern})")
+        _TRIGGERS[rules] = re.compile("|".join(parts)) if parts else None
+    return _TRIGGERS[rules]

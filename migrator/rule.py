@@ -1,67 +1,77 @@
 """The rule interface: one class per rule, one rule per module in ``rules/``.
 
-A rule is a libcst transformer with a declarative header::
+A rule has a declarative header and one method, :meth:`Rule.check`, that examines the file's
+Python ``ast`` through a shared :class:`~migrator.index.ModuleIndex` and records findings::
 
-    class AmpCombineGrad(Rule):
+    class CudaMethod(Rule):
         '''
         ## What it does
-        ...
-        ## Why
-        ...
-        ## Example
-        ...
-        ## Use instead
-        ...
-        ## Fix safety
-        ...
+        ...   (also: ## Why, ## Example, ## Use instead, ## Fix safety)
         '''
 
-        CODE = "NPU102"
-        NAME = "amp-combine-grad"
-        SUMMARY = "`amp.initialize(...)` without `combine_grad=True`"
+        CODE = "NPU301"
+        NAME = "cuda-method"
+        SUMMARY = "`.cuda(...)` method call"
         FIX_SAFETY = FixSafety.SAFE
-        TRIGGER = re.compile(r"initialize")
+        TRIGGER = re.compile(r"\\bcuda\\b")
 
-The engine creates one instance per file and per pass, with the file's :class:`FileContext`, and
-visits the module through a ``MetadataWrapper``. Inside the transformer:
+        def check(self) -> None:
+            for attribute in self.index.attributes("cuda"):   # a lookup, not a walk
+                call = self.index.parent(attribute)
+                if isinstance(call, ast.Call) and call.func is attribute:
+                    if self.fix(self.attr_position(attribute), "`.cuda(...)` -> `.npu(...)`",
+                                self.replace(attribute, cst.Attribute, to_npu)):
+                        self.add_import("torch_npu", after="torch")
 
-- ``self.fix(original_node, message)`` records a ``fixed`` diagnostic and returns ``True``; it
-  returns ``False`` when a suppression comment covers that line, and the rule must then leave the
-  node as it is. Always call it before returning an edited node.
-- ``self.report(original_node, message)`` records a ``manual`` (or ``info``) diagnostic.
+What a rule costs is visible in what it uses:
+
+- ``TRIGGER`` is a regular expression run on the text of every file. A file that no selected
+  rule's trigger matches is never parsed at all, so the trigger must match every file the rule
+  could report on (a necessary condition, not a sufficient one).
+- ``check`` runs on ``ast`` for every file that passes the triggers, in every mode. It should
+  ask the index for the few nodes it is about (``index.attributes("cuda")``,
+  ``index.names("SGD")``, ``index.nodes(ast.Call)``, :meth:`Rule.calls_to`) rather than walk
+  the tree, and resolve names only for those.
+- Edits passed to :meth:`fix` are functions over libcst nodes (:mod:`migrator.edits`). They
+  run only when the file is rewritten (never in ``--check`` mode), after one libcst parse of the
+  file shared by all rules; they get the concrete node with everything inside it already
+  edited and return its replacement. They need no libcst metadata: positions come from ``ast``.
+- ``READS`` names the rules whose planned fixes this rule takes into account
+  (``context.facts[code]``); the engine runs rules in code order, so a rule only reads
+  earlier codes. NPU102 adds ``combine_grad=True`` for optimizers that NPU101 *will* make
+  NpuFused; both edits land in the same pass.
+
+Inside ``check``:
+
+- ``self.fix(at, message, *edits)`` records a ``fixed`` diagnostic with its edits and returns
+  ``True``; it returns ``False`` when a suppression comment covers that line: nothing is
+  recorded, and the rule must then not count on the fix.
+- ``self.report(at, message)`` records a ``manual`` (or ``info``) diagnostic.
+- ``at`` is an ``ast`` node (its start) or a :class:`Location` (``self.attr_position(...)``).
 - ``self.qualified_name(node)`` / ``self.qualified_name_in(node, names)`` give the node's
   qualified name through :mod:`migrator.names`, ``Ambiguous`` when it has more than one origin.
-- ``self.add_import("apex")`` and ``self.remove_import_if_unused(...)`` queue import edits that the
-  engine applies after the rule has run, through :mod:`migrator.imports`.
-
-Positions and metadata are only known for nodes of the tree being visited: pass ``original_node``,
-never ``updated_node``, to ``fix``, ``report`` and ``qualified_name``. (``resolve`` is taken:
-libcst's ``MetadataDependent.resolve`` binds the metadata.)
-
-``TRIGGER`` is the cheap pre-scan: the engine only parses a file with libcst when the trigger of at
-least one selected rule matches its text, so it must match every file the rule could edit or
-report on (a necessary condition, not a sufficient one).
+- ``self.add_import("apex")`` and ``self.remove_import_if_unused(...)`` queue import edits that
+  the engine applies after the node edits, through :mod:`migrator.imports`.
 """
 
 from __future__ import annotations
 
+import ast
 import enum
+import inspect
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import (
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
 
 from migrator import names
 from migrator.diagnostics import Diagnostic, Severity
+from migrator.edits import BlockEdit, Change, Edit, NodeEdit
+from migrator.imports import ImportRemoval, ImportRequest
+from migrator.index import ModuleIndex, resolution_base
+from migrator.source import Source
 from migrator.suppressions import Suppressions
 
 DOC_SECTIONS = ("What it does", "Why", "Example", "Use instead", "Fix safety")
@@ -94,21 +104,11 @@ class Settings:
         return self.rule_options.get(code, {})
 
 
-@dataclass(frozen=True)
-class ImportRequest:
-    """``import module`` to add at module level, right after the first import of ``after``."""
+class Location(NamedTuple):
+    """A 1-based line and column, for a diagnostic at a place that is not an ``ast`` node."""
 
-    module: str
-    after: str | None = None
-
-
-@dataclass(frozen=True)
-class ImportRemoval:
-    """An import to drop when nothing uses it any more (libcst's RemoveImportsVisitor semantics)."""
-
-    module: str
-    obj: str | None = None
-    asname: str | None = None
+    line: int
+    column: int
 
 
 @dataclass
@@ -118,15 +118,22 @@ class FileContext:
     path: str
     settings: Settings
     suppressions: Suppressions
-    star_imports: tuple[str, ...] = ()
+    index: ModuleIndex
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    pending_imports: list[ImportRequest] = field(default_factory=list)
-    pending_removals: list[ImportRemoval] = field(default_factory=list)
-    # Facts one rule leaves for a later one in the chain, keyed by the writer's rule code.
-    scratch: dict[str, Any] = field(default_factory=dict)
+    edits: list[Edit] = field(default_factory=list)
+    imports: list[ImportRequest] = field(default_factory=list)
+    removals: list[ImportRemoval] = field(default_factory=list)
+    # Facts one rule leaves for a later one, keyed by the writer's rule code (see READS).
+    facts: dict[str, Any] = field(default_factory=dict)
+    # False in the soundness test: candidate filters (calls_to) return every candidate.
+    fast: bool = True
+
+    @property
+    def source(self) -> Source:
+        return self.index.source
 
 
-class Rule(m.MatcherDecoratableTransformer):
+class Rule:
     """Base class of every rule. See the module docstring for the contract."""
 
     CODE: ClassVar[str]
@@ -134,25 +141,22 @@ class Rule(m.MatcherDecoratableTransformer):
     SUMMARY: ClassVar[str]
     FIX_SAFETY: ClassVar[FixSafety]
     TRIGGER: ClassVar[re.Pattern[str]]
-
-    METADATA_DEPENDENCIES = (
-        QualifiedNameProvider,
-        PositionProvider,
-        ScopeProvider,
-        ParentNodeProvider,
-    )
+    READS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, context: FileContext) -> None:
-        super().__init__()
         self.context = context
+        self.index = context.index
+        self.source = context.index.source
+
+    def check(self) -> None:
+        """Examine the file and record findings (see the module docstring)."""
+        raise NotImplementedError
 
     # -- documentation ---------------------------------------------------------------------------
 
     @classmethod
     def documentation(cls) -> str:
         """The docstring, dedented: What it does / Why / Example / Use instead / Fix safety."""
-        import inspect
-
         return inspect.cleandoc(cls.__doc__ or "")
 
     # -- settings --------------------------------------------------------------------------------
@@ -166,25 +170,48 @@ class Rule(m.MatcherDecoratableTransformer):
         """This rule's options from ``[tool.npu-migrate.rules.<CODE>]``."""
         return self.settings.options_for(self.CODE)
 
+    # -- positions -------------------------------------------------------------------------------
+
+    def position(self, at: ast.AST | Location) -> Location:
+        """1-based line and column of ``at`` (an ``ast`` node's start)."""
+        if isinstance(at, Location):
+            return at
+        return Location(*self.source.position(at))
+
+    def line(self, node: ast.AST) -> int:
+        return node.lineno  # type: ignore[attr-defined,no-any-return]
+
+    def attr_position(self, node: ast.Attribute) -> Location:
+        """Where the attribute name of ``x.attr`` starts."""
+        line, column = self.source.end_position(node)
+        return Location(line, column - len(node.attr) + 1)
+
+    def code(self, node: ast.AST) -> str:
+        """The code of ``node`` as written."""
+        return self.source.segment(node)
+
     # -- diagnostics -----------------------------------------------------------------------------
 
-    def position(self, node: cst.CSTNode) -> tuple[int, int]:
-        """1-based line and column of ``node`` (a node of the visited tree)."""
-        start = self.get_metadata(PositionProvider, node).start
-        return start.line, start.column + 1
+    def suppressed(self, at: ast.AST | Location) -> bool:
+        return self.context.suppressions.covers(self.position(at).line, self.CODE)
 
-    def fix(self, node: cst.CSTNode, message: str) -> bool:
-        """Record that ``node`` is rewritten; ``False`` means suppressed: leave the node alone."""
-        return self._add(node, message, Severity.FIXED)
+    def fix(self, at: ast.AST | Location, message: str, *edits: Edit) -> bool:
+        """Record that ``at`` is rewritten by ``edits``; ``False`` means suppressed."""
+        if not self._add(at, message, Severity.FIXED):
+            return False
+        self.context.edits.extend(edits)
+        return True
 
-    def report(self, node: cst.CSTNode, message: str, severity: Severity = Severity.MANUAL) -> None:
+    def report(
+        self, at: ast.AST | Location, message: str, severity: Severity = Severity.MANUAL
+    ) -> None:
         """Record a finding that is not fixed here (``manual`` by default, or ``info``)."""
         if severity is Severity.FIXED or severity is Severity.ERROR:
             raise ValueError("report() is for manual and info diagnostics; use fix()")
-        self._add(node, message, severity)
+        self._add(at, message, severity)
 
-    def _add(self, node: cst.CSTNode, message: str, severity: Severity) -> bool:
-        line, column = self.position(node)
+    def _add(self, at: ast.AST | Location, message: str, severity: Severity) -> bool:
+        line, column = self.position(at)
         if self.context.suppressions.covers(line, self.CODE):
             return False
         self.context.diagnostics.append(
@@ -192,31 +219,94 @@ class Rule(m.MatcherDecoratableTransformer):
         )
         return True
 
+    # -- edits -----------------------------------------------------------------------------------
+
+    def replace(self, node: ast.AST, kind: type[cst.CSTNode], change: Change) -> NodeEdit:
+        """An edit of the concrete ``kind`` node that spans what ``node`` spans."""
+        return NodeEdit(kind, self.source.span(node), change)
+
+    def replace_statement(self, statement: ast.stmt, change: Change) -> NodeEdit:
+        """An edit of the concrete statement line (or compound statement) of ``statement``."""
+        kind = statement_kind(statement)
+        first = self.index.line_head(statement) if kind is cst.SimpleStatementLine else statement
+        return NodeEdit(kind, self.source.span(first), change)
+
+    def rebuild_block(
+        self, lines: list[list[ast.stmt]], rebuild: Callable[[Any], list[cst.BaseStatement]]
+    ) -> BlockEdit:
+        """An edit of a whole block, given as its statement lines (``index.lines(body)``)."""
+        keys = tuple((statement_kind(line[0]), self.source.start(line[0])) for line in lines)
+        return BlockEdit(keys, rebuild)
+
     # -- names -----------------------------------------------------------------------------------
 
-    def qualified_name(self, node: cst.BaseExpression) -> str | names.Ambiguous | None:
+    def qualified_name(self, node: ast.AST) -> str | names.Ambiguous | None:
         """The one qualified name of ``node``, ``Ambiguous``, or ``None`` (nothing imported)."""
-        return names.resolve(self, node, self.context.star_imports)
+        try:
+            return names.resolve(self.index, node)
+        except RecursionError:  # a pathological alias chain is not an optimizer or a device
+            return None
 
     def qualified_name_in(
-        self, node: cst.BaseExpression, wanted: Collection[str]
+        self, node: ast.AST, wanted: Collection[str]
     ) -> str | names.Ambiguous | None:
         """Like :meth:`qualified_name`, narrowed to ``wanted``: a name in it, ``Ambiguous`` when
         one of the possible origins is in it, else ``None``."""
-        return names.resolve_any(self, node, wanted, self.context.star_imports)
+        try:
+            return names.resolve_any(self.index, node, wanted)
+        except RecursionError:
+            return None
+
+    def may_name(self, node: ast.AST, roots: Collection[str]) -> bool:
+        """A cheap, conservative test: could ``node`` resolve to a name under ``roots``
+        (``{"torch", "apex"}``)? False only when it certainly cannot, so that rules resolve
+        just the candidates."""
+        if not self.context.fast:
+            return True
+        base = resolution_base(node)
+        if base is None:  # `"x".format`: libcst names it after the builtin None
+            return "builtins" in roots
+        return base.id in self.index.names_reaching(frozenset(roots))
+
+    def calls_to(self, roots: Collection[str]) -> Iterator[ast.Call]:
+        """The calls whose callee may resolve to a name under ``roots``, in source order."""
+        for call in self.index.nodes(ast.Call):
+            if self.may_name(call.func, roots):
+                yield call
 
     # -- imports ---------------------------------------------------------------------------------
 
     def add_import(self, module: str, *, after: str | None = None) -> None:
         """Queue ``import module`` (added once, after the first import of ``after`` if given)."""
         request = ImportRequest(module, after)
-        if request not in self.context.pending_imports:
-            self.context.pending_imports.append(request)
+        if request not in self.context.imports:
+            self.context.imports.append(request)
 
     def remove_import_if_unused(
         self, module: str, obj: str | None = None, asname: str | None = None
     ) -> None:
         """Queue removal of ``import module`` / ``from module import obj as asname`` if unused."""
         removal = ImportRemoval(module, obj, asname)
-        if removal not in self.context.pending_removals:
-            self.context.pending_removals.append(removal)
+        if removal not in self.context.removals:
+            self.context.removals.append(removal)
+
+
+def statement_kind(statement: ast.stmt) -> type[cst.CSTNode]:
+    """The libcst node that holds ``statement``: its line, or the compound statement itself."""
+    return _COMPOUND.get(type(statement), cst.SimpleStatementLine)
+
+
+_COMPOUND: dict[type, type[cst.CSTNode]] = {
+    ast.If: cst.If,
+    ast.For: cst.For,
+    ast.AsyncFor: cst.For,
+    ast.While: cst.While,
+    ast.With: cst.With,
+    ast.AsyncWith: cst.With,
+    ast.Try: cst.Try,
+    ast.TryStar: cst.TryStar,
+    ast.FunctionDef: cst.FunctionDef,
+    ast.AsyncFunctionDef: cst.FunctionDef,
+    ast.ClassDef: cst.ClassDef,
+    ast.Match: cst.Match,
+}

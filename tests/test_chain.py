@@ -1,19 +1,25 @@
-"""The rule chain: later rules see earlier rules' output, but report against the original file."""
+"""Several rules over one file: one analysis of the original, edits composed in one pass.
+
+Every rule reports against the original file's lines, even when an earlier rule's edit adds a
+line; a rule that depends on another reads its plan (``context.facts``) instead of its output,
+and both edits land in the same pass, inner node before outer node.
+"""
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
-import libcst.matchers as m
 
+from migrator.callargs import append_arg, keyword
 from migrator.diagnostics import Severity
-from migrator.engine import Status, migrate_source
+from migrator.engine import Engine, Status, migrate_source
 from migrator.rule import FixSafety, Rule, Settings
 
 
 class AddsApexImport(Rule):
-    """Shifts every line down by one, as NPU101 does when it adds `import apex`."""
+    """`helper(...)` -> `apex.helper(...)`; adds `import apex` (shifting every line below)."""
 
     CODE = "NPU801"
     NAME = "adds-import"
@@ -21,12 +27,16 @@ class AddsApexImport(Rule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile("helper")
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        is_helper = m.matches(original_node.func, m.Name("helper"))
-        if is_helper and self.fix(original_node, "helper -> apex.helper"):
-            self.add_import("apex")
-            return updated_node.with_changes(func=cst.parse_expression("apex.helper"))
-        return updated_node
+    def check(self) -> None:
+        planned = self.context.facts.setdefault(self.CODE, set())
+        for name in self.index.names("helper"):
+            call = self.index.parent(name)
+            if not (isinstance(call, ast.Call) and call.func is name):
+                continue
+            edit = self.replace(name, cst.Name, lambda _: cst.parse_expression("apex.helper"))
+            if self.fix(call, "helper -> apex.helper", edit):
+                self.add_import("apex")
+                planned.add(id(call))
 
 
 class ReportsCuda(Rule):
@@ -38,9 +48,31 @@ class ReportsCuda(Rule):
     FIX_SAFETY = FixSafety.NONE
     TRIGGER = re.compile("cuda")
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == "cuda":
-            self.report(node.attr, "cuda")
+    def check(self) -> None:
+        for attribute in self.index.attributes("cuda"):
+            self.report(self.attr_position(attribute), "cuda")
+
+
+class MarksHelperCalls(Rule):
+    """Adds `marked=True` to the calls NPU801 rewrites: it reads NPU801's plan."""
+
+    CODE = "NPU803"
+    NAME = "marks-helper-calls"
+    SUMMARY = "test rule"
+    FIX_SAFETY = FixSafety.SAFE
+    TRIGGER = re.compile("helper")
+    READS = ("NPU801",)
+
+    def check(self) -> None:
+        planned = self.context.facts.get("NPU801", set())
+        for call in self.index.nodes(ast.Call):
+            if id(call) in planned:
+                edit = self.replace(
+                    call,
+                    cst.Call,
+                    lambda node: append_arg(node, keyword("marked", cst.Name("True"))),
+                )
+                self.fix(call, "marked", edit)
 
 
 SOURCE = b"""import os
@@ -48,13 +80,15 @@ helper()
 x.cuda()
 y.cuda()  # npu-migrate: ignore[NPU802]
 z.cuda()
+helper(1)  # npu-migrate: ignore[NPU801]
 """
 
 
-def test_later_rules_report_at_original_lines_and_honour_moved_suppressions() -> None:
+def test_later_rules_report_at_original_lines_and_honour_suppressions() -> None:
     result = migrate_source(SOURCE, "t.py", (AddsApexImport, ReportsCuda), Settings())
     assert result.status is Status.CHANGED
     assert result.migrated.startswith(b"import os\nimport apex\napex.helper()\n")
+    assert b"\nhelper(1)" in result.migrated  # suppressed: left as written
     found = [(d.line, d.column, d.code, d.severity) for d in result.diagnostics]
     assert found == [
         (2, 1, "NPU801", Severity.FIXED),
@@ -66,3 +100,31 @@ def test_later_rules_report_at_original_lines_and_honour_moved_suppressions() ->
 def test_without_the_earlier_change_lines_are_the_same() -> None:
     result = migrate_source(SOURCE, "t.py", (ReportsCuda,), Settings())
     assert [(d.line, d.column) for d in result.diagnostics] == [(3, 3), (5, 3)]
+
+
+def test_a_rule_reading_another_rules_plan_edits_the_same_call_in_the_same_pass() -> None:
+    rules = (AddsApexImport, MarksHelperCalls)
+    result = migrate_source(
+        b"helper(1)\nhelper(2)  # npu-migrate: ignore\n", "t.py", rules, Settings()
+    )
+    assert result.migrated == (
+        b"import apex\napex.helper(1, marked=True)\nhelper(2)  # npu-migrate: ignore\n"
+    )
+    assert [(d.line, d.code) for d in result.diagnostics] == [(1, "NPU801"), (1, "NPU803")]
+    # Without the rule it depends on, it has nothing to act on.
+    alone = migrate_source(b"helper(1)\n", "t.py", (MarksHelperCalls,), Settings())
+    assert alone.status is Status.UNCHANGED and not alone.diagnostics
+
+
+def test_check_mode_never_parses_with_libcst() -> None:
+    engine = Engine((AddsApexImport, ReportsCuda), Settings())
+    checked = engine.migrate(SOURCE, "t.py", apply=False)
+    assert checked.status is Status.CHANGED and not checked.parsed
+    assert checked.migrated == SOURCE
+    written = engine.migrate(SOURCE, "t.py")
+    assert written.parsed and written.diagnostics == checked.diagnostics
+
+
+def test_report_only_findings_never_parse_with_libcst() -> None:
+    result = Engine((ReportsCuda,), Settings()).migrate(SOURCE, "t.py")
+    assert result.status is Status.UNCHANGED and result.diagnostics and not result.parsed

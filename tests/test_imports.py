@@ -5,8 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from migrator.imports import apply_import_edits, ensure_import
-from migrator.rule import ImportRemoval, ImportRequest
+from migrator.imports import ImportRemoval, ImportRequest, apply_import_edits, ensure_import
 
 
 def added(source: str, name: str, after: str | None = None) -> str:
@@ -96,3 +95,65 @@ def test_two_removals_from_one_module_are_both_applied() -> None:
         [ImportRemoval("apex.normalization", None, "N"), ImportRemoval("apex.normalization")],
     )
     assert module.code == "x = 1\n"
+
+
+def removed(source: str, *removals: ImportRemoval) -> str:
+    return apply_import_edits(cst.parse_module(source), [], removals).code
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch.optim as optim\ndef f():\n    return optim.SGD\n",  # a use in a function
+        "import torch.optim as optim\n__all__ = ['optim']\n",  # re-exported
+        "import torch.optim as optim\ndef f(o: 'optim.SGD') -> None: ...\n",  # string annotation
+    ],
+    ids=["nested-use", "exported", "string-annotation"],
+)
+def test_an_import_still_used_is_kept(source: str) -> None:
+    assert removed(source, ImportRemoval("torch.optim", None, "optim")) == source
+
+
+def test_import_a_dotted_module_is_used_by_any_use_of_its_top_name() -> None:
+    source = "import torch.optim\nx = torch.nn\n"
+    assert removed(source, ImportRemoval("torch.optim")) == source
+    assert removed("import torch.optim\nx = 1\n", ImportRemoval("torch.optim")) == "x = 1\n"
+
+
+REMOVAL_SHAPES = [
+    "from apex.optimizers import (\n    FusedAdam,  # the fast one\n    FusedSGD,\n)\n"
+    "FusedSGD(p)\n",
+    "from apex.optimizers import (\n    FusedSGD,\n    # about adam\n    FusedAdam,  # fast\n)\n"
+    "FusedSGD()\n",
+    "from apex.optimizers import FusedSGD, FusedAdam as A\nFusedSGD()\n",
+    "import os, apex.optimizers as O, sys\nos.sep\n",
+    "import apex.optimizers as O; import os\nos.sep\n",
+    "def f():\n    from apex.optimizers import FusedAdam\n    return 1\n"
+    "from apex.optimizers import FusedAdam\nFusedAdam()\n",
+    "if x:\n    from apex.optimizers import FusedAdam\nelse:\n    FusedAdam = None\n",
+]
+REMOVALS = [
+    ImportRemoval("apex.optimizers", "FusedAdam"),
+    ImportRemoval("apex.optimizers", "FusedAdam", "A"),
+    ImportRemoval("apex.optimizers", None, "O"),
+]
+
+
+@pytest.mark.parametrize("source", REMOVAL_SHAPES)
+def test_removal_matches_libcsts_remove_imports_visitor(source: str) -> None:
+    """The same result as libcst's RemoveImportsVisitor, which decides on libcst's scopes."""
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    expected = cst.parse_module(source)
+    for removal in REMOVALS:
+        request = [(removal.module, removal.obj, removal.asname)]
+        expected = RemoveImportsVisitor(CodemodContext(), request).transform_module(expected)
+    assert removed(source, *REMOVALS) == expected.code
+
+
+def test_an_import_left_alone_in_a_block_becomes_pass() -> None:
+    source = "try:\n    import apex.normalization\nexcept ImportError:\n    pass\n"
+    assert removed(source, ImportRemoval("apex.normalization")) == (
+        "try:\n    pass\nexcept ImportError:\n    pass\n"
+    )

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
+
 import pytest
-from libcst.metadata import MetadataWrapper
 
 from migrator import names
+from migrator.index import ModuleIndex
 from migrator.names import Ambiguous
-from migrator.rule import FileContext, Rule, Settings
-from migrator.suppressions import Suppressions
+from migrator.source import Source
+
+
+def index_of(source: str) -> ModuleIndex:
+    return ModuleIndex(ast.parse(source), Source(source))
 
 
 def resolve_calls(source: str) -> list[str | Ambiguous | None]:
     """What each call's callee resolves to, in source order."""
-    found: list[str | Ambiguous | None] = []
-
-    class Probe(Rule):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(self.qualified_name(node.func))
-
-    module = cst.parse_module(source)
-    context = FileContext("t.py", Settings(), Suppressions(), names.star_imports(module))
-    MetadataWrapper(module).visit(Probe(context))
-    return found
+    index = index_of(source)
+    return [names.resolve(index, call.func) for call in index.nodes(ast.Call)]
 
 
 @pytest.mark.parametrize(
@@ -91,20 +87,78 @@ def test_local_names_resolve_to_none(source: str) -> None:
 
 def test_resolve_any_ignores_ambiguity_that_does_not_involve_the_wanted_names() -> None:
     source = "try:\n    from a import f\nexcept ImportError:\n    from b import f\nf()\n"
-    found: list[object] = []
-
-    class Probe(Rule):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(self.qualified_name_in(node.func, {"torch.optim.SGD"}))
-            found.append(self.qualified_name_in(node.func, {"a.f"}))
-
-    module = cst.parse_module(source)
-    MetadataWrapper(module).visit(Probe(FileContext("t.py", Settings(), Suppressions())))
-    assert found[0] is None
-    assert isinstance(found[1], Ambiguous)
+    index = index_of(source)
+    [call] = index.nodes(ast.Call)
+    assert names.resolve_any(index, call.func, {"torch.optim.SGD"}) is None
+    assert isinstance(names.resolve_any(index, call.func, {"a.f"}), Ambiguous)
 
 
 def test_a_name_rebound_from_itself_ends_the_search() -> None:
     """``x = x.T`` once sent the value-alias search into endless recursion (torch/optim)."""
     source = "def f(g):\n    x = g.float()\n    x = x.T\n    return x.div_(2)\n"
     assert resolve_calls(source) == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        # a read sees the bindings before it in its own scope ...
+        ("from torch.optim import SGD\nSGD(p)\nSGD = None\n", "torch.optim.SGD"),
+        # ... and every binding of an enclosing scope, whatever the order
+        ("def f():\n    return SGD(p)\nfrom torch.optim import SGD\n", "torch.optim.SGD"),
+        # a class body is not visible from its methods
+        (
+            "from torch.optim import SGD\nclass A:\n    SGD = 1\n    def f(self):\n"
+            "        return SGD(p)\n",
+            "torch.optim.SGD",
+        ),
+        # `global` sends an assignment to the module scope
+        (
+            "import torch\ndef f():\n    global torch\n    torch = None\ntorch.optim.SGD(p)\n",
+            Ambiguous(("torch.optim.SGD",), "bound both by an import and locally"),
+        ),
+        # `import a.b` binds the dotted name: `a.b.c` is read through it
+        ("import torch.optim\ntorch.optim.Adam(p)\n", "torch.optim.Adam"),
+        ("import torch.nn as nn\nnn.LayerNorm(8)\n", "torch.nn.LayerNorm"),
+        ("from . import optim\noptim.SGD(p)\n", ".optim.SGD"),
+        ("len(x)\n", "builtins.len"),
+    ],
+)
+def test_scoping_follows_libcst(source: str, expected: object) -> None:
+    """The answers of libcst's QualifiedNameProvider, which the rules were written against."""
+    assert resolve_calls(source)[-1] == expected
+
+
+def test_comprehension_targets_are_seen_by_the_element() -> None:
+    source = "import torch\n[o(p) for o in (torch.optim.SGD,)]\n"
+    index = index_of(source)
+    [call] = [c for c in index.nodes(ast.Call) if isinstance(c.func, ast.Name)]
+    assert [q.name for q in index.qualified_names(call.func)] == ["<comprehension>.o"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nOpt = torch.optim.SGD\nOpt(p)\n",
+        "import torch\nOpt: type = torch.optim.SGD\nOpt(p)\n",
+        "import torch as t\nA = t.optim\nB = A\nB.SGD(p)\n",
+        "from torch.optim import *\nSGD(p)\n",
+    ],
+    ids=["value-alias", "annotated-alias", "alias-chain", "star-import"],
+)
+def test_the_candidate_filter_admits_every_name_resolution_can_reach(source: str) -> None:
+    """``names_reaching`` is the cheap filter in front of ``resolve``: it must never hide a
+    name that resolves to (or may be) something under the roots."""
+    index = index_of(source)
+    reaching = index.names_reaching(frozenset({"torch"}))
+    for call in index.nodes(ast.Call):
+        assert names.resolve(index, call.func) is not None
+        base = call.func
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        assert isinstance(base, ast.Name) and base.id in reaching
+
+
+def test_the_candidate_filter_leaves_out_unrelated_names() -> None:
+    index = index_of("import torch\nimport numpy as np\nx = np.zeros(3)\ny = x\n")
+    assert index.names_reaching(frozenset({"torch"})) == {"torch"}

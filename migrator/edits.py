@@ -1,0 +1,228 @@
+"""Applying the rules' edits to a file's concrete syntax tree: one libcst parse, one pass.
+
+Rules find what to change on Python's ``ast`` (see :mod:`migrator.rule`) and describe each
+change as an edit anchored at a source span. Only a file that has edits is parsed by libcst,
+once. One code generation over the concrete tree locates the nodes at those spans (and marks
+the nodes on the way to them); one transformer pass then visits only those paths and applies
+every edit bottom-up, so an edit of an outer node (a call) receives its inner nodes already
+edited (its arguments). Import additions and removals follow on the module's statements.
+
+Nothing here needs libcst metadata: no scope, parent or position providers, no deep copy.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+
+Span = tuple[int, int]  # character offsets in the file's text: [start, end)
+# A change of one concrete node: it gets the node with everything inside already edited and
+# returns its replacement (a node, a FlattenSentinel or a RemovalSentinel).
+Change = Callable[[Any], Any]
+# The statements a block edit receives for each statement line of the original block, in order:
+# the line as edited (one statement, several after a split, none after a removal).
+Lines = list[list[cst.BaseStatement]]
+STATEMENT_KINDS = (cst.BaseStatement, cst.BaseSmallStatement)
+
+
+class EditError(Exception):
+    """An edit could not be applied (its node was not found, or it failed)."""
+
+
+@dataclass(frozen=True)
+class NodeEdit:
+    """Replace the concrete node of type ``kind`` at ``span`` by ``change(node)``.
+
+    Statements are found by where they start (``span[1]`` is ignored for them).
+    """
+
+    kind: type[cst.CSTNode]
+    span: Span
+    change: Change
+
+
+@dataclass(frozen=True)
+class BlockEdit:
+    """Rebuild a block (an indented body, or the module) from its statement lines.
+
+    ``lines`` are the starts of the block's statement lines, in order (the first one locates
+    the block); ``rebuild`` gets each line as edited by the node edits, and returns the body.
+    """
+
+    lines: tuple[tuple[type[cst.CSTNode], int], ...]
+    rebuild: Callable[[Lines], list[cst.BaseStatement]]
+
+
+Edit = NodeEdit | BlockEdit
+
+
+def is_statement_kind(kind: type[cst.CSTNode]) -> bool:
+    return issubclass(kind, STATEMENT_KINDS)
+
+
+def _key(kind: type[cst.CSTNode], span: Span) -> tuple[type[cst.CSTNode], int, int]:
+    return (kind, span[0], -1 if is_statement_kind(kind) else span[1])
+
+
+@dataclass
+class _Located:
+    nodes: dict[tuple[type[cst.CSTNode], int, int], cst.CSTNode] = field(default_factory=dict)
+    parents: dict[int, cst.CSTNode] = field(default_factory=dict)  # id(statement) -> its block
+    on_path: set[int] = field(default_factory=set)  # ids of the wanted nodes and their ancestors
+
+
+class _LocatingState(CodegenState):
+    """A code generation that writes nothing and records where the wanted nodes are.
+
+    libcst's own position provider computes a line and column for every node of the tree;
+    the edits need only the few nodes they name, by character offset.
+    """
+
+    def __init__(self, module: cst.Module, wanted: set[tuple[type[cst.CSTNode], int, int]]):
+        super().__init__(
+            default_indent=module.default_indent, default_newline=module.default_newline
+        )
+        self.wanted = wanted
+        self.kinds = {kind for kind, _, _ in wanted}
+        self.offset = 0
+        self.stack: list[cst.CSTNode] = []
+        self.located = _Located()
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.offset += len(token)
+
+    def add_token(self, value: str) -> None:
+        self.offset += len(value)
+
+    def pop_trailing_newline(self) -> None:
+        pass  # only the module's very end moves: nothing is located after it
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self.stack.append(node)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        self.stack.pop()
+
+    @contextmanager
+    def record_syntactic_position(
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: cst.CSTNode | None = None,
+        end_node: cst.CSTNode | None = None,
+    ) -> Iterator[None]:
+        start = self.offset
+        yield
+        kind = type(node)
+        if kind not in self.kinds:
+            return
+        key = (kind, start, -1 if is_statement_kind(kind) else self.offset)
+        if key not in self.wanted:
+            return
+        located = self.located
+        located.nodes[key] = node
+        # The stack ends with the node itself (codegen of a node wraps its syntactic part).
+        for ancestor in self.stack:
+            located.on_path.add(id(ancestor))
+        if len(self.stack) >= 2:
+            located.parents[id(node)] = self.stack[-2]
+
+
+def locate(module: cst.Module, wanted: set[tuple[type[cst.CSTNode], int, int]]) -> _Located:
+    state = _LocatingState(module, wanted)
+    module._codegen(state)
+    return state.located
+
+
+class _Applier(cst.CSTTransformer):
+    """Visits only the paths to edited nodes; applies node edits and block edits on leave."""
+
+    def __init__(
+        self,
+        located: _Located,
+        changes: dict[int, list[Change]],
+        blocks: dict[int, tuple[list[cst.CSTNode], BlockEdit]],
+    ) -> None:
+        super().__init__()
+        self.on_path = located.on_path
+        self.changes = changes
+        self.blocks = blocks
+        self.results: dict[int, Any] = {}  # id(original statement) -> what it became
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) in self.on_path
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
+        result: Any = updated_node
+        block = self.blocks.get(id(original_node))
+        if block is not None:
+            result = self._rebuild(result, *block)
+        for change in self.changes.get(id(original_node), ()):
+            if not isinstance(result, cst.CSTNode):
+                break  # removed or split by an earlier change of the same node
+            result = change(result)
+        if isinstance(original_node, cst.BaseStatement):
+            self.results[id(original_node)] = result
+        return result
+
+    def _rebuild(
+        self, block: cst.CSTNode, lines: list[cst.CSTNode], edit: BlockEdit
+    ) -> cst.CSTNode:
+        edited: Lines = []
+        for line in lines:
+            result = self.results.get(id(line), line)
+            if isinstance(result, cst.FlattenSentinel):
+                edited.append(list(result.nodes))
+            elif isinstance(result, cst.RemovalSentinel):
+                edited.append([])
+            else:
+                edited.append([result])
+        body = edit.rebuild(edited)
+        return block.with_changes(body=body)
+
+
+def apply_edits(module: cst.Module, edits: Sequence[Edit]) -> cst.Module:
+    """``module`` with every edit applied, in one pass (order: inner before outer)."""
+    wanted: set[tuple[type[cst.CSTNode], int, int]] = set()
+    for edit in edits:
+        if isinstance(edit, NodeEdit):
+            wanted.add(_key(edit.kind, edit.span))
+        else:
+            wanted.update((kind, start, -1) for kind, start in edit.lines)
+    located = locate(module, wanted)
+    changes: dict[int, list[Change]] = {}
+    blocks: dict[int, tuple[list[cst.CSTNode], BlockEdit]] = {}
+    for edit in edits:
+        if isinstance(edit, NodeEdit):
+            node = _found(located, _key(edit.kind, edit.span))
+            changes.setdefault(id(node), []).append(edit.change)
+        else:
+            lines = [_found(located, (kind, start, -1)) for kind, start in edit.lines]
+            parent = located.parents.get(id(lines[0]))
+            if parent is None or id(parent) in blocks:
+                raise EditError("two edits rebuild the same block")
+            blocks[id(parent)] = (lines, edit)
+    applier = _Applier(located, changes, blocks)
+    updated = module.visit(applier)
+    assert isinstance(updated, cst.Module)
+    return updated
+
+
+def _found(located: _Located, key: tuple[type[cst.CSTNode], int, int]) -> cst.CSTNode:
+    node = located.nodes.get(key)
+    if node is None:
+        kind, start, _ = key
+        raise EditError(f"no {kind.__name__} found at offset {start} to edit")
+    return node
+
+
+def statement_start(source_start: Callable[[ast.AST], int], statement: ast.stmt) -> int:
+    """Where libcst's statement node for ``statement`` starts (the same place as ast's)."""
+    return source_start(statement)
