@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -187,23 +189,40 @@ class Options:
         return Mode.OUTPUT if self.output is not None else Mode.WRITE
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C, so workers are stopped and no write is half done."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``npu-migrate`` and ``python -m migrator``; returns the exit code."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         code = command.main(
             args=list(argv) if argv is not None else None,
             prog_name="npu-migrate",
             standalone_mode=False,
         )
-    except click.exceptions.Abort:  # Ctrl-C
-        click.echo("interrupted", err=True)
+    except click.exceptions.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+        click.echo("npu-migrate: interrupted; files already written are complete", err=True)
         return 130
+    except Terminated:
+        click.echo("npu-migrate: terminated; files already written are complete", err=True)
+        return 143
     except click.ClickException as error:
         error.show()
         return EXIT_ERROR
     except RuleLoadError as error:
         click.echo(f"error: {error}", err=True)
         return EXIT_ERROR
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return code if isinstance(code, int) else EXIT_OK
 
 

@@ -1,0 +1,112 @@
+"""The result cache: what a content hash under a rule set and settings already gave."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import migrator
+from migrator.diagnostics import Diagnostic, Severity
+from migrator.engine import Status
+from migrator.files import write_atomic
+from migrator.jobs import Job, Outcome, reason_of
+
+
+def content_digest(source: bytes) -> str:
+    return hashlib.sha256(source).hexdigest()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "npu-migrate"
+
+
+def source_fingerprint() -> str:
+    """A hash of the migrator's own code, so that editing a rule invalidates the cache even
+    between two releases with the same version number."""
+    digest = hashlib.sha256(migrator.__version__.encode())
+    rules_package = importlib.import_module("migrator.rules")
+    for folder in sorted({Path(migrator.__file__).parent, *map(Path, rules_package.__path__)}):
+        for source in sorted(folder.glob("*.py")):
+            digest.update(source.name.encode())
+            digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(job: Job) -> str:
+    settings = {
+        "fingerprint": source_fingerprint(),
+        "codes": sorted(job.codes),
+        "target": str(job.settings.target),
+        "unsafe_fixes": job.settings.unsafe_fixes,
+        "rule_options": job.settings.rule_options,
+    }
+    encoded = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.sha256(encoded).hexdigest()[:32]
+
+
+class ResultCache:
+    """Results of files that needed no edit, keyed by content hash, one JSON file per key.
+
+    Only ``unchanged``, ``skipped`` and engine ``error`` outcomes are stored, with their
+    diagnostics: a hit means "this exact content was already processed under these exact rules
+    and settings and nothing is to be written", so a write decision never rests on anything but a
+    hash match. Changed files are not stored; once migrated, their new content is. I/O errors
+    (unreadable, read-only) are facts about the file system, not the content, and are not stored.
+    """
+
+    MAX_ENTRIES = 200_000
+
+    def __init__(self, folder: Path, key: str) -> None:
+        self.file = folder / f"results-{key}.json"
+        self.entries: dict[str, Any] = self._load()
+        self.added: dict[str, Any] = {}
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            return {}  # absent or damaged: start over
+        return data if isinstance(data, dict) else {}
+
+    def get(self, path: str, digest: str) -> Outcome | None:
+        entry = self.entries.get(digest)
+        if entry is None:
+            return None
+        try:
+            status = Status(entry["status"])
+            diagnostics = [
+                Diagnostic(path, line, column, code, Severity(severity), message)
+                for line, column, code, severity, message in entry["diagnostics"]
+            ]
+        except (KeyError, TypeError, ValueError):
+            return None
+        reason = reason_of(status, diagnostics)
+        return Outcome(path, status, diagnostics, reason=reason, digest=digest, cached=True)
+
+    def put(self, outcome: Outcome) -> None:
+        if outcome.digest is None or outcome.cached:
+            return
+        self.added[outcome.digest] = {
+            "status": str(outcome.status),
+            "diagnostics": [
+                [d.line, d.column, d.code, str(d.severity), d.message] for d in outcome.diagnostics
+            ],
+        }
+
+    def save(self) -> None:
+        """Merge with what another run may have stored meanwhile, then replace atomically."""
+        if not self.added:
+            return
+        merged = {**self._load(), **self.added}
+        if len(merged) > self.MAX_ENTRIES:
+            merged = dict(self.added)
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(str(self.file), json.dumps(merged).encode(), 0o644)
+        except OSError:
+            pass  # a cache that cannot be written only costs time

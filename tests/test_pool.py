@@ -1,0 +1,125 @@
+"""migrator.pool with real processes: dead workers, recycled workers, orphaned workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from migrator.pool import TimedOut, WorkerDied, WorkerPool
+
+HOLD: list[bytes] = []
+
+
+def setup(payload: object) -> None:
+    pass
+
+
+def work(task: str) -> tuple[str, int]:
+    """``die``: the worker kills itself; ``big``: it keeps 64 MB; anything else: its pid."""
+    if task == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if task == "big":
+        HOLD.append(b"x" * (64 * 1024 * 1024))
+    if task == "sleep":
+        time.sleep(60)
+    return task, os.getpid()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose (its parent has not reaped it yet).
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+def test_every_task_comes_back_once() -> None:
+    tasks = [f"t{i}" for i in range(20)]
+    with WorkerPool[str](2, setup, None, work) as pool:
+        results = dict(pool.run(tasks))
+    assert sorted(results) == sorted(tasks)
+    assert all(isinstance(result, tuple) and result[0] == task for task, result in results.items())
+
+
+def test_a_dead_worker_costs_only_its_task_and_is_replaced() -> None:
+    tasks = ["a", "b", "die", "c", "d", "e"]
+    with WorkerPool[str](2, setup, None, work) as pool:
+        results = dict(pool.run(tasks))
+    assert sorted(results) == sorted(tasks)
+    died = results["die"]
+    assert isinstance(died, WorkerDied) and died.exitcode == -signal.SIGKILL
+    assert "SIGKILL" in died.describe()
+    assert all(not isinstance(results[t], WorkerDied) for t in tasks if t != "die")
+
+
+def test_a_worker_over_its_memory_limit_is_replaced_after_its_task() -> None:
+    with WorkerPool[str](1, setup, None, work, memory_limit=48 * 1024 * 1024) as pool:
+        results = list(pool.run(["before", "big", "after"]))
+    pids = {task: result[1] for task, result in results}
+    assert pids["before"] == pids["big"] != pids["after"]
+
+
+def test_an_exception_in_the_parent_kills_the_workers() -> None:
+    pids: list[int] = []
+    with pytest.raises(KeyboardInterrupt), WorkerPool[str](2, setup, None, work) as pool:
+        for _, result in pool.run(["a", "b", "sleep", "c"]):
+            pids.append(result[1])
+            if len(pids) == 2:
+                raise KeyboardInterrupt
+    assert pids and wait_gone(pids, 1.0) == []
+
+
+def test_workers_die_with_a_parent_killed_without_warning(tmp_path: Path) -> None:
+    """SIGKILL leaves the parent no chance to clean up: the workers go by themselves."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from migrator.pool import WorkerPool
+        import test_pool
+        pool = WorkerPool(2, test_pool.setup, None, test_pool.work)
+        for task, (_, pid) in pool.run(["a", "b"]):
+            print(pid, flush=True)
+        for _ in pool.run(["sleep", "sleep"]):
+            pass
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pids = [int(parent.stdout.readline()), int(parent.stdout.readline())]
+    time.sleep(0.5)  # both workers are now asleep in their tasks
+    assert all(alive(pid) for pid in set(pids))
+    parent.kill()
+    parent.wait()
+    assert wait_gone(pids, 1.0) == []
+
+
+def test_a_task_past_the_time_limit_is_stopped_and_reported() -> None:
+    with WorkerPool[str](2, setup, None, work, timeout=1.0) as pool:
+        started = time.monotonic()
+        results = dict(pool.run(["a", "sleep", "b", "c"]))
+    assert time.monotonic() - started < 20
+    assert isinstance(results["sleep"], TimedOut) and "1 s" in results["sleep"].describe()
+    assert all(isinstance(results[t], tuple) for t in "abc")
