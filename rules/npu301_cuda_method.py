@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
-from migrator.callargs import argument, remove_arg_objects
-from migrator.rule import FixSafety
+from migrator.callargs import remove_arg_objects
+from migrator.calls import argument
+from migrator.calls import arguments as all_arguments
+from migrator.edits import NodeEdit
+from migrator.index import full_name
+from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_DEVICE,
     ACCELERATOR_TYPE,
-    DeviceRule,
     Index,
     add_device_import,
     expression,
     int_index,
     is_accelerator,
     string_body,
+    torch_name,
 )
 
 METHOD_REFERENCES = {"torch.Tensor.cuda", "torch.nn.Module.cuda"}
 
 
-class CudaMethod(DeviceRule):
+class CudaMethod(Rule):
     """
     ## What it does
     Rewrites `.cuda(...)` calls to `.npu(...)`, keeping the arguments (torch_npu gives tensors and
@@ -63,77 +67,77 @@ class CudaMethod(DeviceRule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"\bcuda\b")
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.module = node
+    def check(self) -> None:
+        for call in self.index.nodes(ast.Call):
+            if _is_getattr_cuda(self, call):
+                self.report(
+                    call, '`getattr(..., "cuda")` cannot be rewritten safely; call `.npu()` instead'
+                )
+        for attribute in self.index.attributes("cuda"):
+            self._check_reference(attribute)
+            parent = self.index.parent(attribute)
+            if isinstance(parent, ast.Call) and parent.func is attribute:
+                self._check_call(parent, attribute)
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if _is_getattr_cuda(original_node):
-            self.report(
-                original_node,
-                '`getattr(..., "cuda")` cannot be rewritten safely; call `.npu()` instead',
-            )
-            return updated_node
-        func = original_node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value != "cuda":
-            return updated_node
-        if self.qualified_name(func) == "torch.cuda":  # the module, not a method
-            return updated_node
+    def _check_call(self, call: ast.Call, func: ast.Attribute) -> None:
+        if torch_name(self, func) == "torch.cuda":  # the module, not a method
+            return
         if is_accelerator(self):
-            return self._to_accelerator(original_node, updated_node)
-        if not self.fix(func.attr, "`.cuda(...)` -> `.npu(...)`"):
-            return updated_node
-        add_device_import(self)
-        assert isinstance(updated_node.func, cst.Attribute)
-        return updated_node.with_changes(func=updated_node.func.with_changes(attr=cst.Name("npu")))
+            self._to_accelerator(call, func)
+            return
+        if self.fix(self.attr_position(func), "`.cuda(...)` -> `.npu(...)`", self._rename(func)):
+            add_device_import(self)
 
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.BaseExpression:
+    def _check_reference(self, attribute: ast.Attribute) -> None:
         """``map(torch.Tensor.cuda, batch)``: the unbound method, not a call."""
-        if original_node.attr.value != "cuda" or is_accelerator(self):
-            return updated_node
-        if self.qualified_name(original_node) not in METHOD_REFERENCES:
-            return updated_node
-        if not self.fix(original_node.attr, "`.cuda` -> `.npu`"):
-            return updated_node
-        add_device_import(self)
-        return updated_node.with_changes(attr=cst.Name("npu"))
+        if is_accelerator(self) or torch_name(self, attribute) not in METHOD_REFERENCES:
+            return
+        if self.fix(self.attr_position(attribute), "`.cuda` -> `.npu`", self._rename(attribute)):
+            add_device_import(self)
 
-    def _to_accelerator(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        device_arg = argument(original, "device", 0)
-        if device_arg is None:
-            device = expression(ACCELERATOR_DEVICE)
-        elif int_index(self, self.module, device_arg.value) is not Index.NO:
-            # an index, or None for "the current device": torch.device(type, None) accepts both
-            device = cst.Call(
-                func=expression("torch.device"),
-                args=[cst.Arg(expression(ACCELERATOR_TYPE)), cst.Arg(device_arg.value)],
-            )
-        else:
+    def _rename(self, attribute: ast.Attribute) -> NodeEdit:
+        return self.replace(
+            attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name("npu"))
+        )
+
+    def _to_accelerator(self, call: ast.Call, func: ast.Attribute) -> None:
+        device_arg = argument(call, "device", 0)
+        # an index, or None for "the current device": torch.device(type, None) accepts both
+        if device_arg is not None and int_index(self, device_arg.value) is Index.NO:
             self.report(
-                device_arg,
+                device_arg.node,
                 "`.cuda(<device>)` with a device that is not an index: pass the device to "
                 "`.to(...)` by hand (device-agnostic target)",
             )
-            return updated
-        assert isinstance(original.func, cst.Attribute)
-        if not self.fix(original.func.attr, "`.cuda(...)` -> `.to(<current accelerator>)`"):
-            return updated
-        add_device_import(self)
-        assert isinstance(updated.func, cst.Attribute)
-        rest = list(updated.args)
-        if device_arg is not None:
-            rest = list(remove_arg_objects(updated, [rest[original.args.index(device_arg)]]).args)
-        first = cst.Arg(device)
-        if rest:
-            first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return updated.with_changes(
-            func=updated.func.with_changes(attr=cst.Name("to")), args=[first, *rest]
-        )
+            return
+        index = device_arg.index if device_arg is not None else None
+
+        def to_accelerator(node: cst.Call) -> cst.Call:
+            rest = list(node.args)
+            if index is None:
+                device: cst.BaseExpression = expression(ACCELERATOR_DEVICE)
+            else:
+                device = cst.Call(
+                    func=expression("torch.device"),
+                    args=[cst.Arg(expression(ACCELERATOR_TYPE)), cst.Arg(rest[index].value)],
+                )
+                rest = list(remove_arg_objects(node, [rest[index]]).args)
+            first = cst.Arg(device)
+            if rest:
+                space = cst.SimpleWhitespace(" ")
+                first = first.with_changes(comma=cst.Comma(whitespace_after=space))
+            assert isinstance(node.func, cst.Attribute)
+            return node.with_changes(
+                func=node.func.with_changes(attr=cst.Name("to")), args=[first, *rest]
+            )
+
+        edit = self.replace(call, cst.Call, to_accelerator)
+        if self.fix(self.attr_position(func), "`.cuda(...)` -> `.to(<current accelerator>)`", edit):
+            add_device_import(self)
 
 
-def _is_getattr_cuda(call: cst.Call) -> bool:
-    if get_full_name_for_node(call.func) != "getattr" or len(call.args) < 2:
+def _is_getattr_cuda(rule: Rule, call: ast.Call) -> bool:
+    if full_name(call.func) != "getattr" or len(call.args) + len(call.keywords) < 2:
         return False
-    name = call.args[1].value
-    return isinstance(name, cst.SimpleString) and string_body(name) == "cuda"
+    arguments = all_arguments(call)
+    return string_body(rule, arguments[1].value) == "cuda"

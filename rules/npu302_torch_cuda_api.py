@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ParentNodeProvider
 
-from migrator.callargs import positional
+from migrator.calls import positional
+from migrator.index import full_name
 from migrator.names import Ambiguous
-from migrator.rule import FixSafety
+from migrator.rule import FixSafety, Location, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_API,
     ACCELERATOR_TORCH_API,
@@ -18,11 +18,12 @@ from migrator.rules.npu3_device import (
     NPU_CUDA_AMP_API,
     NPU_CUDA_API,
     REPORTED_BY_OTHER_RULES,
+    TORCH_ROOTS,
     UNSUPPORTED_HINTS,
-    DeviceRule,
     add_device_import,
     expression,
     is_accelerator,
+    torch_name,
 )
 
 # import-time module names: torch.npu only exists once torch_npu is imported, so imports name
@@ -30,7 +31,7 @@ from migrator.rules.npu3_device import (
 IMPORTED_MODULES = {"torch.cuda": "torch_npu.npu", "torch.cuda.amp": "torch_npu.npu.amp"}
 
 
-class TorchCudaApi(DeviceRule):
+class TorchCudaApi(Rule):
     """
     ## What it does
     Rewrites `torch.cuda.X` to `torch.npu.X` for everything torch_npu provides under `torch.npu`
@@ -76,46 +77,58 @@ class TorchCudaApi(DeviceRule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"\bcuda\b")
 
+    def check(self) -> None:
+        for attribute in self.index.attributes("cuda"):
+            self._check_cuda(attribute)
+            if is_accelerator(self):
+                parent = self.index.parent(attribute)
+                member = isinstance(parent, ast.Attribute) and parent.value is attribute
+                if member and self._is_torch_cuda(attribute):
+                    assert isinstance(parent, ast.Attribute)
+                    self._accelerator_member(parent)
+        self._check_alias_members()
+        if is_accelerator(self):
+            for call in self.calls_to(TORCH_ROOTS):
+                self._accelerator_call(call)
+        for plain in self.index.nodes(ast.Import):
+            self._check_import(plain)
+        for from_import in self.index.nodes(ast.ImportFrom):
+            self._check_import_from(from_import)
+
     # -- attributes --------------------------------------------------------------------------
 
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.BaseExpression:
-        if self._inside_import(original_node):
-            return updated_node
-        if original_node.attr.value == "cuda":
-            torch = self.qualified_name(original_node.value)
-            if isinstance(torch, Ambiguous):
-                self.report(
-                    original_node,
-                    f"cannot tell whether this is `torch.cuda`: {torch.describe()}; "
-                    "use `torch.npu` by hand if it is",
-                )
-                return updated_node
-            if torch == "torch":
-                return self._torch_cuda(original_node, updated_node)
-        if is_accelerator(self) and self._is_torch_cuda(original_node.value):
-            return self._accelerator_member(original_node, updated_node)
-        if isinstance(original_node.value, cst.Name):
-            self._check_alias_member(original_node)
-        return updated_node
+    def _check_cuda(self, node: ast.Attribute) -> None:
+        """``torch.cuda`` (any spelling of torch) and what follows it."""
+        if not self.may_name(node.value, TORCH_ROOTS):
+            return
+        # Ambiguity matters only when one of the candidates is torch (`tl.extra.cuda` after a
+        # try/except import of triton is not torch.cuda, whatever else it is).
+        torch = self.qualified_name_in(node.value, {"torch"})
+        if isinstance(torch, Ambiguous):
+            self.report(
+                node,
+                f"cannot tell whether this is `torch.cuda`: {torch.describe()}; "
+                "use `torch.npu` by hand if it is",
+            )
+        elif torch == "torch":
+            self._torch_cuda(node)
 
-    def _is_torch_cuda(self, node: cst.BaseExpression) -> bool:
+    def _is_torch_cuda(self, node: ast.AST) -> bool:
         return (
-            isinstance(node, cst.Attribute)
-            and node.attr.value == "cuda"
-            and self.qualified_name(node.value) == "torch"
+            isinstance(node, ast.Attribute)
+            and node.attr == "cuda"
+            and torch_name(self, node.value) == "torch"
         )
 
-    def _members(self, node: cst.Attribute) -> tuple[str | None, str | None]:
+    def _members(self, node: ast.Attribute) -> tuple[str | None, str | None]:
         """``("amp", "autocast")`` for ``torch.cuda`` inside ``torch.cuda.amp.autocast``."""
         found: list[str | None] = []
-        current: cst.CSTNode = node
+        current: ast.AST = node
         for _ in range(2):
-            parent = self.get_metadata(ParentNodeProvider, current, None)
-            if not isinstance(parent, cst.Attribute) or parent.value is not current:
+            parent = self.index.parent(current)
+            if not isinstance(parent, ast.Attribute) or parent.value is not current:
                 break
-            found.append(parent.attr.value)
+            found.append(parent.attr)
             current = parent
         found += [None, None]
         return found[0], found[1]
@@ -127,199 +140,205 @@ class TorchCudaApi(DeviceRule):
             return True
         return member == "amp" and sub is not None and sub not in NPU_CUDA_AMP_API
 
-    def _torch_cuda(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-        member, sub = self._members(original)
+    def _torch_cuda(self, node: ast.Attribute) -> None:
+        member, sub = self._members(node)
         if member in REPORTED_BY_OTHER_RULES:
-            return updated
+            return
         if self._unsupported(member, sub):
-            self._report_unsupported(original, member, sub)
-            return updated
+            self._report_unsupported(node, member, sub)
+            return
+        at = self.attr_position(node)
         if is_accelerator(self):
             if member is not None:
-                return updated  # rewritten with its member, in _accelerator_member / leave_Call
-            if not self.fix(original.attr, "`torch.cuda` -> `torch.get_device_module()`"):
-                return updated
-            add_device_import(self)
-            return expression("torch.get_device_module()")
+                return  # rewritten with its member, in _accelerator_member / _accelerator_call
+            edit = self.replace(
+                node, cst.Attribute, lambda _: expression("torch.get_device_module()")
+            )
+            if self.fix(at, "`torch.cuda` -> `torch.get_device_module()`", edit):
+                add_device_import(self)
+            return
         dotted = ".".join(p for p in (member, sub) if p)
         dotted = f".{dotted}" if dotted else ""
-        if not self.fix(original.attr, f"`torch.cuda{dotted}` -> `torch.npu{dotted}`"):
-            return updated
-        add_device_import(self)
-        return updated.with_changes(attr=cst.Name("npu"))
+        edit = self.replace(
+            node, cst.Attribute, lambda attribute: attribute.with_changes(attr=cst.Name("npu"))
+        )
+        if self.fix(at, f"`torch.cuda{dotted}` -> `torch.npu{dotted}`", edit):
+            add_device_import(self)
 
-    def _report_unsupported(self, node: cst.CSTNode, member: str | None, sub: str | None) -> None:
+    def _report_unsupported(
+        self, at: ast.AST | Location, member: str | None, sub: str | None
+    ) -> None:
         dotted = ".".join(p for p in ("torch.cuda", member, sub) if p)
         advice = UNSUPPORTED_HINTS.get(member or "") if member != "amp" else None
         self.report(
-            node,
+            at,
             f"`{dotted}` has no torch_npu equivalent under `torch.npu`; "
             + (
                 advice or "find the Ascend replacement in the torch_npu API list or remove the call"
             ),
         )
 
-    def _check_alias_member(self, node: cst.Attribute) -> None:
+    def _check_alias_members(self) -> None:
         """``tc.nvtx`` after ``import torch.cuda as tc``: the import is rewritten, so say when a
         member will not exist under torch_npu."""
-        base = self.qualified_name(node.value)
-        member = node.attr.value
-        if base == "torch.cuda" and member not in REPORTED_BY_OTHER_RULES:
-            if member not in NPU_CUDA_API:
-                self._report_unsupported(node, member, None)
-        elif base == "torch.cuda.amp" and member not in NPU_CUDA_AMP_API:
-            self._report_unsupported(node, "amp", member)
+        modules = frozenset(IMPORTED_MODULES)
+        bound = self.index.imported_as(modules) if self.context.fast else None
+        for attribute in self.index.nodes(ast.Attribute):
+            value = attribute.value
+            if not isinstance(value, ast.Name) or (bound is not None and value.id not in bound):
+                continue
+            base = self.qualified_name(value)
+            member = attribute.attr
+            if base == "torch.cuda" and member not in REPORTED_BY_OTHER_RULES:
+                if member not in NPU_CUDA_API:
+                    self._report_unsupported(attribute, member, None)
+            elif base == "torch.cuda.amp" and member not in NPU_CUDA_AMP_API:
+                self._report_unsupported(attribute, "amp", member)
 
     # -- --target accelerator ----------------------------------------------------------------
 
-    def _accelerator_member(
-        self, original: cst.Attribute, updated: cst.Attribute
-    ) -> cst.BaseExpression:
-        member = original.attr.value
+    def _accelerator_member(self, node: ast.Attribute) -> None:
+        member = node.attr
         if member in REPORTED_BY_OTHER_RULES or member not in NPU_CUDA_API or member == "amp":
-            return updated
+            return
         if member in ACCELERATOR_API:
             code = f"torch.accelerator.{ACCELERATOR_API[member]}"
         elif member in ACCELERATOR_TORCH_API:
             code = f"torch.{ACCELERATOR_TORCH_API[member]}"
         else:
             code = f"torch.get_device_module().{member}"
-        if not self.fix(original.attr, f"`torch.cuda.{member}` -> `{code}`"):
-            return updated
-        add_device_import(self)
-        return expression(code)
+        edit = self.replace(node, cst.Attribute, lambda _: expression(code))
+        if self.fix(self.attr_position(node), f"`torch.cuda.{member}` -> `{code}`", edit):
+            add_device_import(self)
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if not is_accelerator(self):
-            return updated_node
-        name = self.qualified_name(original_node.func)
-        if name == "torch.cuda.amp.autocast" and self._is_written_out(original_node.func):
-            if positional(original_node):
+    def _accelerator_call(self, call: ast.Call) -> None:
+        name = torch_name(self, call.func)
+        if name == "torch.cuda.amp.autocast" and self._is_written_out(call.func):
+            if positional(call):
                 self.report(
-                    original_node,
+                    call,
                     "`torch.cuda.amp.autocast(...)` with positional arguments: their order differs "
                     "in `torch.autocast(device_type, dtype, enabled, ...)`; rewrite by hand",
                 )
-                return updated_node
-            return self._with_device_type(original_node, updated_node, "torch.autocast")
-        if name == "torch.cuda.amp.GradScaler" and self._is_written_out(original_node.func):
-            return self._with_device_type(original_node, updated_node, "torch.amp.GradScaler")
-        return updated_node
+                return
+            self._with_device_type(call, "torch.autocast")
+        elif name == "torch.cuda.amp.GradScaler" and self._is_written_out(call.func):
+            self._with_device_type(call, "torch.amp.GradScaler")
 
-    def _is_written_out(self, func: cst.BaseExpression) -> bool:
+    def _is_written_out(self, func: ast.AST) -> bool:
         """``torch.cuda.amp.X`` spelled in full (imported names are reported at the import)."""
         return (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Attribute)
-            and func.value.attr.value == "amp"
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "amp"
             and self._is_torch_cuda(func.value.value)
         )
 
-    def _with_device_type(
-        self, original: cst.Call, updated: cst.Call, replacement: str
-    ) -> cst.BaseExpression:
-        dotted = get_full_name_for_node(original.func)
-        if not self.fix(original, f"`{dotted}(...)` -> `{replacement}(<accelerator type>, ...)`"):
-            return updated
-        add_device_import(self)
-        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        device_type = cst.Arg(
-            expression(ACCELERATOR_TYPE), comma=comma if updated.args else cst.MaybeSentinel.DEFAULT
-        )
-        return updated.with_changes(func=expression(replacement), args=[device_type, *updated.args])
+    def _with_device_type(self, call: ast.Call, replacement: str) -> None:
+        dotted = full_name(call.func)
+
+        def with_device_type(node: cst.Call) -> cst.Call:
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            device_type = cst.Arg(
+                expression(ACCELERATOR_TYPE),
+                comma=comma if node.args else cst.MaybeSentinel.DEFAULT,
+            )
+            return node.with_changes(func=expression(replacement), args=[device_type, *node.args])
+
+        edit = self.replace(call, cst.Call, with_device_type)
+        if self.fix(call, f"`{dotted}(...)` -> `{replacement}(<accelerator type>, ...)`", edit):
+            add_device_import(self)
 
     # -- imports -----------------------------------------------------------------------------
 
-    def _inside_import(self, node: cst.CSTNode) -> bool:
-        current: cst.CSTNode | None = node
-        while isinstance(current, cst.Attribute | cst.Name | cst.ImportAlias):
-            current = self.get_metadata(ParentNodeProvider, current, None)
-        return isinstance(current, cst.Import | cst.ImportFrom)
-
-    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
-        aliases = list(updated_node.names)
-        for index, alias in enumerate(original_node.names):
-            module = get_full_name_for_node(alias.name)
+    def _check_import(self, statement: ast.Import) -> None:
+        for alias in statement.names:
+            module = alias.name
             if module not in IMPORTED_MODULES or alias.asname is None:
                 continue  # `import torch.cuda` binds `torch`: its uses are rewritten instead
             if is_accelerator(self):
                 self._report_accelerator_import(alias, module)
                 continue
             target = IMPORTED_MODULES[module]
-            if self.fix(alias, f"`import {module} as ...` -> `import {target} as ...`"):
-                add_device_import(self)
+
+            def renamed(node: cst.ImportAlias, target: str = target) -> cst.ImportAlias:
                 new_name = expression(target)
                 assert isinstance(new_name, cst.Attribute)
-                aliases[index] = aliases[index].with_changes(name=new_name)
-        return updated_node.with_changes(names=aliases)
+                return node.with_changes(name=new_name)
 
-    def leave_ImportFrom(
-        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
-    ) -> cst.ImportFrom:
-        if original_node.relative or original_node.module is None:
-            return updated_node
-        module = get_full_name_for_node(original_node.module)
+            edit = self.replace(alias, cst.ImportAlias, renamed)
+            if self.fix(alias, f"`import {module} as ...` -> `import {target} as ...`", edit):
+                add_device_import(self)
+
+    def _check_import_from(self, statement: ast.ImportFrom) -> None:
+        if statement.level or statement.module is None:
+            return
+        module = statement.module
         if module == "torch":
-            return self._from_torch_import_cuda(original_node, updated_node)
+            self._from_torch_import_cuda(statement)
+            return
         if module not in IMPORTED_MODULES:
-            return updated_node
-        if isinstance(original_node.names, cst.ImportStar):
+            return
+        if any(alias.name == "*" for alias in statement.names):
             self.report(
-                original_node,
+                statement,
                 f"`from {module} import *`: import the names you use from "
                 f"`{IMPORTED_MODULES[module]}` instead",
             )
-            return updated_node
+            return
         if is_accelerator(self):
-            self._report_accelerator_import(original_node, module)
-            return updated_node
+            self._report_accelerator_import(statement, module)
+            return
         supported = NPU_CUDA_API if module == "torch.cuda" else NPU_CUDA_AMP_API
-        missing = [
-            a.evaluated_name for a in original_node.names if a.evaluated_name not in supported
-        ]
+        missing = [a.name for a in statement.names if a.name not in supported]
         if any(name in REPORTED_BY_OTHER_RULES for name in missing):
-            return updated_node  # NPU922 / NPU924 report the uses; the import stays torch's
+            return  # NPU922 / NPU924 report the uses; the import stays torch's
         if missing:
             self._report_unsupported(
-                original_node,
+                statement,
                 *((missing[0], None) if module == "torch.cuda" else ("amp", missing[0])),
             )
-            return updated_node
+            return
         target = IMPORTED_MODULES[module]
-        if not self.fix(original_node, f"`from {module} import` -> `from {target} import`"):
-            return updated_node
-        add_device_import(self)
-        new_module = expression(target)
-        assert isinstance(new_module, cst.Attribute)
-        return updated_node.with_changes(module=new_module)
 
-    def _from_torch_import_cuda(
-        self, original: cst.ImportFrom, updated: cst.ImportFrom
-    ) -> cst.ImportFrom:
+        def rehomed(node: cst.ImportFrom) -> cst.ImportFrom:
+            new_module = expression(target)
+            assert isinstance(new_module, cst.Attribute)
+            return node.with_changes(module=new_module)
+
+        edit = self.replace(statement, cst.ImportFrom, rehomed)
+        if self.fix(statement, f"`from {module} import` -> `from {target} import`", edit):
+            add_device_import(self)
+
+    def _from_torch_import_cuda(self, statement: ast.ImportFrom) -> None:
         """``from torch import cuda`` -> ``from torch_npu import npu as cuda``."""
-        if isinstance(original.names, cst.ImportStar):
-            return updated
-        cuda = [a for a in original.names if a.evaluated_name == "cuda"]
+        if any(alias.name == "*" for alias in statement.names):
+            return
+        cuda = [a for a in statement.names if a.name == "cuda"]
         if not cuda:
-            return updated
-        if is_accelerator(self) or len(original.names) > 1:
+            return
+        if is_accelerator(self) or len(statement.names) > 1:
             self.report(
-                original,
+                statement,
                 "`from torch import cuda` together with other names: import `cuda` on its own "
                 "line as `from torch_npu import npu as cuda`",
             )
-            return updated
-        if not self.fix(original, "`from torch import cuda` -> `from torch_npu import npu`"):
-            return updated
-        add_device_import(self)
-        alias = cuda[0]
-        asname = alias.asname or cst.AsName(name=cst.Name("cuda"))
-        return updated.with_changes(
-            module=cst.Name("torch_npu"),
-            names=[alias.with_changes(name=cst.Name("npu"), asname=asname)],
-        )
+            return
 
-    def _report_accelerator_import(self, node: cst.CSTNode, module: str) -> None:
+        def rehomed(node: cst.ImportFrom) -> cst.ImportFrom:
+            assert not isinstance(node.names, cst.ImportStar)
+            alias = node.names[0]
+            asname = alias.asname or cst.AsName(name=cst.Name("cuda"))
+            return node.with_changes(
+                module=cst.Name("torch_npu"),
+                names=[alias.with_changes(name=cst.Name("npu"), asname=asname)],
+            )
+
+        edit = self.replace(statement, cst.ImportFrom, rehomed)
+        if self.fix(statement, "`from torch import cuda` -> `from torch_npu import npu`", edit):
+            add_device_import(self)
+
+    def _report_accelerator_import(self, node: ast.AST, module: str) -> None:
         self.report(
             node,
             f"importing from `{module}` cannot be made device-agnostic: import torch and use "

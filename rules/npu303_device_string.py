@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from migrator.rule import FixSafety
+from migrator.calls import string_literal
+from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
     CUDA_DEVICE_TEXT,
-    DeviceRule,
     Place,
     add_device_import,
     cuda_fstring_head,
@@ -18,12 +19,13 @@ from migrator.rules.npu3_device import (
     expression,
     is_accelerator,
     is_cuda_device_string,
+    simple_string,
     string_body,
     values_reaching,
 )
 
 
-class DeviceString(DeviceRule):
+class DeviceString(Rule):
     """
     ## What it does
     Rewrites the device strings `"cuda"`, `"cuda:N"`, `f"cuda:{i}"`, and the templates
@@ -68,91 +70,103 @@ class DeviceString(DeviceRule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"""["']cuda\b""")
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.module = node
-        self.targets: set[int] = set()
-        for position, place in device_positions(self, node):
+    def check(self) -> None:
+        targets: dict[int, ast.AST] = {}
+        for position, place in device_positions(self):
             for value in values_reaching(self, position):
-                if is_cuda_device_string(value) and _fits(value, place):
-                    self.targets.add(id(value))
-                elif _is_concatenated_device(value):
+                if is_cuda_device_string(self, value) and _fits(self, value, place):
+                    targets.setdefault(id(value), value)
+                elif _is_concatenated_device(self, value):
                     self.report(
                         value,
                         'device string built with `+` from "cuda": write "npu" (or "npu:N") '
                         "by hand; the rest of the string cannot be checked here",
                     )
+        for value in sorted(targets.values(), key=self.source.start):
+            self._rewrite(value)
 
-    def leave_SimpleString(
-        self, original_node: cst.SimpleString, updated_node: cst.SimpleString
-    ) -> cst.BaseExpression:
-        return self._rewrite(original_node, updated_node)
-
-    def leave_FormattedString(
-        self, original_node: cst.FormattedString, updated_node: cst.FormattedString
-    ) -> cst.BaseExpression:
-        return self._rewrite(original_node, updated_node)
-
-    def _rewrite(
-        self,
-        original: cst.SimpleString | cst.FormattedString,
-        updated: cst.SimpleString | cst.FormattedString,
-    ) -> cst.BaseExpression:
-        if id(original) not in self.targets:
-            return updated
-        old = self.module.code_for_node(original)
-        new = _accelerator_form(updated) if is_accelerator(self) else _npu_form(updated)
-        if new is None:
+    def _rewrite(self, node: ast.AST) -> None:
+        old = self.code(node)
+        kind: type[cst.CSTNode] = (
+            cst.SimpleString if isinstance(node, ast.Constant) else cst.FormattedString
+        )
+        new_code = _accelerator_code(self, node) if is_accelerator(self) else _npu_code(self, node)
+        if new_code is None:
             self.report(
-                original,
+                node,
                 f"device string template {old} cannot be made device-agnostic; rewrite it by hand",
             )
-            return updated
-        if not self.fix(original, f"{old} -> {self.module.code_for_node(new)}"):
-            return updated
-        add_device_import(self)
-        return new
+            return
+        if is_accelerator(self) and isinstance(node, ast.JoinedStr):
+            edit = self.replace(node, kind, _fstring_to_accelerator)
+        elif is_accelerator(self):
+            edit = self.replace(node, kind, lambda _: expression(new_code))
+        else:
+            edit = self.replace(node, kind, _to_npu)
+        if self.fix(node, f"{old} -> {new_code}", edit):
+            add_device_import(self)
 
 
-def _fits(node: cst.BaseExpression, place: Place) -> bool:
+def _fits(rule: Rule, node: ast.AST, place: Place) -> bool:
     """A device type position takes ``"cuda"``, not ``"cuda:0"``."""
     if place is Place.DEVICE:
         return True
-    return isinstance(node, cst.SimpleString) and string_body(node) == "cuda"
+    return isinstance(node, ast.Constant) and string_body(rule, node) == "cuda"
 
 
-def _is_concatenated_device(node: cst.BaseExpression) -> bool:
-    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
+def _is_concatenated_device(rule: Rule, node: ast.AST) -> bool:
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
         return False
-    left = node.left
-    return isinstance(left, cst.SimpleString) and (string_body(left) or "").startswith("cuda")
+    left = simple_string(rule, node.left)
+    return left is not None and not left.is_bytes and left.body.startswith("cuda")
 
 
-def _npu_form(node: cst.SimpleString | cst.FormattedString) -> cst.BaseExpression:
+def _npu_code(rule: Rule, node: ast.AST) -> str:
+    """The literal as written with its leading ``cuda`` replaced by ``npu``."""
+    text = rule.code(node)
+    start = text.index("cuda")
+    return text[:start] + "npu" + text[start + 4 :]
+
+
+def _to_npu(node: cst.SimpleString | cst.FormattedString) -> cst.BaseExpression:
+    """The concrete literal with its leading ``cuda`` replaced (parentheses kept)."""
     if isinstance(node, cst.SimpleString):
         start = len(node.prefix) + len(node.quote)
         return node.with_changes(value=node.value[:start] + "npu" + node.value[start + 4 :])
-    head = cuda_fstring_head(node)
-    assert head is not None
+    head = node.parts[0]
+    assert isinstance(head, cst.FormattedStringText)
     return node.with_changes(
         parts=[head.with_changes(value="npu" + head.value[4:]), *node.parts[1:]]
     )
 
 
-def _accelerator_form(node: cst.SimpleString | cst.FormattedString) -> cst.BaseExpression | None:
+def _accelerator_code(rule: Rule, node: ast.AST) -> str | None:
     """``"cuda"`` -> the accelerator's type; ``"cuda:0"`` / ``f"cuda:{i}"`` -> an f-string."""
-    quote = node.quote if isinstance(node, cst.SimpleString) else node.start[-1]
+    literal = string_literal(rule.source, node)
+    assert literal is not None
     accelerator = "{" + ACCELERATOR_TYPE + "}"
-    if isinstance(node, cst.SimpleString):
-        body = string_body(node) or ""
+    if isinstance(node, ast.Constant):
+        quote = literal.quote
+        body = string_body(rule, node) or ""
         if body == "cuda":
-            return expression(ACCELERATOR_TYPE)
+            return ACCELERATOR_TYPE
         match = CUDA_DEVICE_TEXT.fullmatch(body)
         if match is None or not body[5:].isdigit():
             return None  # a "cuda:{}" / "cuda:%d" template: formatted later, by the user's code
-        return expression(f"f{quote}{accelerator}:{body[5:]}{quote}")
-    head = cuda_fstring_head(node)
-    assert head is not None
-    parts = [head.with_changes(value=head.value[4:]), *node.parts[1:]]
-    rest = cst.Module([]).code_for_node(node.with_changes(parts=parts))
-    body = rest[len(node.start) : -len(node.end)]
-    return expression(f"f{quote}{accelerator}{body}{quote}")
+        return f"f{quote}{accelerator}:{body[5:]}{quote}"
+    assert isinstance(node, ast.JoinedStr) and cuda_fstring_head(rule, node) is not None
+    quote = literal.quote[-1]
+    return f"f{quote}{accelerator}{literal.body[4:]}{quote}"
+
+
+def _fstring_to_accelerator(node: cst.FormattedString) -> cst.FormattedString:
+    """``f"cuda:{i}"`` -> ``f"{<accelerator type>}:{i}"``, keeping the expressions as the other
+    rules edited them (what ``_accelerator_code`` describes from the original text)."""
+    head = node.parts[0]
+    assert isinstance(head, cst.FormattedStringText)
+    quote = node.end[-1]
+    accelerator = cst.FormattedStringExpression(expression(ACCELERATOR_TYPE))
+    rest = [head.with_changes(value=head.value[4:])] if head.value[4:] else []
+    return node.with_changes(
+        start=f"f{quote}", end=quote, parts=[accelerator, *rest, *node.parts[1:]]
+    )

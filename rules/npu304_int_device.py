@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from migrator.callargs import find_keyword, positional
-from migrator.rule import FixSafety
+from migrator.calls import arguments, keyword, positional
+from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
     DEVICE_CONSTRUCTORS,
-    DeviceRule,
     Index,
     add_device_import,
     expression,
     int_index,
     is_accelerator,
+    torch_name,
 )
 
 
-class IntDevice(DeviceRule):
+class IntDevice(Rule):
     """
     ## What it does
     Rewrites an integer device index used as a device to an explicit NPU device:
@@ -62,57 +63,67 @@ class IntDevice(DeviceRule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"\.to\(|\bdevice\b")
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.module = node
+    def check(self) -> None:
+        for call in self.index.nodes(ast.Call):
+            for value in self._device_arguments(call):
+                self._explicit_device(value)
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        args = list(updated_node.args)
-        for index in self._device_arg_indices(original_node):
-            new_value = self._explicit_device(original_node.args[index].value)
-            if new_value is not None:
-                args[index] = args[index].with_changes(value=new_value)
-        return updated_node.with_changes(args=args)
-
-    def _device_arg_indices(self, call: cst.Call) -> list[int]:
-        indices = []
-        name = self.qualified_name(call.func)
-        args = list(call.args)
+    def _device_arguments(self, call: ast.Call) -> list[ast.expr]:
+        found = []
+        name = torch_name(self, call.func)
         first = positional(call)
-        is_to = isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
-        if first and (is_to or (name in DEVICE_CONSTRUCTORS and len(args) == 1)):
-            indices.append(0)
-        keyword = find_keyword(call, "device")
-        if keyword is not None and name not in DEVICE_CONSTRUCTORS:
-            indices.append(args.index(keyword))
-        return indices
+        is_to = isinstance(call.func, ast.Attribute) and call.func.attr == "to"
+        if first and (is_to or (name in DEVICE_CONSTRUCTORS and len(arguments(call)) == 1)):
+            found.append(first[0].value)
+        device = keyword(call, "device")
+        if device is not None and name not in DEVICE_CONSTRUCTORS:
+            found.append(device.value)
+        return found
 
-    def _explicit_device(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
-        kind = int_index(self, self.module, value)
+    def _explicit_device(self, value: ast.expr) -> None:
+        kind = int_index(self, value)
         if kind is Index.NO:
-            return None
-        code = self.module.code_for_node(value)
+            return
+        code = self.code(value)
         if kind is Index.MAYBE:
             self.report(
                 value,
                 f"`{code}` is used as a device but is not known to be an int index here "
                 f'(it may be None or a device); if it is an index, write f"npu:{{{code}}}"',
             )
-            return None
+            return
         new = self._device_code(value, code)
         if new is None:
             self.report(value, f'write the device for `{code}` by hand: f"npu:{{...}}"')
-            return None
-        if not self.fix(value, f"device `{code}` -> `{new}`"):
-            return None
-        add_device_import(self)
-        return expression(new)
+            return
 
-    def _device_code(self, value: cst.BaseExpression, code: str) -> str | None:
+        def to_npu_device(node: cst.CSTNode) -> cst.BaseExpression:
+            # Built from the node as the other rules left it: `torch.cuda.current_device()`
+            # inside the index is rewritten by NPU302 in the same pass.
+            edited = cst.Module([]).code_for_node(node)
+            return expression(self._device_code(value, edited) or new)
+
+        edit = self.replace(value, _kind(value), to_npu_device)
+        if self.fix(value, f"device `{code}` -> `{new}`", edit):
+            add_device_import(self)
+
+    def _device_code(self, value: ast.expr, code: str) -> str | None:
         if is_accelerator(self):
             return f"torch.device({ACCELERATOR_TYPE}, {code})"
-        if isinstance(value, cst.Integer):
-            return f'"npu:{value.value}"'
+        if isinstance(value, ast.Constant):
+            return f'"npu:{code}"'
         if "\n" in code or ("'" in code and '"' in code):
             return None  # cannot sit inside a single-line f-string on Python < 3.12
         quote = "'" if '"' in code else '"'
         return f"f{quote}npu:{{{code}}}{quote}"
+
+
+def _kind(value: ast.expr) -> type[cst.CSTNode]:
+    """The concrete node type of an int device value (see ``int_index``)."""
+    if isinstance(value, ast.Constant):
+        return cst.Integer
+    if isinstance(value, ast.Call):
+        return cst.Call
+    if isinstance(value, ast.Attribute):
+        return cst.Attribute
+    return cst.Name

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
-from migrator.callargs import argument
+from migrator.calls import argument
+from migrator.index import full_name
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_DEVICE,
     BACKEND_NAME,
-    DeviceRule,
+    TORCH_ROOTS,
     add_device_import,
     expression,
     is_accelerator,
+    is_add_argument,
     names_match,
+    option_texts,
+    parameter_defaults,
+    simple_string,
     string_body,
+    torch_name,
     values_reaching,
 )
 
@@ -30,7 +38,7 @@ ACCELERATOR_BACKEND = f"torch.distributed.get_default_backend_for_device({ACCELE
 PER_DEVICE_BACKENDS = re.compile(r"(\w+:\w+,)*\w+:\w+")
 
 
-class NcclBackend(DeviceRule):
+class NcclBackend(Rule):
     """
     ## What it does
     Rewrites the `"nccl"` backend to `"hccl"` where it names a backend: the `backend` of
@@ -70,78 +78,79 @@ class NcclBackend(DeviceRule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"nccl")
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.module = node
-        self.targets: set[int] = set()
-        collector = _BackendPositions(self)
-        node.visit(collector)
-        for position in collector.found:
+    def check(self) -> None:
+        targets: dict[int, ast.Constant] = {}
+        for position in _backend_positions(self):
             for value in values_reaching(self, position):
-                if isinstance(value, cst.SimpleString) and _new_backend_text(value) is not None:
-                    self.targets.add(id(value))
-                elif re.search(r"""["'][^"']*nccl""", node.code_for_node(value)):
+                if isinstance(value, ast.Constant) and _new_backend_text(self, value) is not None:
+                    targets.setdefault(id(value), value)
+                elif re.search(r"""["'][^"']*nccl""", self.code(value)):
                     self.report(
                         value,
-                        f"the backend `{node.code_for_node(value)}` is chosen at run time and may "
+                        f"the backend `{self.code(value)}` is chosen at run time and may "
                         'be "nccl": make sure it is "hccl" on Ascend',
                     )
+        for value in sorted(targets.values(), key=lambda v: (v.lineno, v.col_offset)):
+            self._rewrite(value)
+        for call in self.calls_to(TORCH_ROOTS):
+            if torch_name(self, call.func) == IS_NCCL_AVAILABLE:
+                self._is_nccl_available(call)
 
-    def leave_SimpleString(
-        self, original_node: cst.SimpleString, updated_node: cst.SimpleString
-    ) -> cst.BaseExpression:
-        if id(original_node) not in self.targets:
-            return updated_node
-        text = _new_backend_text(original_node)
+    def _rewrite(self, node: ast.Constant) -> None:
+        text = _new_backend_text(self, node)
         assert text is not None
+        old = self.code(node)
         if is_accelerator(self):
-            if string_body(original_node) != "nccl":
-                self.report(
-                    original_node, "per-device backend string: add the accelerator's by hand"
-                )
-                return updated_node
-            new: cst.BaseExpression = expression(ACCELERATOR_BACKEND)
+            if string_body(self, node) != "nccl":
+                self.report(node, "per-device backend string: add the accelerator's by hand")
+                return
+            new = ACCELERATOR_BACKEND
+            edit = self.replace(node, cst.SimpleString, lambda _: expression(ACCELERATOR_BACKEND))
         else:
-            start = len(updated_node.prefix) + len(updated_node.quote)
-            new = updated_node.with_changes(
-                value=updated_node.value[:start]
-                + text
-                + updated_node.value[-len(updated_node.quote) :]
-            )
-        message = f"{self.module.code_for_node(original_node)} -> {self.module.code_for_node(new)}"
-        if not self.fix(original_node, message):
-            return updated_node
-        add_device_import(self)
-        return new
+            literal = simple_string(self, node)
+            assert literal is not None
+            new = f"{literal.prefix}{literal.quote}{text}{literal.quote}"
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if self.qualified_name(original_node.func) != IS_NCCL_AVAILABLE:
-            return updated_node
+            def renamed(string: cst.SimpleString) -> cst.SimpleString:
+                start = len(string.prefix) + len(string.quote)
+                return string.with_changes(
+                    value=string.value[:start] + text + string.value[-len(string.quote) :]
+                )
+
+            edit = self.replace(node, cst.SimpleString, renamed)
+        if self.fix(node, f"{old} -> {new}", edit):
+            add_device_import(self)
+
+    def _is_nccl_available(self, call: ast.Call) -> None:
         if is_accelerator(self):
             self.report(
-                original_node,
+                call,
                 "`is_nccl_available()`: check `torch.distributed.is_backend_available(...)` of the "
                 "accelerator's backend by hand",
             )
-            return updated_node
-        func = updated_node.func
-        if not isinstance(func, cst.Attribute | cst.Name):
-            return updated_node
-        if not self.fix(original_node, "`is_nccl_available()` -> `is_hccl_available()`"):
-            return updated_node
-        add_device_import(self)
-        if isinstance(func, cst.Attribute):
-            return updated_node.with_changes(
-                func=func.with_changes(attr=cst.Name("is_hccl_available"))
+            return
+        func = call.func
+        if not isinstance(func, (ast.Attribute, ast.Name)):
+            return
+        if isinstance(func, ast.Attribute):
+            edit = self.replace(
+                func,
+                cst.Attribute,
+                lambda node: node.with_changes(attr=cst.Name("is_hccl_available")),
             )
-        self.report(
-            original_node,
-            "`is_nccl_available` was imported by name: import `is_hccl_available` instead",
-        )
-        return updated_node
+            if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`", edit):
+                add_device_import(self)
+            return
+        if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`"):
+            add_device_import(self)
+            self.report(
+                call,
+                "`is_nccl_available` was imported by name: import `is_hccl_available` instead",
+            )
 
 
-def _new_backend_text(node: cst.SimpleString) -> str | None:
-    body = string_body(node)
+def _new_backend_text(rule: Rule, node: ast.AST) -> str | None:
+    body = string_body(rule, node)
     if body == "nccl":
         return "hccl"
     if body and PER_DEVICE_BACKENDS.fullmatch(body) and "cuda:nccl" in body.split(","):
@@ -149,59 +158,53 @@ def _new_backend_text(node: cst.SimpleString) -> str | None:
     return None
 
 
-class _BackendPositions(cst.CSTVisitor):
-    def __init__(self, rule: Rule) -> None:
-        super().__init__()
-        self.rule = rule
-        self.found: list[cst.BaseExpression] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = self.rule.qualified_name(node.func)
+def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
+    index = rule.index
+    for call in index.nodes(ast.Call):
+        name = torch_name(rule, call.func)
         if name == INIT_PROCESS_GROUP:
-            arg = argument(node, "backend", 0)
+            found = argument(call, "backend", 0)
         elif name == NEW_GROUP:
-            arg = argument(node, "backend", 2)
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
-            self._backend_option(node)
-            return
+            found = argument(call, "backend", 2)
+        elif is_add_argument(call):
+            yield from _backend_option(rule, call)
+            continue
         else:
-            arg = None
-        if arg is not None:
-            self.found.append(arg.value)
-
-    def _backend_option(self, call: cst.Call) -> None:
-        """``add_argument("--dist-backend", default="nccl", choices=["nccl", "gloo"])``."""
-        options = [
-            (string_body(a.value) or "").lstrip("-").replace("-", "_")
-            for a in call.args
-            if a.keyword is None and isinstance(a.value, cst.SimpleString)
-        ]
-        if not any(BACKEND_NAME.fullmatch(option) for option in options):
-            return
-        default = argument(call, "default", None)
-        if default is not None:
-            self.found.append(default.value)
-        choices = argument(call, "choices", None)
-        if choices is not None and isinstance(choices.value, cst.List | cst.Tuple | cst.Set):
-            self.found.extend(element.value for element in choices.value.elements)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if any(names_match(target.target, BACKEND_NAME) for target in node.targets):
-            self.found.append(node.value)
-
-    def visit_Param(self, node: cst.Param) -> None:
-        if node.default is not None and BACKEND_NAME.fullmatch(node.name.value):
-            self.found.append(node.default)
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        operands = [node.left, *(target.comparator for target in node.comparisons)]
+            found = None
+        if found is not None:
+            yield found.value
+    for assign in index.nodes(ast.Assign):
+        if any(names_match(target, BACKEND_NAME) for target in assign.targets):
+            yield assign.value
+    for parameter, default in parameter_defaults(rule):
+        if BACKEND_NAME.fullmatch(parameter.arg):
+            yield default
+    for comparison in index.nodes(ast.Compare):
+        operands = [comparison.left, *comparison.comparators]
         for left, right in itertools.pairwise(operands):
-            if self._names_backend(left):
-                self.found.append(right)
-            elif self._names_backend(right):
-                self.found.append(left)
+            if _names_backend(rule, left):
+                yield right
+            elif _names_backend(rule, right):
+                yield left
 
-    def _names_backend(self, node: cst.BaseExpression) -> bool:
-        if isinstance(node, cst.Call):
-            return self.rule.qualified_name(node.func) == GET_BACKEND
-        return names_match(node, BACKEND_NAME)
+
+def _backend_option(rule: Rule, call: ast.Call) -> Iterator[ast.AST]:
+    """``add_argument("--dist-backend", default="nccl", choices=["nccl", "gloo"])``."""
+    if not any(BACKEND_NAME.fullmatch(option) for option in option_texts(rule, call)):
+        return
+    default = argument(call, "default", None)
+    if default is not None:
+        yield default.value
+    choices = argument(call, "choices", None)
+    if choices is not None and isinstance(choices.value, (ast.List, ast.Tuple, ast.Set)):
+        for element in choices.value.elts:
+            yield element.value if isinstance(element, ast.Starred) else element
+
+
+def _names_backend(rule: Rule, node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        return torch_name(rule, node.func) == GET_BACKEND
+    return names_match(node, BACKEND_NAME)
+
+
+__all__ = ["NcclBackend", "full_name"]

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import ParentNodeProvider
 
-from migrator.rule import FixSafety
+from migrator.calls import arguments
+from migrator.index import full_name
+from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
-    DeviceRule,
     add_device_import,
     expression,
     is_accelerator,
@@ -19,10 +19,10 @@ from migrator.rules.npu3_device import (
 )
 
 # Where a comparison needs no parentheses of its own.
-STATEMENT_PARENTS = (cst.If, cst.While, cst.Assign, cst.Return, cst.Arg, cst.Assert)
+STATEMENT_PARENTS = (ast.If, ast.While, ast.Assign, ast.Return, ast.Assert, ast.keyword)
 
 
-class IsCuda(DeviceRule):
+class IsCuda(Rule):
     """
     ## What it does
     Rewrites `x.is_cuda` to `x.is_npu` (torch_npu adds `Tensor.is_npu`) and adds
@@ -57,48 +57,57 @@ class IsCuda(DeviceRule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"\bis_cuda\b")
 
-    def visit_Module(self, node: cst.Module) -> None:
-        finder = _AssignedIsCuda(node)
-        node.visit(finder)
-        self.user_attributes = finder.receivers
+    def check(self) -> None:
+        for call in self.index.nodes(ast.Call):
+            if _is_getattr_is_cuda(self, call):
+                self.report(call, '`getattr(..., "is_cuda")`: use the `.is_npu` property instead')
+        user_attributes = {
+            self.code(target.value)
+            for assign in self.index.nodes(ast.Assign)
+            for target in assign.targets
+            if isinstance(target, ast.Attribute) and target.attr == "is_cuda"
+        }
+        for attribute in self.index.attributes("is_cuda"):
+            if self.code(attribute.value) in user_attributes:
+                continue
+            if is_accelerator(self):
+                self._accelerator(attribute)
+                continue
+            edit = self.replace(
+                attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name("is_npu"))
+            )
+            if self.fix(self.attr_position(attribute), "`.is_cuda` -> `.is_npu`", edit):
+                add_device_import(self)
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if get_full_name_for_node(original_node.func) == "getattr" and len(original_node.args) > 1:
-            name = original_node.args[1].value
-            if isinstance(name, cst.SimpleString) and string_body(name) == "is_cuda":
-                self.report(
-                    original_node, '`getattr(..., "is_cuda")`: use the `.is_npu` property instead'
-                )
-        return updated_node
-
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.BaseExpression:
-        if original_node.attr.value != "is_cuda":
-            return updated_node
-        receiver = cst.Module([]).code_for_node(original_node.value)
-        if receiver in self.user_attributes:
-            return updated_node
-        if is_accelerator(self):
-            return self._accelerator(original_node, updated_node)
-        if not self.fix(original_node.attr, "`.is_cuda` -> `.is_npu`"):
-            return updated_node
-        add_device_import(self)
-        return updated_node.with_changes(attr=cst.Name("is_npu"))
-
-    def _accelerator(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-        if not self.fix(
-            original.attr, "`.is_cuda` -> compare the device type with the accelerator's"
-        ):
-            return updated
-        add_device_import(self)
-        comparison = _with_receiver(
-            expression(f"x.device.type == {ACCELERATOR_TYPE}"), updated.value
+    def _accelerator(self, attribute: ast.Attribute) -> None:
+        parent = self.index.parent(attribute)
+        bare = isinstance(parent, STATEMENT_PARENTS) or (
+            isinstance(parent, ast.Call) and attribute is not parent.func
         )
-        parent = self.get_metadata(ParentNodeProvider, original, None)
-        if isinstance(parent, STATEMENT_PARENTS):
-            return comparison
-        return comparison.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+        def compared(node: cst.Attribute) -> cst.BaseExpression:
+            comparison = _with_receiver(
+                expression(f"x.device.type == {ACCELERATOR_TYPE}"), node.value
+            )
+            if bare:
+                return comparison
+            return comparison.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+        if self.fix(
+            self.attr_position(attribute),
+            "`.is_cuda` -> compare the device type with the accelerator's",
+            self.replace(attribute, cst.Attribute, compared),
+        ):
+            add_device_import(self)
+
+
+def _is_getattr_is_cuda(rule: Rule, call: ast.Call) -> bool:
+    given = arguments(call)
+    return (
+        full_name(call.func) == "getattr"
+        and len(given) > 1
+        and string_body(rule, given[1].value) == "is_cuda"
+    )
 
 
 def _with_receiver(comparison: cst.BaseExpression, receiver: cst.BaseExpression) -> cst.Comparison:
@@ -109,17 +118,3 @@ def _with_receiver(comparison: cst.BaseExpression, receiver: cst.BaseExpression)
     return comparison.with_changes(
         left=left.with_changes(value=left.value.with_changes(value=receiver))
     )
-
-
-class _AssignedIsCuda(cst.CSTVisitor):
-    """Receivers of ``<receiver>.is_cuda = ...`` in the file: a user attribute, not the property."""
-
-    def __init__(self, module: cst.Module) -> None:
-        super().__init__()
-        self.module = module
-        self.receivers: set[str] = set()
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        target = node.target
-        if isinstance(target, cst.Attribute) and target.attr.value == "is_cuda":
-            self.receivers.add(self.module.code_for_node(target.value))

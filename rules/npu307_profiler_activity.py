@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
-from migrator.rules.npu3_device import DeviceRule, add_device_import, expression, is_accelerator
+from migrator.rules.npu3_device import (
+    TORCH_ROOTS,
+    add_device_import,
+    expression,
+    is_accelerator,
+    torch_name,
+)
 
 PROFILER = "torch.profiler"
 CUDA_ACTIVITY = "torch.profiler.ProfilerActivity.CUDA"
@@ -19,7 +25,7 @@ NPU_PROFILER_API = frozenset(
 )
 
 
-class ProfilerActivityCuda(DeviceRule):
+class ProfilerActivityCuda(Rule):
     """
     ## What it does
     In a file that profiles CUDA activity (`torch.profiler.ProfilerActivity.CUDA`), moves the
@@ -62,112 +68,107 @@ class ProfilerActivityCuda(DeviceRule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"ProfilerActivity")
 
-    def visit_Module(self, node: cst.Module) -> None:
-        finder = _CudaActivity(self)
-        node.visit(finder)
-        self.profiles_cuda = finder.found
-        self.kept_imports = finder.kept_imports
+    def check(self) -> None:
+        activities = self.index.attributes("CUDA")
+        self.kept_imports = self._kept_imports()
+        self.profiles_cuda = any(torch_name(self, a) == CUDA_ACTIVITY for a in activities)
+        for attribute in activities:
+            self._check_activity(attribute)
+        if self.profiles_cuda and not is_accelerator(self):
+            for member in sorted(NPU_PROFILER_API):
+                for attribute in self.index.attributes(member):
+                    self._check_profiler_member(attribute)
+            for statement in self.index.nodes(ast.ImportFrom):
+                self._check_import(statement)
 
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.BaseExpression:
-        name = self.qualified_name(original_node)
+    def _kept_imports(self) -> set[str]:
+        """Names bound by a `from torch.profiler import` that also imports other names: that
+        import is reported, not rewritten, so what it binds stays torch's."""
+        kept: set[str] = set()
+        for statement in self.index.nodes(ast.ImportFrom):
+            if statement.level or statement.module != PROFILER:
+                continue
+            if any(alias.name == "*" for alias in statement.names):
+                continue
+            if any(alias.name not in NPU_PROFILER_API for alias in statement.names):
+                kept.update(alias.asname or alias.name for alias in statement.names)
+        return kept
+
+    def _check_activity(self, node: ast.Attribute) -> None:
+        if not self.may_name(node, TORCH_ROOTS):
+            return
+        name = self.qualified_name(node)
         if isinstance(name, Ambiguous):
             if CUDA_ACTIVITY in name.candidates:
                 self.report(
-                    original_node,
+                    node,
                     "cannot tell whether this is torch's ProfilerActivity.CUDA: "
                     f"{name.describe()}; "
                     "use `torch_npu.profiler.ProfilerActivity.NPU` by hand if it is",
                 )
-            return updated_node
-        if not self.profiles_cuda:
-            return updated_node
-        if name == CUDA_ACTIVITY:
-            if is_accelerator(self):
-                self.report(
-                    original_node,
-                    "there is no device-agnostic profiler activity: profile with torch_npu's "
-                    "profiler on Ascend and torch's on GPU",
-                )
-                return updated_node
-            receiver = original_node.value
-            if isinstance(receiver, cst.Name) and receiver.value in self.kept_imports:
-                self.report(
-                    original_node,
-                    "`ProfilerActivity.CUDA` -> `ProfilerActivity.NPU` once `ProfilerActivity` is "
-                    "imported from `torch_npu.profiler` (see the import above)",
-                )
-                return updated_node
-            if not self.fix(
-                original_node.attr, "`ProfilerActivity.CUDA` -> `ProfilerActivity.NPU`"
-            ):
-                return updated_node
-            add_device_import(self)
-            return updated_node.with_changes(attr=cst.Name("NPU"))
-        written_out = isinstance(original_node.value, cst.Attribute)
-        if (
-            written_out
-            and not is_accelerator(self)
-            and self.qualified_name(original_node.value) == PROFILER
-            and original_node.attr.value in NPU_PROFILER_API
+            return
+        if not self.profiles_cuda or name != CUDA_ACTIVITY:
+            return
+        if is_accelerator(self):
+            self.report(
+                node,
+                "there is no device-agnostic profiler activity: profile with torch_npu's "
+                "profiler on Ascend and torch's on GPU",
+            )
+            return
+        receiver = node.value
+        if isinstance(receiver, ast.Name) and receiver.id in self.kept_imports:
+            self.report(
+                node,
+                "`ProfilerActivity.CUDA` -> `ProfilerActivity.NPU` once `ProfilerActivity` is "
+                "imported from `torch_npu.profiler` (see the import above)",
+            )
+            return
+        edit = self.replace(
+            node, cst.Attribute, lambda attribute: attribute.with_changes(attr=cst.Name("NPU"))
+        )
+        if self.fix(
+            self.attr_position(node), "`ProfilerActivity.CUDA` -> `ProfilerActivity.NPU`", edit
         ):
-            member = original_node.attr.value
-            if not self.fix(
-                original_node, f"`torch.profiler.{member}` -> `torch_npu.profiler.{member}`"
-            ):
-                return updated_node
             add_device_import(self)
-            return updated_node.with_changes(value=expression("torch_npu.profiler"))
-        return updated_node
 
-    def leave_ImportFrom(
-        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
-    ) -> cst.ImportFrom:
-        if not self.profiles_cuda or is_accelerator(self) or original_node.module is None:
-            return updated_node
-        if original_node.relative or get_full_name_for_node(original_node.module) != PROFILER:
-            return updated_node
-        if isinstance(original_node.names, cst.ImportStar):
-            return updated_node
-        names = [alias.evaluated_name for alias in original_node.names]
+    def _check_profiler_member(self, node: ast.Attribute) -> None:
+        if not isinstance(node.value, ast.Attribute):
+            return  # written out: `torch.profiler.profile`, not an imported name
+        if torch_name(self, node.value) != PROFILER:
+            return
+        member = node.attr
+        edit = self.replace(
+            node,
+            cst.Attribute,
+            lambda attribute: attribute.with_changes(value=expression("torch_npu.profiler")),
+        )
+        if self.fix(node, f"`torch.profiler.{member}` -> `torch_npu.profiler.{member}`", edit):
+            add_device_import(self)
+
+    def _check_import(self, statement: ast.ImportFrom) -> None:
+        if statement.level or statement.module != PROFILER:
+            return
+        if any(alias.name == "*" for alias in statement.names):
+            return
+        names = [alias.name for alias in statement.names]
         others = [n for n in names if n not in NPU_PROFILER_API]
         if others:
             self.report(
-                original_node,
+                statement,
                 f"split this import: take {', '.join(n for n in names if n not in others)} from "
                 f"`torch_npu.profiler`, keep {', '.join(others)} from `torch.profiler`",
             )
-            return updated_node
-        if not self.fix(
-            original_node, "`from torch.profiler import` -> `from torch_npu.profiler import`"
+            return
+
+        def rehomed(node: cst.ImportFrom) -> cst.ImportFrom:
+            module = expression("torch_npu.profiler")
+            assert isinstance(module, cst.Attribute)
+            return node.with_changes(module=module)
+
+        if self.fix(
+            statement,
+            "`from torch.profiler import` -> `from torch_npu.profiler import`",
+            self.replace(statement, cst.ImportFrom, rehomed),
         ):
-            return updated_node
-        add_device_import(self)
-        module = expression("torch_npu.profiler")
-        assert isinstance(module, cst.Attribute)
-        return updated_node.with_changes(module=module)
-
-
-class _CudaActivity(cst.CSTVisitor):
-    def __init__(self, rule: Rule) -> None:
-        super().__init__()
-        self.rule = rule
-        self.found = False
-        # names bound by a `from torch.profiler import` that also imports other names: that
-        # import is reported, not rewritten, so what it binds stays torch's
-        self.kept_imports: set[str] = set()
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return
-        if get_full_name_for_node(node.module) != PROFILER:
-            return
-        if any(alias.evaluated_name not in NPU_PROFILER_API for alias in node.names):
-            self.kept_imports.update(
-                alias.evaluated_alias or alias.evaluated_name for alias in node.names
-            )
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == "CUDA" and self.rule.qualified_name(node) == CUDA_ACTIVITY:
-            self.found = True
+            add_device_import(self)

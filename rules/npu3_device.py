@@ -9,19 +9,19 @@
 
 from __future__ import annotations
 
+import ast
 import enum
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from typing import ClassVar
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
 
-from migrator.callargs import find_keyword, positional
+from migrator.calls import StringLiteral, argument, keyword, positional, string_literal
 from migrator.diagnostics import Severity
+from migrator.index import full_name
 from migrator.names import Ambiguous
-from migrator.rule import FixSafety, Rule, Target
+from migrator.rule import FixSafety, Location, Rule, Target
 
 # torch.cuda names that torch_npu mirrors under torch.npu with the same signature.
 NPU_CUDA_API = frozenset(
@@ -102,29 +102,6 @@ RANK_NAME = re.compile(r"(local_)?rank")
 INDEX_NAME = re.compile(r"(local_)?rank|(local_)?gpu(_id|_index)?|(device|gpu)_(id|idx|index)")
 
 
-class DeviceRule(Rule):
-    """Base of the device rules.
-
-    Works around a name-resolution loop: ``migrator.names`` follows value aliases without a visited
-    set, so ``model = model.module`` makes ``qualified_name(model.x)`` recurse until Python's
-    limit. Such a name is not an import, so it is treated as resolving to nothing.
-    """
-
-    def qualified_name(self, node: cst.BaseExpression) -> str | Ambiguous | None:
-        try:
-            return super().qualified_name(node)
-        except RecursionError:
-            return None
-
-    def qualified_name_in(
-        self, node: cst.BaseExpression, wanted: Collection[str]
-    ) -> str | Ambiguous | None:
-        try:
-            return super().qualified_name_in(node, wanted)
-        except RecursionError:
-            return None
-
-
 class Place(enum.Enum):
     """What a device position accepts: any device, or only a device type ("cuda", not "cuda:0")."""
 
@@ -148,59 +125,84 @@ def expression(code: str) -> cst.BaseExpression:
     return cst.parse_expression(code)
 
 
-def last_name(node: cst.BaseExpression) -> str | None:
+def last_name(node: ast.AST) -> str | None:
     """``device`` for ``self.device``, ``args.device`` and ``device``."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
     return None
 
 
-def names_match(node: cst.BaseExpression, pattern: re.Pattern[str]) -> bool:
+def names_match(node: ast.AST, pattern: re.Pattern[str]) -> bool:
     name = last_name(node)
     return name is not None and pattern.fullmatch(name) is not None
+
+
+def torch_name(rule: Rule, node: ast.AST) -> str | None:
+    """The qualified name of ``node`` when it may be a torch name, else None (cheap)."""
+    if not rule.may_name(node, TORCH_ROOTS):
+        return None
+    name = rule.qualified_name(node)
+    return name if isinstance(name, str) else None
+
+
+TORCH_ROOTS = frozenset({"torch", "torch_npu"})
 
 
 # -- strings -------------------------------------------------------------------------------------
 
 
-def string_body(node: cst.SimpleString) -> str | None:
-    """The text between the quotes of a str literal (None for bytes)."""
-    if "b" in node.prefix.lower():
+def string_body(rule: Rule, node: ast.AST) -> str | None:
+    """The text between the quotes of a str literal written as one token (None for bytes)."""
+    literal = string_literal(rule.source, node)
+    if literal is None or literal.is_bytes or literal.is_format:
         return None
-    return node.value[len(node.prefix) + len(node.quote) : -len(node.quote)]
+    return literal.body
 
 
-def is_cuda_device_string(node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.SimpleString):
-        body = string_body(node)
+def simple_string(rule: Rule, node: ast.AST) -> StringLiteral | None:
+    """``node`` as one plain (not formatted) string literal token, bytes included."""
+    literal = string_literal(rule.source, node)
+    if literal is None or literal.is_format or not isinstance(node, ast.Constant):
+        return None
+    return literal
+
+
+def is_cuda_device_string(rule: Rule, node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        body = string_body(rule, node)
         return body is not None and CUDA_DEVICE_TEXT.fullmatch(body) is not None
-    if isinstance(node, cst.FormattedString):
-        return cuda_fstring_head(node) is not None
+    if isinstance(node, ast.JoinedStr):
+        return cuda_fstring_head(rule, node) is not None
     return False
 
 
-def cuda_fstring_head(node: cst.FormattedString) -> cst.FormattedStringText | None:
-    """``f"cuda:{rank}"``: the leading text part, when the rest are only expressions."""
-    if not node.parts or "b" in node.prefix.lower():
+def cuda_fstring_head(rule: Rule, node: ast.JoinedStr) -> str | None:
+    """``f"cuda:{rank}"``: the leading text, when the rest are only expressions."""
+    literal = string_literal(rule.source, node)
+    if literal is None or not literal.is_format or len(node.values) < 2:
         return None
-    head, *rest = node.parts
-    if not isinstance(head, cst.FormattedStringText) or not rest:
+    head, *rest = node.values
+    if not isinstance(head, ast.Constant) or not all(
+        isinstance(part, ast.FormattedValue) for part in rest
+    ):
         return None
-    if not all(isinstance(part, cst.FormattedStringExpression) for part in rest):
-        return None
-    return head if CUDA_FSTRING_HEAD.fullmatch(head.value) else None
+    raw = _fstring_head_text(literal.body)
+    return raw if raw is not None and CUDA_FSTRING_HEAD.fullmatch(raw) else None
 
 
-def with_device_type(node: cst.SimpleString | cst.FormattedString, new: str) -> cst.BaseExpression:
-    """The same literal with its leading ``cuda`` replaced by ``new`` (quotes and prefix kept)."""
-    if isinstance(node, cst.SimpleString):
-        start = len(node.prefix) + len(node.quote)
-        return node.with_changes(value=node.value[:start] + new + node.value[start + 4 :])
-    head = node.parts[0]
-    assert isinstance(head, cst.FormattedStringText)
-    return node.with_changes(parts=[head.with_changes(value=new + head.value[4:]), *node.parts[1:]])
+def _fstring_head_text(body: str) -> str | None:
+    """The text of an f-string body before its first ``{`` (``{{`` is text)."""
+    index = 0
+    while index < len(body):
+        if body.startswith("{{", index):
+            index += 2
+            continue
+        if body[index] == "{":
+            return body[:index]
+        index += 1
+    return None
 
 
 # -- where devices are ---------------------------------------------------------------------------
@@ -211,8 +213,8 @@ DEFAULT_DEVICE_SETTERS = {"torch.set_default_device"}
 GRAD_SCALERS = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
 
 
-def device_positions(rule: Rule, module: cst.Module) -> Iterator[tuple[cst.BaseExpression, Place]]:
-    """Every expression of ``module`` that is used as a device (or a device type).
+def device_positions(rule: Rule) -> Iterator[tuple[ast.AST, Place]]:
+    """Every expression of the module that is used as a device (or a device type).
 
     Calls: ``torch.device(x)``, ``.to(x)``, ``f(device=x)``, ``f(map_location=x)`` (the values of a
     dict: its keys name where a checkpoint was saved and must keep matching it),
@@ -222,124 +224,131 @@ def device_positions(rule: Rule, module: cst.Module) -> Iterator[tuple[cst.BaseE
     ``*device`` parameter defaults, and the ``default=`` and ``choices=`` of an ``--*device``
     command-line option.
     """
-    collector = _DevicePositions(rule)
-    module.visit(collector)
-    return iter(collector.found)
+    index = rule.index
+    for call in index.nodes(ast.Call):
+        yield from _call_positions(rule, call)
+    for comparison in index.nodes(ast.Compare):
+        yield from _comparison_positions(comparison)
+    for assign in index.nodes(ast.Assign):
+        if any(names_match(target, DEVICE_NAME) for target in assign.targets):
+            yield assign.value, Place.DEVICE
+    for annotated in index.nodes(ast.AnnAssign):
+        if annotated.value is not None and names_match(annotated.target, DEVICE_NAME):
+            yield annotated.value, Place.DEVICE
+    for parameter, default in parameter_defaults(rule):
+        if DEVICE_NAME.fullmatch(parameter.arg):
+            yield default, Place.DEVICE
 
 
-class _DevicePositions(cst.CSTVisitor):
-    def __init__(self, rule: Rule) -> None:
-        super().__init__()
-        self.rule = rule
-        self.found: list[tuple[cst.BaseExpression, Place]] = []
-
-    def add(self, node: cst.BaseExpression | None, place: Place = Place.DEVICE) -> None:
-        if node is not None:
-            self.found.append((node, place))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = self.rule.qualified_name(node.func)
-        name = name if isinstance(name, str) else None
-        first = positional(node)[:1]
-        if name in DEVICE_CONSTRUCTORS:
-            self.add(_arg_value(node, "type", 0))
-        elif name in DEVICE_TYPE_CALLS:
-            self.add(first[0].value if first else None, Place.DEVICE_TYPE)
-        elif name in GRAD_SCALERS:
-            self.add(_arg_value(node, "device", 0), Place.DEVICE_TYPE)
-        elif (
-            isinstance(node.func, cst.Attribute) and node.func.attr.value == "to"
-        ) or name in DEFAULT_DEVICE_SETTERS:
-            self.add(first[0].value if first else None)
-        elif _is_add_argument(node) and _option_matches(node, DEVICE_NAME):
-            self.add(_keyword_value(node, "default"))
-            choices = _keyword_value(node, "choices")
-            if isinstance(choices, cst.List | cst.Tuple | cst.Set):
-                for element in choices.elements:
-                    self.add(element.value)
-        for arg in node.args:
-            if arg.keyword is None:
-                continue
-            if arg.keyword.value == "device" and name not in GRAD_SCALERS:
-                self.add(arg.value)
-            elif arg.keyword.value == "device_type":
-                self.add(arg.value, Place.DEVICE_TYPE)
-            elif arg.keyword.value == "map_location":
-                if isinstance(arg.value, cst.Dict):
-                    for entry in arg.value.elements:
-                        if isinstance(entry, cst.DictElement):
-                            self.add(entry.value)
-                else:
-                    self.add(arg.value)
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        operands = [node.left, *(target.comparator for target in node.comparisons)]
-        for index, target in enumerate(node.comparisons):
-            if not isinstance(target.operator, cst.Equal | cst.NotEqual | cst.Is | cst.IsNot):
-                continue
-            left, right = operands[index], operands[index + 1]
-            if _names_a_device(left):
-                self.add(right, Place.DEVICE_TYPE if _is_device_type(left) else Place.DEVICE)
-            elif _names_a_device(right):
-                self.add(left, Place.DEVICE_TYPE if _is_device_type(right) else Place.DEVICE)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if any(names_match(target.target, DEVICE_NAME) for target in node.targets):
-            self.add(node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if names_match(node.target, DEVICE_NAME):
-            self.add(node.value)
-
-    def visit_Param(self, node: cst.Param) -> None:
-        if DEVICE_NAME.fullmatch(node.name.value):
-            self.add(node.default)
+def parameter_defaults(rule: Rule) -> Iterator[tuple[ast.arg, ast.expr]]:
+    """Each parameter that has a default, with its default."""
+    for arguments in rule.index.nodes(ast.arguments):
+        plain = [*arguments.posonlyargs, *arguments.args]
+        yield from zip(
+            plain[len(plain) - len(arguments.defaults) :], arguments.defaults, strict=True
+        )
+        for keyword_only, value in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True):
+            if value is not None:
+                yield keyword_only, value
 
 
-def _names_a_device(node: cst.BaseExpression) -> bool:
+def _call_positions(rule: Rule, call: ast.Call) -> Iterator[tuple[ast.AST, Place]]:
+    name = torch_name(rule, call.func)
+    first = positional(call)[:1]
+    if name in DEVICE_CONSTRUCTORS:
+        found = argument(call, "type", 0)
+        if found is not None:
+            yield found.value, Place.DEVICE
+    elif name in DEVICE_TYPE_CALLS:
+        if first:
+            yield first[0].value, Place.DEVICE_TYPE
+    elif name in GRAD_SCALERS:
+        found = argument(call, "device", 0)
+        if found is not None:
+            yield found.value, Place.DEVICE_TYPE
+    elif (isinstance(call.func, ast.Attribute) and call.func.attr == "to") or (
+        name in DEFAULT_DEVICE_SETTERS
+    ):
+        if first:
+            yield first[0].value, Place.DEVICE
+    elif is_add_argument(call) and option_matches(rule, call, DEVICE_NAME):
+        default = keyword(call, "default")
+        if default is not None:
+            yield default.value, Place.DEVICE
+        choices = keyword(call, "choices")
+        if choices is not None and isinstance(choices.value, (ast.List, ast.Tuple, ast.Set)):
+            for element in choices.value.elts:
+                yield _element_value(element), Place.DEVICE
+    for given in call.keywords:
+        if given.arg == "device" and name not in GRAD_SCALERS:
+            yield given.value, Place.DEVICE
+        elif given.arg == "device_type":
+            yield given.value, Place.DEVICE_TYPE
+        elif given.arg == "map_location":
+            if isinstance(given.value, ast.Dict):
+                for key, value in zip(given.value.keys, given.value.values, strict=True):
+                    if key is not None:
+                        yield value, Place.DEVICE
+            else:
+                yield given.value, Place.DEVICE
+
+
+def _element_value(element: ast.expr) -> ast.expr:
+    return element.value if isinstance(element, ast.Starred) else element
+
+
+def _comparison_positions(node: ast.Compare) -> Iterator[tuple[ast.AST, Place]]:
+    operands = [node.left, *node.comparators]
+    for index, operator in enumerate(node.ops):
+        if not isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+            continue
+        left, right = operands[index], operands[index + 1]
+        if _names_a_device(left):
+            yield right, Place.DEVICE_TYPE if _is_device_type(left) else Place.DEVICE
+        elif _names_a_device(right):
+            yield left, Place.DEVICE_TYPE if _is_device_type(right) else Place.DEVICE
+
+
+def _names_a_device(node: ast.AST) -> bool:
     """``x.device``, ``x.device.type``, ``device``, ``args.device``."""
-    if isinstance(node, cst.Attribute) and node.attr.value == "type":
+    if isinstance(node, ast.Attribute) and node.attr == "type":
         return names_match(node.value, DEVICE_NAME)
     return names_match(node, DEVICE_NAME)
 
 
-def _is_device_type(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Attribute) and node.attr.value == "type"
+def _is_device_type(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "type"
 
 
-def _arg_value(call: cst.Call, name: str, position: int) -> cst.BaseExpression | None:
-    keyword = find_keyword(call, name)
-    if keyword is not None:
-        return keyword.value
-    args = positional(call)
-    return args[position].value if position < len(args) else None
+def is_add_argument(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"
 
 
-def _keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    keyword = find_keyword(call, name)
-    return keyword.value if keyword is not None else None
+def option_texts(rule: Rule, call: ast.Call) -> list[str]:
+    """``add_argument("--dist-backend", ...)`` -> ["dist_backend"] (dashes read as ``_``)."""
+    texts = []
+    for found in positional(call):
+        body = _option_body(rule, found.value)
+        if body is not None:
+            texts.append(body.lstrip("-").replace("-", "_"))
+    return texts
 
 
-def _is_add_argument(call: cst.Call) -> bool:
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"
+def _option_body(rule: Rule, node: ast.AST) -> str | None:
+    literal = simple_string(rule, node)
+    if literal is None:
+        return None
+    return "" if literal.is_bytes else literal.body
 
 
-def _option_matches(call: cst.Call, pattern: re.Pattern[str]) -> bool:
-    """``add_argument("--dist-backend", ...)`` matches BACKEND_NAME (dashes read as ``_``)."""
-    for arg in positional(call):
-        if isinstance(arg.value, cst.SimpleString):
-            text = (string_body(arg.value) or "").lstrip("-").replace("-", "_")
-            if pattern.fullmatch(text):
-                return True
-    return False
+def option_matches(rule: Rule, call: ast.Call, pattern: re.Pattern[str]) -> bool:
+    return any(pattern.fullmatch(text) for text in option_texts(rule, call))
 
 
 # -- values that reach a position ----------------------------------------------------------------
 
 
-def values_reaching(
-    rule: Rule, node: cst.BaseExpression, depth: int = 0
-) -> Iterator[cst.BaseExpression]:
+def values_reaching(rule: Rule, node: ast.AST, depth: int = 0) -> Iterator[ast.AST]:
     """The literal-ish expressions that may be the value of ``node``.
 
     Looks through ``a if c else b``, ``a or b``, ``"cuda:{}".format(i)``, ``"cuda:%d" % i`` and
@@ -347,59 +356,47 @@ def values_reaching(
     """
     if depth > 4:
         return
-    if isinstance(node, cst.IfExp):
+    if isinstance(node, ast.IfExp):
         yield from values_reaching(rule, node.body, depth + 1)
         yield from values_reaching(rule, node.orelse, depth + 1)
-    elif isinstance(node, cst.BooleanOperation):
-        yield from values_reaching(rule, node.left, depth + 1)
-        yield from values_reaching(rule, node.right, depth + 1)
+    elif isinstance(node, ast.BoolOp):
+        # libcst nests `a or b or c` as ((a or b) or c): the same depths here.
+        values = node.values
+        for position, value in enumerate(values):
+            nesting = len(values) - max(position, 1)
+            yield from values_reaching(rule, value, depth + nesting)
     elif (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "format"
-        and isinstance(node.func.value, cst.SimpleString)
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and simple_string(rule, node.func.value) is not None
     ):
         yield node.func.value
-    elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
-        if isinstance(node.left, cst.SimpleString):
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        if simple_string(rule, node.left) is not None:
             yield node.left
-    elif isinstance(node, cst.Name):
+    elif isinstance(node, ast.Name):
         for value in assigned_values(rule, node):
             yield from values_reaching(rule, value, depth + 1)
     else:
         yield node
 
 
-def assigned_values(rule: Rule, name: cst.Name) -> list[cst.BaseExpression]:
+def assigned_values(rule: Rule, name: ast.Name) -> list[ast.expr]:
     """The right-hand sides of plain ``name = value`` statements that bind ``name`` here."""
-    scope = rule.get_metadata(ScopeProvider, name, None)
-    if scope is None:
-        return []
     values = []
-    for assignment in scope[name.value]:
-        if not isinstance(assignment, Assignment):
-            continue
-        value = _plain_assignment_value(rule, assignment.node, name.value)
+    for binding in rule.index.bindings_of(name):
+        statement = binding.statement
+        if isinstance(statement, ast.Assign):
+            whole = all(isinstance(t, ast.Name) and t.id == name.id for t in statement.targets)
+            value: ast.expr | None = statement.value if whole else None
+        elif isinstance(statement, ast.AnnAssign):
+            value = statement.value
+        else:
+            value = None
         if value is not None:
             values.append(value)
     return values
-
-
-def _plain_assignment_value(rule: Rule, node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
-    statement: cst.CSTNode | None = node
-    if isinstance(node, cst.Name):
-        parent = rule.get_metadata(ParentNodeProvider, node, None)
-        if isinstance(parent, cst.AssignTarget):
-            statement = rule.get_metadata(ParentNodeProvider, parent, None)
-        elif isinstance(parent, cst.AnnAssign):
-            statement = parent
-    if isinstance(statement, cst.Assign) and all(
-        isinstance(t.target, cst.Name) and t.target.value == name for t in statement.targets
-    ):
-        return statement.value
-    if isinstance(statement, cst.AnnAssign) and isinstance(statement.target, cst.Name):
-        return statement.value
-    return None
 
 
 # -- integer device indices ----------------------------------------------------------------------
@@ -424,139 +421,142 @@ class Index(enum.Enum):
     NO = "no"  # anything else: a device, a string, a tensor
 
 
-def int_index(rule: Rule, module: cst.Module, node: cst.BaseExpression, depth: int = 0) -> Index:
+def int_index(rule: Rule, node: ast.AST, depth: int = 0) -> Index:
     """Whether ``node`` is an integer device index (see the docs for the exact rules)."""
     if depth > 4:
         return Index.NO
-    if isinstance(node, cst.Integer):
+    if isinstance(node, ast.Constant) and type(node.value) is int:
         return Index.INT
-    if isinstance(node, cst.Call):
-        name = rule.qualified_name(node.func)
-        full = get_full_name_for_node(node.func)
-        if (isinstance(name, str) and name in INT_RETURNING_CALLS) or full in {"int", "len"}:
+    if isinstance(node, ast.Call):
+        name = torch_name(rule, node.func)
+        full = full_name(node.func)
+        if name in INT_RETURNING_CALLS or full in {"int", "len"}:
             return Index.INT
         return Index.NO
-    if isinstance(node, cst.Name):
+    if isinstance(node, ast.Name):
         values = assigned_values(rule, node)
-        if values and all(int_index(rule, module, v, depth + 1) is Index.INT for v in values):
+        if values and all(int_index(rule, v, depth + 1) is Index.INT for v in values):
             return Index.INT
         if _is_int_parameter(rule, node):
             return Index.INT
-        return Index.MAYBE if INDEX_NAME.fullmatch(node.value) else Index.NO
-    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
-        option = _int_option(module, node.attr.value)
+        return Index.MAYBE if INDEX_NAME.fullmatch(node.id) else Index.NO
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        option = _int_option(rule, node.attr)
         if option is not None:
             return option
-        return Index.MAYBE if INDEX_NAME.fullmatch(node.attr.value) else Index.NO
+        return Index.MAYBE if INDEX_NAME.fullmatch(node.attr) else Index.NO
     return Index.NO
 
 
-def _is_int_parameter(rule: Rule, name: cst.Name) -> bool:
+def _is_int_parameter(rule: Rule, name: ast.Name) -> bool:
     """A parameter annotated ``int``, or an unannotated ``rank`` / ``local_rank`` parameter with
     no default. (A ``gpu`` parameter is not enough: the imagenet example calls
     ``main_worker(args.gpu, ...)`` with None when it does not spawn.)"""
-    scope = rule.get_metadata(ScopeProvider, name, None)
-    if scope is None:
-        return False
-    for assignment in scope[name.value]:
-        if isinstance(assignment, Assignment) and isinstance(assignment.node, cst.Param):
-            param = assignment.node
-            annotation = param.annotation
-            if annotation is not None:
-                return get_full_name_for_node(annotation.annotation) == "int"
-            return param.default is None and RANK_NAME.fullmatch(name.value) is not None
+    for binding in rule.index.bindings_of(name):
+        parameter = binding.node
+        if isinstance(parameter, ast.arg):
+            if parameter.annotation is not None:
+                return full_name(parameter.annotation) == "int"
+            return not _has_default(rule, parameter) and RANK_NAME.fullmatch(name.id) is not None
     return False
 
 
-def _int_option(module: cst.Module, dest: str) -> Index | None:
+def _has_default(rule: Rule, parameter: ast.arg) -> bool:
+    arguments = rule.index.parent(parameter)
+    if not isinstance(arguments, ast.arguments):
+        return False
+    plain = [*arguments.posonlyargs, *arguments.args]
+    if any(parameter is p for p in plain):
+        position = next(i for i, p in enumerate(plain) if p is parameter)
+        return position >= len(plain) - len(arguments.defaults)
+    for keyword_only, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True):
+        if keyword_only is parameter:
+            return default is not None
+    return False
+
+
+def _int_option(rule: Rule, dest: str) -> Index | None:
     """``args.local_rank`` from ``parser.add_argument("--local_rank", type=int, default=0)``:
     an int when the option has ``type=int`` and an int default (or is required); MAYBE when its
     default is ``None`` (then ``f"npu:{args.gpu}"`` would give ``"npu:None"``)."""
-    finder = _OptionFinder(dest)
-    module.visit(finder)
-    call = finder.found
+    call = _option_call(rule, dest)
     if call is None:
         return None
-    type_arg = _keyword_value(call, "type")
-    if type_arg is None or get_full_name_for_node(type_arg) != "int":
+    type_arg = keyword(call, "type")
+    if type_arg is None or full_name(type_arg.value) != "int":
         return Index.MAYBE
-    default = _keyword_value(call, "default")
-    required = _keyword_value(call, "required")
-    if isinstance(default, cst.Integer):
-        return Index.INT
-    if default is None and required is not None and get_full_name_for_node(required) == "True":
+    default = keyword(call, "default")
+    required = keyword(call, "required")
+    if default is not None:
+        value = default.value
+        return (
+            Index.INT
+            if isinstance(value, ast.Constant) and type(value.value) is int
+            else Index.MAYBE
+        )
+    if required is not None and full_name(required.value) == "True":
         return Index.INT
     return Index.MAYBE
 
 
-class _OptionFinder(cst.CSTVisitor):
-    def __init__(self, dest: str) -> None:
-        super().__init__()
-        self.dest = dest
-        self.found: cst.Call | None = None
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.found is not None or not _is_add_argument(node):
-            return
-        dest = _keyword_value(node, "dest")
-        if isinstance(dest, cst.SimpleString) and string_body(dest) == self.dest:
-            self.found = node
-            return
-        for arg in positional(node):
-            if isinstance(arg.value, cst.SimpleString):
-                text = (string_body(arg.value) or "").lstrip("-").replace("-", "_")
-                if text == self.dest:
-                    self.found = node
-                    return
+def _option_call(rule: Rule, dest: str) -> ast.Call | None:
+    """The first ``add_argument`` call that defines option ``dest``."""
+    for attribute in rule.index.attributes("add_argument"):
+        call = rule.index.parent(attribute)
+        if not isinstance(call, ast.Call) or call.func is not attribute:
+            continue
+        dest_arg = keyword(call, "dest")
+        if dest_arg is not None and _option_body(rule, dest_arg.value) == dest:
+            return call
+        if dest in option_texts(rule, call):
+            return call
+    return None
 
 
 # -- report-only rules ---------------------------------------------------------------------------
 
 
-def outermost_use(rule: Rule, node: cst.Name | cst.Attribute) -> str | Ambiguous | None:
-    """The qualified name of ``node`` when it is a whole dotted use (``torch.cuda.nvtx.mark``, not
-    its ``torch.cuda`` part) outside an import statement; else None."""
-    if not _is_dotted_name(node):
-        return None  # `f(x).attr`: libcst names it after `f`, but it is a value, not a name
-    parent = rule.get_metadata(ParentNodeProvider, node, None)
-    if isinstance(parent, cst.Attribute):  # part of a longer name, or its attribute
-        return None
-    current: cst.CSTNode | None = parent
-    while isinstance(current, cst.Attribute | cst.Name | cst.ImportAlias | cst.AsName):
-        current = rule.get_metadata(ParentNodeProvider, current, None)
-    if isinstance(current, cst.Import | cst.ImportFrom):
-        return None
-    return rule.qualified_name(node)
-
-
-def _is_dotted_name(node: cst.BaseExpression) -> bool:
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return isinstance(node, cst.Name)
+def outermost_uses(rule: Rule) -> Iterator[ast.Name | ast.Attribute]:
+    """Every whole dotted use (``torch.cuda.nvtx.mark``, not its ``torch.cuda`` part) of a name
+    that may resolve under torch, in source order."""
+    index = rule.index
+    reaching = index.names_reaching(TORCH_ROOTS) if rule.context.fast else None
+    identifiers = sorted(index.identifiers())
+    found: list[ast.Name | ast.Attribute] = []
+    for identifier in identifiers:
+        if reaching is not None and identifier not in reaching:
+            continue
+        for name in index.names(identifier):
+            top: ast.Name | ast.Attribute = name
+            parent = index.parent(top)
+            while isinstance(parent, ast.Attribute) and parent.value is top:
+                top = parent
+                parent = index.parent(top)
+            found.append(top)
+    found.sort(key=lambda node: (node.lineno, node.col_offset))
+    return iter(found)
 
 
 def in_namespace(name: str, namespaces: tuple[str, ...]) -> bool:
     return any(name == space or name.startswith(space + ".") for space in namespaces)
 
 
-class ReportUses(DeviceRule):
+class ReportUses(Rule):
     """Base of the report-only rules: one diagnostic per use of a name in ``NAMESPACES``."""
 
     NAMESPACES: ClassVar[tuple[str, ...]]
     SEVERITY: ClassVar[Severity] = Severity.MANUAL
     FIX_SAFETY = FixSafety.NONE
 
-    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+    def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:
         raise NotImplementedError
 
-    def visit_Name(self, node: cst.Name) -> None:
-        self._check(node)
+    def check(self) -> None:
+        for node in outermost_uses(self):
+            self._check(node)
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._check(node)
-
-    def _check(self, node: cst.Name | cst.Attribute) -> None:
-        name = outermost_use(self, node)
+    def _check(self, node: ast.Name | ast.Attribute) -> None:
+        name = self.qualified_name(node)
         if isinstance(name, Ambiguous):
             wanted = [c for c in name.candidates if in_namespace(c, self.NAMESPACES)]
             message = self.message(wanted[0], node) if wanted else None
@@ -572,3 +572,6 @@ class ReportUses(DeviceRule):
         message = self.message(name, node)
         if message is not None:
             self.report(node, message, self.SEVERITY)
+
+
+__all__ = ["Location"]

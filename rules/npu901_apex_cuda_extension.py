@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, ScopeProvider
-
+from migrator.index import base_name, full_name
 from migrator.rule import FixSafety, Rule
-from migrator.rules.npu2_support import base_name, imported_name, local_name
+from migrator.scopes import BindingKind
 
 # Compiled modules that apex builds with nvcc; none of them exists in Ascend's apex.
 CUDA_EXTENSION_MODULES = frozenset(
@@ -103,59 +101,94 @@ class ApexCudaExtension(Rule):
     FIX_SAFETY = FixSafety.NONE
     TRIGGER = re.compile(r"contrib|multi_tensor_apply|" + "|".join(sorted(CUDA_EXTENSION_MODULES)))
 
-    def visit_Import(self, node: cst.Import) -> bool:
-        for alias in node.names:
-            advice = extension_advice(imported_name(alias))
-            if advice is not None:
-                self.report(alias, advice)
-        return False
+    def check(self) -> None:
+        for statement in self.index.nodes(ast.Import):
+            for alias in statement.names:
+                advice = extension_advice(alias.name)
+                if advice is not None:
+                    self.report(alias, advice)
+        for from_import in self.index.nodes(ast.ImportFrom):
+            self._check_import_from(from_import)
+        reported: set[int] = set()
+        for name in ("contrib", "multi_tensor_apply"):
+            for attribute in self.index.attributes(name):
+                self._check_access(attribute, reported)
+            for base in self.index.names(name):
+                parent = self.index.parent(base)
+                if isinstance(parent, ast.Attribute) and parent.value is base:
+                    self._check_access(parent, reported)
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        if node.relative or node.module is None:
-            return False
-        module = get_full_name_for_node(node.module) or ""
+    def _check_import_from(self, node: ast.ImportFrom) -> None:
+        if node.level or node.module is None:
+            return
+        module = node.module
         advice = extension_advice(module)
         if advice is not None:
             self.report(node, advice)
-        elif not isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                continue
             # `from apex import contrib`, `from apex.contrib import xentropy`
-            for alias in node.names:
-                advice = extension_advice(f"{module}.{imported_name(alias)}")
-                if advice is not None:
-                    self.report(alias, advice)
-        return False
+            advice = extension_advice(f"{module}.{alias.name}")
+            if advice is not None:
+                self.report(alias, advice)
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        """``apex.contrib.xentropy.SoftmaxCrossEntropyLoss`` reached through ``import apex``."""
-        dotted = get_full_name_for_node(node)
-        if dotted is None or not re.search(r"(^|\.)(contrib|multi_tensor_apply)\b", dotted):
-            return True
-        name = self.qualified_name(node)
-        if not isinstance(name, str):
-            return True
-        if self._reported_at_import(node, name):
-            return False  # its inner attributes are the same access
+    def _check_access(self, node: ast.Attribute, reported: set[int]) -> None:
+        """``apex.contrib.xentropy.SoftmaxCrossEntropyLoss`` reached through ``import apex``:
+        reported once, at the outermost attribute that names an extension module."""
+        outer = self._outermost_extension(node)
+        if outer is None or id(outer) in reported:
+            return
+        reported.add(id(outer))
+        name = self.qualified_name(outer)
+        assert isinstance(name, str)
         advice = extension_advice(name)
-        if advice is None:
-            return True
-        self.report(node, advice)
-        return False  # the inner attributes name the same module
+        assert advice is not None
+        self.report(outer, advice)
 
-    def _reported_at_import(self, node: cst.Attribute, name: str) -> bool:
+    def _outermost_extension(self, node: ast.Attribute) -> ast.Attribute | None:
+        """Of the dotted access through ``node``, the part that is reported: going inwards from
+        the outermost attribute, the first whose name resolves to an extension module."""
+        chain: list[ast.Attribute] = [node]
+        current: ast.AST = node
+        parent = self.index.parent(node)
+        while (
+            (isinstance(parent, ast.Attribute) and parent.value is current)
+            or (isinstance(parent, ast.Call) and parent.func is current)
+            or (isinstance(parent, ast.Subscript) and parent.value is current)
+        ):
+            if isinstance(parent, ast.Attribute):
+                chain.append(parent)
+            current = parent
+            parent = self.index.parent(current)
+        for attribute in reversed(chain):
+            dotted = full_name(attribute)
+            if dotted is None or not re.search(r"(^|\.)(contrib|multi_tensor_apply)\b", dotted):
+                continue
+            if not self.may_name(attribute, ("apex", *CUDA_EXTENSION_MODULES)):
+                continue
+            name = self.qualified_name(attribute)
+            if not isinstance(name, str):
+                continue
+            if self._reported_at_import(attribute, name):
+                return None  # its inner attributes are the same access
+            if extension_advice(name) is not None:
+                return attribute
+        return None
+
+    def _reported_at_import(self, node: ast.Attribute, name: str) -> bool:
         """An import binding the base name was reported for this module already
         (``import apex.contrib.x`` then ``apex.contrib.x.f``)."""
         base = base_name(node)
-        scope = self.get_metadata(ScopeProvider, base, None) if base is not None else None
-        if base is None or scope is None:
+        if base is None:
             return False
-        for assignment in scope[base.value]:
-            if isinstance(assignment, Assignment) and isinstance(assignment.node, cst.Import):
-                for alias in assignment.node.names:
-                    module = imported_name(alias)
-                    if (
-                        local_name(alias) == base.value
-                        and extension_advice(module)
-                        and _within(name, module)
-                    ):
-                        return True
+        for binding in self.index.bindings_of(base):
+            if binding.kind is not BindingKind.IMPORT or not isinstance(binding.node, ast.Import):
+                continue
+            for alias in binding.node.names:
+                module = alias.name
+                local = alias.asname or module.split(".")[0]
+                if local == base.id and extension_advice(module) and _within(name, module):
+                    return True
         return False

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import ast
 import re
-
-import libcst as cst
 
 from migrator.rules.npu3_device import ReportUses
 
@@ -46,7 +45,7 @@ class DataParallel(ReportUses):
         "torch.nn.parallel.data_parallel",
     )
 
-    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+    def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:
         return (
             "`DataParallel` is not supported on Ascend: use `DistributedDataParallel` with one "
             'process per device and the "hccl" backend (launch with torchrun)'

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
-import libcst as cst
-from libcst.metadata import ParentNodeProvider
-
-from migrator.callargs import find_keyword
+from migrator.calls import keyword
 from migrator.rules.npu3_device import ReportUses
 
 EXTENSIONS = "torch.utils.cpp_extension"
@@ -49,10 +47,7 @@ class CudaExtension(ReportUses):
     TRIGGER = re.compile(r"cpp_extension")
     NAMESPACES = (EXTENSIONS,)
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.module = node
-
-    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+    def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:
         member = name.removeprefix(EXTENSIONS + ".")
         if member == "CUDAExtension":
             return (
@@ -66,13 +61,13 @@ class CudaExtension(ReportUses):
             )
         return None
 
-    def _compiles_cuda(self, node: cst.CSTNode) -> bool:
-        call = self.get_metadata(ParentNodeProvider, node, None)
-        if not isinstance(call, cst.Call) or call.func is not node:
+    def _compiles_cuda(self, node: ast.AST) -> bool:
+        call = self.index.parent(node)
+        if not isinstance(call, ast.Call) or call.func is not node:
             return False
-        if find_keyword(call, "cuda_sources") is not None:
+        if keyword(call, "cuda_sources") is not None:
             return True
-        with_cuda = find_keyword(call, "with_cuda")
-        if with_cuda is not None and self.module.code_for_node(with_cuda.value) == "True":
+        with_cuda = keyword(call, "with_cuda")
+        if with_cuda is not None and self.code(with_cuda.value) == "True":
             return True
-        return CUDA_SOURCE.search(self.module.code_for_node(call)) is not None
+        return CUDA_SOURCE.search(self.code(call)) is not None

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import ast
 import re
-
-import libcst as cst
 
 from migrator.rules.npu3_device import ReportUses
 
@@ -40,7 +39,7 @@ class DeviceCapability(ReportUses):
     TRIGGER = re.compile(r"get_device_capability")
     NAMESPACES = ("torch.cuda.get_device_capability",)
 
-    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+    def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:
         return (
             "`get_device_capability()` returns None on Ascend: ask for the feature itself "
             "(e.g. `torch.npu.is_bf16_supported()`) instead of comparing capabilities"

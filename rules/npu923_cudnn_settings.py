@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+import ast
 import re
-
-import libcst as cst
-from libcst.metadata import ParentNodeProvider
 
 from migrator.diagnostics import Severity
 from migrator.rules.npu3_device import ReportUses
@@ -48,7 +46,7 @@ class CudnnSettings(ReportUses):
     NAMESPACES = (CUDNN, CUDA_BACKEND)
     SEVERITY = Severity.INFO
 
-    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+    def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:
         if name in NAMESPACES_THEMSELVES or not self._is_assigned(node):
             return None
         setting = name.removeprefix("torch.backends.")
@@ -59,9 +57,11 @@ class CudnnSettings(ReportUses):
         )
         return f"`torch.backends.{setting}` has no effect on Ascend NPUs{hint}"
 
-    def _is_assigned(self, node: cst.CSTNode) -> bool:
-        parent = self.get_metadata(ParentNodeProvider, node, None)
-        return isinstance(parent, cst.AssignTarget | cst.AugAssign)
+    def _is_assigned(self, node: ast.AST) -> bool:
+        parent = self.index.parent(node)
+        if isinstance(parent, ast.Assign):
+            return any(target is node for target in parent.targets)
+        return isinstance(parent, ast.AugAssign) and parent.target is node
 
 
 NAMESPACES_THEMSELVES = {CUDNN, CUDA_BACKEND}

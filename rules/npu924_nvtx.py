@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import ast
 import re
-
-import libcst as cst
 
 from migrator.rules.npu3_device import ReportUses
 
@@ -43,7 +42,7 @@ class Nvtx(ReportUses):
     TRIGGER = re.compile(r"nvtx")
     NAMESPACES = (NVTX,)
 
-    def message(self, name: str, node: cst.Name | cst.Attribute) -> str | None:
+    def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:
         if name == NVTX:
             return None  # the module itself (`nvtx = torch.cuda.nvtx`); its uses are reported
         return (
