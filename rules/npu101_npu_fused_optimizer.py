@@ -2,32 +2,40 @@
 
 from __future__ import annotations
 
-import re
+import ast
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import libcst as cst
-from libcst.metadata import ImportAssignment, PositionProvider, ScopeProvider
 
 from migrator.callargs import append_arg, keyword, remove_arg_objects
+from migrator.calls import NOT_LITERAL, Argument, arguments, literal_value
 from migrator.diagnostics import Severity
+from migrator.edits import NodeEdit
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import (
     APEX_HOME,
     FP16_OPTIMIZERS,
-    NOT_LITERAL,
+    KNOWN_OPTIMIZERS,
+    NPU1_ROOTS,
+    NPU101,
     OPTIMIZER_MODULES,
+    OPTIMIZER_TRIGGER,
     SOURCES,
     TARGET_PARAMETERS,
     TORCH_NPU_HOME,
     UNSUPPORTED,
+    FusedPlan,
     OptimizerFlow,
     Source,
     code_of,
-    literal_value,
+    line_of,
     npu_fused_name,
-    qualified,
+    written_span,
 )
+from migrator.scopes import Binding, BindingKind
 
 # Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
 PERFORMANCE_ONLY = frozenset(
@@ -67,12 +75,19 @@ KEPT_WHEN_NEUTRAL = frozenset({"amsgrad"})
 
 TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD requires lr
 
+# How a rewritten call spells the new class: the whole dotted name, only its last attribute
+# (`apex_optimizers.FusedAdam` -> `apex_optimizers.NpuFusedAdamW`), the unchanged alias of a
+# rewritten `from ... import X as A`, or the new name of a rewritten `from ... import X`.
+FuncStyle = Literal["dotted", "attr", "alias", "rename"]
+_NO_SPACE_EQUAL = keyword("x", cst.Name("x")).equal
+
 
 @dataclass
 class Plan:
-    """How one constructor call is rewritten; computed before the tree is transformed."""
+    """How one constructor call is rewritten; computed on the original file."""
 
-    call: cst.Call
+    call: ast.Call
+    arguments: list[Argument]
     source: Source
     target: str
     home: str
@@ -81,11 +96,20 @@ class Plan:
     to_keyword: dict[int, str] = field(default_factory=dict)  # positional index -> its name
     added: list[tuple[str, str]] = field(default_factory=list)  # (keyword, value code)
     notes: list[str] = field(default_factory=list)
-    func_style: str = "dotted"  # "dotted", "attr" (replace the last attribute), "alias", "rename"
+    func_style: FuncStyle = "dotted"
 
     @property
     def qualified_target(self) -> str:
         return f"{self.home}.{self.target}"
+
+
+@dataclass
+class ImportRewrite:
+    """``from m import X [as A]`` rewritten in place: alias index -> new name, maybe new module."""
+
+    statement: ast.ImportFrom
+    names: dict[int, str] = field(default_factory=dict)
+    module: str | None = None
 
 
 class NpuFusedOptimizer(Rule):
@@ -132,56 +156,74 @@ class NpuFusedOptimizer(Rule):
     NAME = "npu-fused-optimizer"
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"(?i)optim|sgd|adam|adadelta|rmsprop|fused")
+    TRIGGER = OPTIMIZER_TRIGGER
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.flow = OptimizerFlow(self, node)
-        self.plans: dict[int, Plan] = {}
-        self.import_rewrites: dict[int, tuple[str | None, str]] = {}  # id(alias) -> (module, name)
+    def check(self) -> None:
+        self.flow = OptimizerFlow.of(self)
+        self.plans: list[Plan] = []
+        self.import_rewrites: dict[int, ImportRewrite] = {}  # id(ImportFrom) -> its rewrite
         wrapped = self._report_fp16_wrappers()
-        for call in self.flow.calls:
+        for call in self._dynamic_lookups():
+            if id(call) not in wrapped:
+                self.report(call, _DYNAMIC_LOOKUP_ADVICE)
+        for call in self.flow.candidates:
             if id(call) not in wrapped:
                 self._examine_call(call)
-        for class_def in self.flow.classes:
+        for class_def in self.index.nodes(ast.ClassDef):
             self._examine_subclass(class_def)
         self._plan_call_names()
+        self._apply_plans()
 
     # -- analysis --------------------------------------------------------------------------------
-
-    def _suppressed(self, node: cst.CSTNode) -> bool:
-        return self.context.suppressions.covers(self.position(node)[0], self.CODE)
 
     def _report_fp16_wrappers(self) -> set[int]:
         """Report ``FP16_Optimizer(...)``; the ids of the constructors it wraps, left as they are
         so that the user migrates wrapper and optimizer together."""
         wrapped: set[int] = set()
-        for call in self.flow.calls:
-            if self._suppressed(call):
-                continue
-            if isinstance(qualified(self, call.func, FP16_OPTIMIZERS), str):
+        for call in self.flow.candidates:
+            if isinstance(self.qualified_name_in(call.func, FP16_OPTIMIZERS), str):
+                if self._suppressed(call):
+                    continue
                 self.report(call, _FP16_OPTIMIZER_ADVICE)
-                for arg in call.args:
+                for arg in arguments(call):
                     wrapped.update(id(origin) for origin in self.flow.origins(arg.value))
         return wrapped
 
-    def _examine_call(self, call: cst.Call) -> None:
+    def _dynamic_lookups(self) -> list[ast.Call]:
+        """``getattr(torch.optim, name)(...)``, found from the ``getattr`` names."""
+        found: list[ast.Call] = []
+        callees: list[ast.expr] = [*self.index.names("getattr"), *self.index.attributes("getattr")]
+        for callee in callees:
+            lookup = self.index.parent(callee)
+            if not isinstance(lookup, ast.Call) or lookup.func is not callee or not lookup.args:
+                continue
+            call = self.index.parent(lookup)
+            if not isinstance(call, ast.Call) or call.func is not lookup:
+                continue
+            if self.qualified_name(callee) != "builtins.getattr":
+                continue
+            module = self.qualified_name(arguments(lookup)[0].value)
+            if isinstance(module, str) and module in OPTIMIZER_MODULES:
+                found.append(call)
+        return found
+
+    def _examine_call(self, call: ast.Call) -> None:
         """Plan the rewrite of ``call``, or report why it cannot be rewritten."""
-        if self._suppressed(call):
-            return
-        if self._is_dynamic_lookup(call):
-            self.report(call, _DYNAMIC_LOOKUP_ADVICE)
-            return
         self._check_apex_home(call)
-        wanted = SOURCES.keys() | UNSUPPORTED.keys()
-        name = qualified(self, call.func, wanted)
+        name = self.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
         if isinstance(name, Ambiguous):
             self.report(call, self._ambiguous_message(call, name))
         elif name in UNSUPPORTED:
             self.report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
-        elif name in SOURCES:
+        elif name in SOURCES and not self._suppressed(call):
             self._plan(call, SOURCES[name])
 
-    def _check_apex_home(self, call: cst.Call) -> None:
+    def _suppressed(self, node: ast.AST) -> bool:
+        """A suppression comment covers the line where ``node`` starts (then nothing is planned
+        for it, and the imports it uses are left to the calls that are rewritten)."""
+        return self.context.suppressions.covers(line_of(node), self.CODE)
+
+    def _check_apex_home(self, call: ast.Call) -> None:
         """An Ascend apex fused optimizer that never reaches amp here raises in `step()`."""
         name = npu_fused_name(self, call.func)
         if (
@@ -199,17 +241,7 @@ class NpuFusedOptimizer(Rule):
             severity=Severity.INFO,
         )
 
-    def _is_dynamic_lookup(self, call: cst.Call) -> bool:
-        """``getattr(torch.optim, name)(...)``."""
-        lookup = call.func
-        if not isinstance(lookup, cst.Call) or not lookup.args:
-            return False
-        if qualified(self, lookup.func) != "builtins.getattr":
-            return False
-        module = qualified(self, lookup.args[0].value)
-        return isinstance(module, str) and module in OPTIMIZER_MODULES
-
-    def _ambiguous_message(self, call: cst.Call, name: Ambiguous) -> str:
+    def _ambiguous_message(self, call: ast.Call, name: Ambiguous) -> str:
         hints = [f"`{c}` -> {_target_hint(SOURCES[c])}" for c in name.candidates if c in SOURCES]
         advice = (
             f"replace it by hand ({', '.join(hints)}; from `apex.optimizers` when the optimizer "
@@ -218,15 +250,15 @@ class NpuFusedOptimizer(Rule):
             else "migrate it by hand"
         )
         return (
-            f"cannot tell which optimizer `{code_of(call.func)}` is: {name.describe()}; "
+            f"cannot tell which optimizer `{code_of(self, call.func)}` is: {name.describe()}; "
             f"npu-migrate only rewrites names with a single origin: {advice}"
         )
 
-    def _examine_subclass(self, class_def: cst.ClassDef) -> None:
-        if self._suppressed(class_def):
-            return
+    def _examine_subclass(self, class_def: ast.ClassDef) -> None:
         for base in class_def.bases:
-            name = qualified(self, base.value, SOURCES.keys() | UNSUPPORTED.keys())
+            if not self.may_name(base, NPU1_ROOTS):
+                continue
+            name = self.qualified_name_in(base, KNOWN_OPTIMIZERS)
             if not isinstance(name, str):
                 continue
             if name in UNSUPPORTED:
@@ -240,15 +272,16 @@ class NpuFusedOptimizer(Rule):
                 )
             self.report(
                 class_def,
-                f"`{class_def.name.value}` subclasses `{name}`, and npu-migrate does not rewrite "
+                f"`{class_def.name}` subclasses `{name}`, and npu-migrate does not rewrite "
                 f"subclasses: {advice}",
             )
 
-    def _plan(self, call: cst.Call, source: Source) -> None:
-        names, problems = _bind(call, source)
+    def _plan(self, call: ast.Call, source: Source) -> None:
+        args = arguments(call)
+        names, problems = _bind(self, args, source)
         target = source.target
         if target is None:
-            target, problem = _fused_adam_target(call, names)
+            target, problem = _fused_adam_target(self, args, names)
             if problem:
                 problems.append(problem)
         if target is None or problems:
@@ -257,10 +290,11 @@ class NpuFusedOptimizer(Rule):
         amp_call = self.flow.reaches_amp.get(id(call))
         plan = Plan(
             call,
+            args,
             source,
             target,
             APEX_HOME if amp_call is not None else TORCH_NPU_HOME,
-            self.flow.line_of(amp_call) if amp_call is not None else None,
+            line_of(amp_call) if amp_call is not None else None,
         )
         problems = self._map_arguments(plan, names)
         if problems:
@@ -274,34 +308,35 @@ class NpuFusedOptimizer(Rule):
                     "optimizer refuses to step: call `amp.initialize` on every path, or use "
                     f"`{TORCH_NPU_HOME}.{target}` on the path without amp"
                 )
-        self.plans[id(call)] = plan
+        self.plans.append(plan)
 
     def _map_arguments(self, plan: Plan, names: list[str]) -> list[str]:
         problems: list[str] = []
         dropped_notes: list[str] = []
-        for index, (arg, name) in enumerate(zip(plan.call.args, names, strict=True)):
+        for index, (arg, name) in enumerate(zip(plan.arguments, names, strict=True)):
+            value_code = code_of(self, arg.value)
             if name == "adam_w_mode":
                 plan.dropped.add(index)
-                plan.notes.append(f"`adam_w_mode={code_of(arg.value)}` chose `{plan.target}`")
+                plan.notes.append(f"`adam_w_mode={value_code}` chose `{plan.target}`")
             elif name in PERFORMANCE_ONLY:
                 plan.dropped.add(index)
-                dropped_notes.append(f"`{name}={code_of(arg.value)}`")
+                dropped_notes.append(f"`{name}={value_code}`")
             elif name in NEUTRAL_AT:
                 neutral, reason = NEUTRAL_AT[name]
                 value = literal_value(arg.value)
                 if value is NOT_LITERAL:
                     problems.append(
-                        f"`{name}={code_of(arg.value)}` is not a literal, so npu-migrate cannot "
+                        f"`{name}={value_code}` is not a literal, so npu-migrate cannot "
                         "tell whether it changes the update"
                     )
                 elif value != neutral:
                     problems.append(reason)
                 elif name not in KEPT_WHEN_NEUTRAL:
                     plan.dropped.add(index)
-                    dropped_notes.append(f"`{name}={code_of(arg.value)}`")
+                    dropped_notes.append(f"`{name}={value_code}`")
         if problems:
             return problems
-        self._reposition(plan, names)
+        _reposition(plan, names)
         present = set(names)
         fused_adam_default = plan.source.target is None and plan.target == "NpuFusedAdamW"
         if fused_adam_default and "weight_decay" not in present:
@@ -318,216 +353,301 @@ class NpuFusedOptimizer(Rule):
             plan.notes.append(f"dropped {', '.join(dropped_notes)} (no effect on the update)")
         return []
 
-    def _reposition(self, plan: Plan, names: list[str]) -> None:
-        """Positional arguments stay positional while they line up with the target's order."""
-        target_parameters = TARGET_PARAMETERS[plan.target]
-        position = 0
-        aligned = True
-        for index, arg in enumerate(plan.call.args):
-            if arg.keyword is not None or index in plan.dropped:
-                if arg.keyword is None:
-                    aligned = False
-                continue
-            aligned = (
-                aligned
-                and position < len(target_parameters)
-                and target_parameters[position] == names[index]
-            )
-            if aligned:
-                position += 1
-            else:
-                plan.to_keyword[index] = names[index]
+    # -- spelling the new class ------------------------------------------------------------------
 
     def _plan_call_names(self) -> None:
         """Choose how each planned call spells the new class, and which imports change."""
         by_import: dict[int, list[Plan]] = {}
-        for plan in self.plans.values():
+        for plan in self.plans:
             func = plan.call.func
-            if isinstance(func, cst.Attribute):
-                base = qualified(self, func.value)
+            if isinstance(func, ast.Attribute):
+                base = self.qualified_name(func.value)
                 plan.func_style = "attr" if base == plan.home else "dotted"
                 continue
             binding = self._from_import_binding(func)
             if binding is not None:
-                by_import.setdefault(id(binding[1]), []).append(plan)
+                by_import.setdefault(id(binding.alias), []).append(plan)
         for plans in by_import.values():
             self._plan_from_import(plans)
-        for plan in self.plans.values():
+        for plan in self.plans:
             if plan.func_style == "dotted":
-                self._release_old_import(plan.call.func, plan)
+                self._release_old_import(plan.call.func)
 
-    def _from_import_binding(
-        self, name: cst.BaseExpression
-    ) -> tuple[ImportAssignment, cst.ImportAlias, cst.ImportFrom] | None:
+    def _from_import_binding(self, name: ast.AST) -> Binding | None:
         """The single ``from m import x [as y]`` that binds ``name``, if that is its only origin."""
-        if not isinstance(name, cst.Name):
+        if not isinstance(name, ast.Name):
             return None
-        scope = self.get_metadata(ScopeProvider, name, None)
-        if scope is None:
+        bindings = self.index.bindings_of(name)
+        if len(bindings) != 1:
             return None
-        assignments = list(scope[name.value])
-        if len(assignments) != 1 or not isinstance(assignments[0], ImportAssignment):
+        binding = bindings[0]
+        if binding.kind is not BindingKind.IMPORT or not isinstance(binding.node, ast.ImportFrom):
             return None
-        statement = assignments[0].node
-        if not isinstance(statement, cst.ImportFrom) or isinstance(statement.names, cst.ImportStar):
-            return None
-        for alias in statement.names:
-            if alias.evaluated_alias == name.value or (
-                alias.asname is None and alias.evaluated_name == name.value
-            ):
-                return assignments[0], alias, statement
-        return None
+        return binding
 
     def _plan_from_import(self, plans: list[Plan]) -> None:
         """Rewrite ``from m import X [as A]`` in place when every use of it is rewritten alike."""
-        assignment, alias, statement = self._from_import_binding(plans[0].call.func)  # type: ignore[misc]
+        binding = self._from_import_binding(plans[0].call.func)
+        assert binding is not None and binding.alias is not None
+        statement = binding.node
+        assert isinstance(statement, ast.ImportFrom)
         planned_funcs = {id(plan.call.func) for plan in plans}
         uniform = (
             len({(plan.home, plan.target) for plan in plans}) == 1
-            and all(id(access.node) in planned_funcs for access in assignment.references)
-            and statement.relative == ()
+            and all(id(access) in planned_funcs for access in self.index.references(binding))
+            and not statement.level
         )
-        module = code_of(statement.module) if statement.module is not None else ""
+        module = statement.module or ""
         home = plans[0].home
-        single = isinstance(statement.names, tuple | list) and len(statement.names) == 1
+        single = len(statement.names) == 1
         if not uniform or not (single or module == home):
             for plan in plans:
                 plan.func_style = "dotted"
             return
-        self.import_rewrites[id(alias)] = (None if module == home else home, plans[0].target)
+        rewrite = self.import_rewrites.setdefault(id(statement), ImportRewrite(statement))
+        position = next(i for i, alias in enumerate(statement.names) if alias is binding.alias)
+        rewrite.names[position] = plans[0].target
+        if module != home:
+            rewrite.module = home
         for plan in plans:
-            plan.func_style = "alias" if alias.asname is not None else "rename"
+            plan.func_style = "alias" if binding.alias.asname is not None else "rename"
 
-    def _release_old_import(self, func: cst.BaseExpression, plan: Plan) -> None:
+    def _release_old_import(self, func: ast.AST) -> None:
         """The import that bound the old spelling goes if nothing else uses it.
 
         Only imports of the optimizer module or class (`from torch import optim`,
         `import torch.optim as O`, `from torch.optim import SGD`): `import torch` stays.
         """
         base = func
-        while isinstance(base, cst.Attribute):
+        while isinstance(base, ast.Attribute):
             base = base.value
-        if not isinstance(base, cst.Name):
+        if not isinstance(base, ast.Name):
             return
-        bound = qualified(self, base)
+        bound = self.qualified_name(base)
         if not isinstance(bound, str) or bound.count(".") < 1:
             return
-        scope = self.get_metadata(ScopeProvider, base, None)
-        if scope is None:
-            return
-        for assignment in scope[base.value]:
-            if not isinstance(assignment, ImportAssignment):
+        for binding in self.index.bindings_of(base):
+            statement = binding.node
+            if binding.kind is not BindingKind.IMPORT:
                 continue
-            statement = assignment.node
-            if isinstance(statement, cst.Import):
+            if isinstance(statement, ast.Import):
                 for alias in statement.names:
-                    if alias.evaluated_alias == base.value or (
-                        alias.asname is None and alias.evaluated_name.split(".")[0] == base.value
+                    if alias.asname == base.id or (
+                        alias.asname is None and alias.name.split(".")[0] == base.id
                     ):
-                        self.remove_import_if_unused(
-                            alias.evaluated_name, None, alias.evaluated_alias
-                        )
-            elif isinstance(statement, cst.ImportFrom) and statement.module is not None:
-                if isinstance(statement.names, cst.ImportStar) or statement.relative:
+                        self.remove_import_if_unused(alias.name, None, alias.asname)
+            elif isinstance(statement, ast.ImportFrom) and statement.module is not None:
+                if statement.level or any(alias.name == "*" for alias in statement.names):
                     continue
                 for alias in statement.names:
-                    if (alias.evaluated_alias or alias.evaluated_name) == base.value:
-                        self.remove_import_if_unused(
-                            code_of(statement.module), alias.evaluated_name, alias.evaluated_alias
-                        )
+                    if (alias.asname or alias.name) == base.id:
+                        self.remove_import_if_unused(statement.module, alias.name, alias.asname)
 
-    # -- transformation --------------------------------------------------------------------------
+    # -- edits -----------------------------------------------------------------------------------
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        plan = self.plans.get(id(original_node))
-        if plan is None or not self.fix(original_node, _fixed_message(plan)):
-            return updated_node
-        args = list(updated_node.args)
-        for index, name in plan.to_keyword.items():
-            args[index] = args[index].with_changes(
-                keyword=cst.Name(name), equal=keyword(name, cst.Name("x")).equal
-            )
-        call = updated_node.with_changes(args=args)
-        call = remove_arg_objects(call, [args[index] for index in sorted(plan.dropped)])
-        for name, value in plan.added:
-            call = append_arg(call, keyword(name, cst.parse_expression(value)))
-        new_func = self._new_func(plan, updated_node.func)
-        call = self._keep_visual_indent(original_node, call, new_func)
-        return call.with_changes(func=new_func)
+    def _apply_plans(self) -> None:
+        """Record each planned rewrite with its edits, and publish the plan for NPU102/NPU103."""
+        published: dict[int, FusedPlan] = {}
+        import_edits = {key: self._import_edit(r) for key, r in self.import_rewrites.items()}
+        for plan in self.plans:
+            edits: list[NodeEdit] = [self._call_edit(plan)]
+            statement = self._rewritten_import(plan)
+            if statement is not None and id(statement) in import_edits:
+                edits.append(import_edits.pop(id(statement)))
+            if not self.fix(plan.call, _fixed_message(plan), *edits):
+                continue
+            if plan.func_style == "dotted":
+                if plan.home == TORCH_NPU_HOME:
+                    self.add_import("torch_npu", after="torch")
+                else:
+                    self.add_import("apex", after="apex")  # next to the file's other apex imports
+            published[id(plan.call)] = self._published(plan)
+        self.context.facts[NPU101] = published
 
-    def _keep_visual_indent(
-        self, original: cst.Call, call: cst.Call, new_func: cst.BaseExpression
-    ) -> cst.Call:
-        """Continuation lines aligned with the opening parenthesis move with it."""
-        shift = len(code_of(new_func)) - len(code_of(original.func))
-        if shift == 0:
-            return call
-        func_end = self.get_metadata(PositionProvider, original.func).end.column
-        aligned_column = func_end + len(code_of(original.whitespace_after_func)) + 1
-        aligned_names = {
-            code_of(arg.keyword) if arg.keyword else code_of(arg.value)
-            for arg in original.args
-            if self.get_metadata(PositionProvider, arg).start.column == aligned_column
-        }
-        args = list(call.args)
-        for index, arg in enumerate(args[:-1]):
-            after = arg.comma.whitespace_after if isinstance(arg.comma, cst.Comma) else None
-            following = args[index + 1]
-            name = code_of(following.keyword) if following.keyword else code_of(following.value)
-            if isinstance(after, cst.ParenthesizedWhitespace) and name in aligned_names:
-                width = max(0, len(after.last_line.value) + shift)
-                last_line = cst.SimpleWhitespace(" " * width)
-                args[index] = arg.with_changes(
-                    comma=arg.comma.with_changes(  # type: ignore[union-attr]
-                        whitespace_after=after.with_changes(last_line=last_line)
-                    )
-                )
-        return call.with_changes(args=args)
+    def _rewritten_import(self, plan: Plan) -> ast.ImportFrom | None:
+        if plan.func_style not in ("alias", "rename"):
+            return None
+        binding = self._from_import_binding(plan.call.func)
+        statement = binding.node if binding is not None else None
+        return statement if isinstance(statement, ast.ImportFrom) else None
 
-    def _new_func(self, plan: Plan, func: cst.BaseExpression) -> cst.BaseExpression:
+    def _import_edit(self, rewrite: ImportRewrite) -> NodeEdit:
+        names, module = dict(rewrite.names), rewrite.module
+
+        def rewrite_import(node: cst.ImportFrom) -> cst.ImportFrom:
+            assert not isinstance(node.names, cst.ImportStar)
+            aliases = [
+                alias.with_changes(name=cst.Name(names[i])) if i in names else alias
+                for i, alias in enumerate(node.names)
+            ]
+            node = node.with_changes(names=aliases)
+            if module is not None:
+                node = node.with_changes(module=cst.parse_expression(module))
+            return node
+
+        return self.replace(rewrite.statement, cst.ImportFrom, rewrite_import)
+
+    def _shift(self, plan: Plan) -> int:
+        """How many characters longer the callee gets (what follows it on its line moves)."""
+        func = plan.call.func
         if plan.func_style == "alias":
-            return func
-        if plan.func_style == "rename":
-            return cst.Name(plan.target)
-        if plan.func_style == "attr" and isinstance(func, cst.Attribute):
-            return func.with_changes(attr=cst.Name(plan.target))
-        if plan.home == TORCH_NPU_HOME:
-            self.add_import("torch_npu", after="torch")
+            return 0
+        if plan.func_style == "attr" and isinstance(func, ast.Attribute):
+            return len(plan.target) - len(func.attr)
+        new = plan.target if plan.func_style == "rename" else plan.qualified_target
+        return len(new) - len(code_of(self, func))
+
+    def _call_edit(self, plan: Plan) -> NodeEdit:
+        """One edit of the call: its arguments (renamed, dropped, added), the continuation
+        lines aligned with the opening parenthesis, which move with it, and the callee.
+
+        The call arrives with its inside already edited (NPU103's merge of the parameter
+        groups, a device rule's `.cuda()`): only argument positions are relied on here.
+        """
+        shift = self._shift(plan)
+        style, target, qualified_target = plan.func_style, plan.target, plan.qualified_target
+        to_keyword = dict(plan.to_keyword)
+        dropped = sorted(plan.dropped)
+        added = list(plan.added)
+        realign = self._realigned_arguments(plan) if shift else []
+
+        def rewrite(node: cst.Call) -> cst.Call:
+            args = list(node.args)
+            for index, name in to_keyword.items():
+                args[index] = args[index].with_changes(
+                    keyword=cst.Name(name), equal=_NO_SPACE_EQUAL
+                )
+            call = node.with_changes(args=args)
+            call = remove_arg_objects(call, [args[index] for index in dropped])
+            for name, value in added:
+                call = append_arg(call, keyword(name, cst.parse_expression(value)))
+            call = _realign(call, realign, shift)
+            return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
+
+        return self.replace(plan.call, cst.Call, rewrite)
+
+    def _realigned_arguments(self, plan: Plan) -> list[bool]:
+        """For each argument of the rewritten call after the first: whether it starts a line
+        aligned with the opening parenthesis (then it moves with the parenthesis).
+
+        Arguments are recognised by their keyword or code, as written in the original call.
+        """
+        func_end = self.source.end_position(plan.call.func)
+        opening = self._opening_paren(plan.call)
+        aligned_column = func_end[1] + (opening - self._func_written_end(plan.call)) + 1
+        aligned = {
+            self._argument_label(arg)
+            for arg in plan.arguments
+            if self._argument_start(arg)[1] == aligned_column
+        }
+        labels = [
+            plan.to_keyword.get(arg.index) or self._argument_label(arg)
+            for arg in plan.arguments
+            if arg.index not in plan.dropped
+        ]
+        labels += [name for name, _ in plan.added]
+        return [label in aligned for label in labels[1:]]
+
+    def _func_written_end(self, call: ast.Call) -> int:
+        return written_span(self, call.func)[1]
+
+    def _opening_paren(self, call: ast.Call) -> int:
+        return self.source.text.index("(", self._func_written_end(call))
+
+    def _argument_label(self, arg: Argument) -> str:
+        return arg.keyword if arg.keyword is not None else code_of(self, arg.value)
+
+    def _argument_start(self, arg: Argument) -> tuple[int, int]:
+        """1-based line and 0-based column where an argument starts, as libcst counts it."""
+        if arg.keyword is not None or arg.star:
+            line, column = self.source.position(arg.node)
+            return line, column - 1
+        start, _ = written_span(self, arg.value)
+        line = self.source.line_of_offset(start)
+        return line, start - self.source.line_starts[line - 1]
+
+    def _published(self, plan: Plan) -> FusedPlan:
+        """What NPU102 and NPU103 need to know of the rewrite of ``plan.call``."""
+        shift = self._shift(plan)
+        realigned: set[int] = set()
+        if shift:
+            kept = [arg for arg in plan.arguments if arg.index not in plan.dropped]
+            moving = self._realigned_arguments(plan)
+            for previous, arg, moves in zip(kept, kept[1:], moving, strict=False):
+                start_line, _ = self._argument_start(arg)
+                if moves and start_line > previous.value.end_lineno:  # type: ignore[operator]
+                    realigned.add(start_line)
+        return FusedPlan(
+            plan.call,
+            plan.qualified_target,
+            self.source.end_position(plan.call.func),
+            shift,
+            frozenset(realigned),
+        )
+
+
+def _new_func(
+    func: cst.BaseExpression, style: FuncStyle, target: str, qualified_target: str
+) -> cst.BaseExpression:
+    if style == "alias":
+        return func
+    if style == "rename":
+        return cst.Name(target)
+    if style == "attr" and isinstance(func, cst.Attribute):
+        return func.with_changes(attr=cst.Name(target))
+    return cst.parse_expression(qualified_target)
+
+
+def _realign(call: cst.Call, moves: Sequence[bool], shift: int) -> cst.Call:
+    """Continuation lines aligned with the opening parenthesis move with it by ``shift``."""
+    if not shift:
+        return call
+    args = list(call.args)
+    for index, arg in enumerate(args[:-1]):
+        comma = arg.comma
+        if not isinstance(comma, cst.Comma) or index >= len(moves) or not moves[index]:
+            continue
+        after = comma.whitespace_after
+        if isinstance(after, cst.ParenthesizedWhitespace):
+            width = max(0, len(after.last_line.value) + shift)
+            last_line = cst.SimpleWhitespace(" " * width)
+            args[index] = arg.with_changes(
+                comma=comma.with_changes(whitespace_after=after.with_changes(last_line=last_line))
+            )
+    return call.with_changes(args=args)
+
+
+def _reposition(plan: Plan, names: list[str]) -> None:
+    """Positional arguments stay positional while they line up with the target's order."""
+    target_parameters = TARGET_PARAMETERS[plan.target]
+    position = 0
+    aligned = True
+    for arg in plan.arguments:
+        index = arg.index
+        if arg.keyword is not None or index in plan.dropped:
+            if arg.keyword is None:
+                aligned = False
+            continue
+        aligned = (
+            aligned
+            and position < len(target_parameters)
+            and target_parameters[position] == names[index]
+        )
+        if aligned:
+            position += 1
         else:
-            self.add_import("apex", after="apex")  # next to the file's other apex imports
-        return cst.parse_expression(plan.qualified_target)
-
-    def leave_ImportFrom(
-        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
-    ) -> cst.ImportFrom:
-        if isinstance(original_node.names, cst.ImportStar) or not any(
-            id(alias) in self.import_rewrites for alias in original_node.names
-        ):
-            return updated_node
-        assert not isinstance(updated_node.names, cst.ImportStar)
-        module: str | None = None
-        names = []
-        for original, alias in zip(original_node.names, updated_node.names, strict=True):
-            rewrite = self.import_rewrites.get(id(original))
-            if rewrite is not None:
-                module = rewrite[0] or module
-                alias = alias.with_changes(name=cst.Name(rewrite[1]))
-            names.append(alias)
-        updated_node = updated_node.with_changes(names=names)
-        if module is not None:
-            updated_node = updated_node.with_changes(module=cst.parse_expression(module))
-        return updated_node
+            plan.to_keyword[index] = names[index]
 
 
-def _bind(call: cst.Call, source: Source) -> tuple[list[str], list[str]]:
+def _bind(rule: Rule, args: list[Argument], source: Source) -> tuple[list[str], list[str]]:
     """The parameter name of each argument, by the source's signature, and binding problems."""
     names: list[str] = []
     problems: list[str] = []
     position = 0
-    for arg in call.args:
+    for arg in args:
         if arg.star:
             problems.append(
-                f"arguments passed as `{arg.star}{code_of(arg.value)}` cannot be checked"
+                f"arguments passed as `{arg.star}{code_of(rule, arg.value)}` cannot be checked"
             )
             names.append("")
         elif arg.keyword is None:
@@ -537,24 +657,26 @@ def _bind(call: cst.Call, source: Source) -> tuple[list[str], list[str]]:
                 problems.append(f"`{source.display}` takes fewer positional arguments")
                 names.append("")
             position += 1
-        elif arg.keyword.value in source.parameters:
-            names.append(arg.keyword.value)
+        elif arg.keyword in source.parameters:
+            names.append(arg.keyword)
         else:
-            problems.append(f"`{arg.keyword.value}=` is not a parameter of `{source.display}`")
-            names.append(arg.keyword.value)
+            problems.append(f"`{arg.keyword}=` is not a parameter of `{source.display}`")
+            names.append(arg.keyword)
     return names, problems
 
 
-def _fused_adam_target(call: cst.Call, names: list[str]) -> tuple[str | None, str | None]:
+def _fused_adam_target(
+    rule: Rule, args: list[Argument], names: list[str]
+) -> tuple[str | None, str | None]:
     """apex FusedAdam: ``adam_w_mode`` (default True) picks NpuFusedAdamW or NpuFusedAdam."""
     if "adam_w_mode" not in names:
         return "NpuFusedAdamW", None
-    arg = call.args[names.index("adam_w_mode")]
+    arg = args[names.index("adam_w_mode")]
     value = literal_value(arg.value)
     if value is NOT_LITERAL:
         return None, (
-            f"`adam_w_mode={code_of(arg.value)}` is not a literal, so npu-migrate cannot choose "
-            "between NpuFusedAdamW (True) and NpuFusedAdam (False)"
+            f"`adam_w_mode={code_of(rule, arg.value)}` is not a literal, so npu-migrate cannot "
+            "choose between NpuFusedAdamW (True) and NpuFusedAdam (False)"
         )
     return ("NpuFusedAdamW" if value else "NpuFusedAdam"), None
 

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import libcst as cst
 
-from migrator.callargs import append_arg, argument, keyword
+from migrator.callargs import append_arg, keyword
+from migrator.calls import NOT_LITERAL, argument, has_star, literal_value
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import (
-    NOT_LITERAL,
-    SOURCES,
-    UNSUPPORTED,
+    KNOWN_OPTIMIZERS,
+    NPU1_ROOTS,
+    NPU101,
     AmpSink,
     OptimizerFlow,
     code_of,
-    literal_value,
-    npu_fused_name,
-    qualified,
+    fused_name,
+    line_of,
 )
 
 # Positions in Ascend's `initialize(models, optimizers, enabled, opt_level, cast_model_type,
@@ -70,10 +71,11 @@ class AmpCombineGrad(Rule):
     SUMMARY = "`amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"\binitialize\b")
+    # Optimizers that NPU101 rewrites count as NPU fused ones (its plan, in context.facts).
+    READS = (NPU101,)
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.flow = OptimizerFlow(self, node)
-        self.additions: dict[int, str] = {}  # id(amp.initialize call) -> fix message
+    def check(self) -> None:
+        self.flow = OptimizerFlow.of(self)
         for call, ambiguous in self.flow.ambiguous_amp:
             self.report(
                 call,
@@ -87,9 +89,9 @@ class AmpCombineGrad(Rule):
         call = sink.call
         if sink.optimizers is None or literal_value(sink.optimizers) is None:
             return  # models only: nothing to combine
-        if self._has_combine_grad(call):
+        if argument(call, "combine_grad", COMBINE_GRAD_POSITION) is not None:
             return
-        if any(arg.star for arg in call.args):
+        if has_star(call):
             self.report(
                 call,
                 "arguments passed with `*`/`**` may already set `opt_level` or `combine_grad`: "
@@ -106,25 +108,21 @@ class AmpCombineGrad(Rule):
         message += "into flat buffers"
         if note:
             message += f"; {note}"
-        self.additions[id(call)] = message
-
-    def _has_combine_grad(self, call: cst.Call) -> bool:
-        return argument(call, "combine_grad", COMBINE_GRAD_POSITION) is not None
+        edit = self.replace(call, cst.Call, _add_combine_grad)
+        self.fix(call, message, edit)
 
     def _all_fused(self, sink: AmpSink) -> bool:
         """True when every optimizer reaching the call is NPU fused; reports the unclear cases."""
         assert sink.optimizers is not None
-        fused: list[cst.BaseExpression] = []
-        unfused: list[cst.BaseExpression] = []
-        unknown: list[cst.BaseExpression] = []
+        fused: list[ast.expr] = []
+        unfused: list[ast.expr] = []
+        unknown: list[ast.expr] = []
         for origin in self.flow.origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
                 continue  # built only on the path where this amp.initialize does not run
-            if isinstance(origin, cst.Call) and npu_fused_name(self, origin.func):
+            if isinstance(origin, ast.Call) and fused_name(self, origin):
                 fused.append(origin)
-            elif isinstance(origin, cst.Call) and isinstance(
-                qualified(self, origin.func, SOURCES.keys() | UNSUPPORTED.keys()), str
-            ):
+            elif isinstance(origin, ast.Call) and self._known_optimizer(origin):
                 unfused.append(origin)
             else:
                 unknown.append(origin)
@@ -132,8 +130,7 @@ class AmpCombineGrad(Rule):
             return True
         if fused:
             others = ", ".join(
-                f"`{code_of(o.func if isinstance(o, cst.Call) else o)}` (line "
-                f"{self.flow.line_of(o)})"
+                f"`{code_of(self, o.func if isinstance(o, ast.Call) else o)}` (line {line_of(o)})"
                 for o in unfused + unknown
             )
             self.report(
@@ -143,7 +140,7 @@ class AmpCombineGrad(Rule):
                 "then add `combine_grad=True`",
             )
         elif unknown and not unfused:
-            origins = ", ".join(f"`{code_of(o)}`" for o in unknown)
+            origins = ", ".join(f"`{code_of(self, o)}`" for o in unknown)
             self.report(
                 sink.call,
                 "cannot see where the optimizer passed here is built (npu-migrate traces it "
@@ -152,15 +149,21 @@ class AmpCombineGrad(Rule):
             )
         return False
 
-    def _opt_level_check(self, call: cst.Call) -> tuple[bool, str]:
+    def _known_optimizer(self, call: ast.Call) -> bool:
+        """A torch / apex optimizer that stays unfused (NPU101 reported it, or does not run)."""
+        if not self.may_name(call.func, NPU1_ROOTS):
+            return False
+        return isinstance(self.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
+
+    def _opt_level_check(self, call: ast.Call) -> tuple[bool, str]:
         """(True, why) when `combine_grad` must not be added; (False, note or "") otherwise."""
         arg = argument(call, "opt_level", OPT_LEVEL_POSITION)
         level = DEFAULT_OPT_LEVEL if arg is None else literal_value(arg.value)
         if level is NOT_LITERAL:
             assert arg is not None
             return False, (
-                f"`combine_grad` needs opt_level O1 or O2, and `{code_of(arg.value)}` must be one "
-                "of them at run time"
+                f"`combine_grad` needs opt_level O1 or O2, and `{code_of(self, arg.value)}` must "
+                "be one of them at run time"
             )
         if level not in COMBINE_GRAD_LEVELS:
             return True, (
@@ -180,12 +183,10 @@ class AmpCombineGrad(Rule):
                 assert master is not None
                 return False, (
                     f"with opt_level O2, `combine_grad` needs master weights: "
-                    f"`{code_of(master.value)}` must not be False at run time"
+                    f"`{code_of(self, master.value)}` must not be False at run time"
                 )
         return False, ""
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        message = self.additions.get(id(original_node))
-        if message is None or not self.fix(original_node, message):
-            return updated_node
-        return append_arg(updated_node, keyword("combine_grad", cst.Name("True")))
+
+def _add_combine_grad(call: cst.Call) -> cst.Call:
+    return append_arg(call, keyword("combine_grad", cst.Name("True")))

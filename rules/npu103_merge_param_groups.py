@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import Assignment, ParentNodeProvider, PositionProvider, ScopeProvider
 
-from migrator.callargs import argument
+from migrator.calls import argument, arguments, literal_value
+from migrator.edits import Change
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import (
+    NPU101,
     NPU_FUSED,
+    OPTIMIZER_TRIGGER,
     OptimizerFlow,
     code_of,
-    literal_value,
-    npu_fused_name,
-    qualified,
+    fused_name,
+    line_of,
+    planned_fused,
+    source_order,
 )
+from migrator.scopes import Binding, BindingKind
 
 PARAMS = "params"
 LINE_LENGTH = 100  # a merged `params` longer than this is written one `+ part` per line
@@ -39,7 +42,7 @@ _PURE_NODES = (
     ast.unaryop,
 )
 # `params` values that may be a single tensor, which `list(...)` would split into rows.
-_MAYBE_ONE_TENSOR = (cst.Name, cst.Attribute, cst.Subscript)
+_MAYBE_ONE_TENSOR = (ast.Name, ast.Attribute, ast.Subscript)
 _USED_AS_IS = (cst.List, cst.ListComp)
 _LIST_MUTATORS = frozenset({"append", "extend", "insert"})
 
@@ -49,9 +52,11 @@ class Group:
     """One element of a list of parameter groups."""
 
     index: int
-    element: cst.Element
+    element: ast.expr
     signature: frozenset[tuple[str, str]] | None = None  # hyper-parameters, None: not comparable
     params_may_be_tensor: bool = False
+    params_item: int = -1  # position of the 'params' entry among the dict's entries
+    params: ast.expr | None = None
 
     @property
     def mergeable(self) -> bool:
@@ -64,10 +69,12 @@ class Merge:
 
     members: list[Group]
     message: str = ""
+    wrap_column: int | None = None  # where `+ part` lines start when the merge is too long
 
 
 @dataclass
 class ListPlan:
+    groups_list: ast.List
     merges: list[Merge] = field(default_factory=list)
 
 
@@ -116,35 +123,46 @@ class MergeParamGroups(Rule):
     NAME = "merge-param-groups"
     SUMMARY = "parameter groups of an NPU fused optimizer that share all hyper-parameters"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"NpuFused")
+    # `NpuFused` in the file, or a constructor that NPU101 makes NpuFused: NPU101's trigger
+    # matches both (see check() for the cheap test that tells them apart).
+    TRIGGER = OPTIMIZER_TRIGGER
+    # Constructors that NPU101 rewrites count as NPU fused optimizers (its plan, context.facts).
+    READS = (NPU101,)
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.flow = OptimizerFlow(self, node)
-        self.plans: dict[int, ListPlan] = {}  # id(original list of groups) -> merges
-        for call in self.flow.calls:
-            if npu_fused_name(self, call.func):
-                self._examine_constructor(call)
+    def check(self) -> None:
+        if "NpuFused" not in self.source.text and not planned_fused(self):
+            return  # no NPU fused optimizer, written or planned: nothing to merge
+        self.flow = OptimizerFlow.of(self)
+        planned = planned_fused(self)
+        constructors = [plan.call for plan in planned.values()]
+        for call in self.flow.candidates:
+            if id(call) in planned:
+                continue
+            if fused_name(self, call):
+                constructors.append(call)
             else:
                 self._examine_ambiguous(call)
+        for call in sorted(constructors, key=source_order):
+            self._examine_constructor(call)
         self._examine_add_param_group()
 
     # -- analysis --------------------------------------------------------------------------------
 
-    def _examine_constructor(self, call: cst.Call) -> None:
+    def _examine_constructor(self, call: ast.Call) -> None:
         arg = argument(call, PARAMS, 0)
         if arg is None:
             return
-        groups_list = self._groups_list(call, arg.value)
+        groups_list = self._groups_list(arg.value)
         if groups_list is None:
             return
-        groups = [_group(index, element) for index, element in enumerate(groups_list.elements)]
+        groups = [self._group(index, element) for index, element in enumerate(groups_list.elts)]
         self._report_tensor_params(groups)
         merges = [Merge(members) for members in _buckets(groups) if len(members) > 1]
         if not merges:
             return
         blocker = self._index_blocker(min(m.members[0].index for m in merges))
         if blocker is not None:
-            lines = _groups_text(self, [g for m in merges for g in m.members])
+            lines = _groups_text([g for m in merges for g in m.members])
             self.report(
                 merges[0].members[0].element,
                 f"parameter {lines} share all hyper-parameters and could be merged for "
@@ -154,108 +172,114 @@ class MergeParamGroups(Rule):
             return
         for merge in merges:
             merge.message = self._merge_message(merge)
-        self.plans[id(groups_list)] = ListPlan(merges)
+            merge.wrap_column = self._wrap_column(call, merge)
+        self._fix(ListPlan(groups_list, merges))
 
-    def _examine_ambiguous(self, call: cst.Call) -> None:
+    def _examine_ambiguous(self, call: ast.Call) -> None:
         """A name that may or may not be an NPU fused optimizer, with groups that would merge."""
-        name = qualified(self, call.func)
+        name = self.qualified_name(call.func)
         if not isinstance(name, Ambiguous) or not any(
             NPU_FUSED.fullmatch(c) for c in name.candidates
         ):
             return
         arg = argument(call, PARAMS, 0)
-        if arg is None or not isinstance(arg.value, cst.List):
+        if arg is None or not isinstance(arg.value, ast.List):
             return
-        groups = [_group(index, element) for index, element in enumerate(arg.value.elements)]
+        groups = [self._group(index, element) for index, element in enumerate(arg.value.elts)]
         mergeable = [members for members in _buckets(groups) if len(members) > 1]
         if mergeable:
             self.report(
                 call,
-                f"cannot tell whether `{code_of(call.func)}` is an NPU fused optimizer: "
+                f"cannot tell whether `{code_of(self, call.func)}` is an NPU fused optimizer: "
                 f"{name.describe()}; if it is, parameter "
-                f"{_groups_text(self, mergeable[0])} share all hyper-parameters: merge them into "
+                f"{_groups_text(mergeable[0])} share all hyper-parameters: merge them into "
                 "one group by hand (the fused optimizer fuses per group)",
             )
 
-    def _groups_list(self, call: cst.Call, params: cst.BaseExpression) -> cst.List | None:
+    def _groups_list(self, params: ast.expr) -> ast.List | None:
         """The list literal of groups, directly or through a name bound once to it."""
-        if isinstance(params, cst.List):
+        if isinstance(params, ast.List):
             return params if _has_dict_groups(params) else None
-        if isinstance(params, cst.ListComp):
+        if isinstance(params, ast.ListComp):
             self.report(params, _RUNTIME_GROUPS.format(how="are built by a comprehension"))
             return None
-        if not isinstance(params, cst.Name):
+        if not isinstance(params, ast.Name):
             return None
-        binding = self._single_binding(params)
-        if binding is None:
+        bound = self._single_binding(params)
+        if bound is None:
             return None
-        assignment, value = binding
-        if isinstance(value, cst.ListComp):
+        binding, value = bound
+        if isinstance(value, ast.ListComp):
             self.report(params, _RUNTIME_GROUPS.format(how="are built by a comprehension"))
             return None
-        if not isinstance(value, cst.List):
+        if not isinstance(value, ast.List):
             return None
-        others = [a.node for a in assignment.references if a.node is not params]
+        others = sorted(
+            (node for node in self.index.references(binding) if node is not params),
+            key=source_order,
+        )
         mutation = next((node for node in others if self._mutates(node)), None)
         if mutation is not None:
-            how = f"are added to `{params.value}` at line {self.flow.line_of(mutation)}"
+            how = f"are added to `{params.id}` at line {line_of(mutation)}"
             self.report(params, _RUNTIME_GROUPS.format(how=how))
             return None
         if not _has_dict_groups(value):
             return None
         if others:
-            groups = [_group(i, e) for i, e in enumerate(value.elements)]
+            groups = [self._group(i, e) for i, e in enumerate(value.elts)]
             if any(len(members) > 1 for members in _buckets(groups)):
                 self.report(
                     params,
-                    f"some parameter groups in `{params.value}` share all hyper-parameters, but "
-                    f"`{params.value}` is also used at line {self.flow.line_of(others[0])}: "
+                    f"some parameter groups in `{params.id}` share all hyper-parameters, but "
+                    f"`{params.id}` is also used at line {line_of(others[0])}: "
                     "merge them by hand if that use allows it (the fused optimizer fuses per "
                     "group)",
                 )
             return None
         return value
 
-    def _single_binding(self, name: cst.Name) -> tuple[Assignment, cst.BaseExpression] | None:
+    def _single_binding(self, name: ast.Name) -> tuple[Binding, ast.expr] | None:
         """``name = <value>``: its only assignment, in the scope where ``name`` is read."""
-        scope = self.get_metadata(ScopeProvider, name, None)
-        if scope is None:
-            return None
-        assignments = list(scope[name.value])
-        augmented = [
-            a.node for a in assignments if isinstance(a, Assignment) and self._augments(a.node)
-        ]
+        bindings = self.index.bindings_of(name)
+        augmented = sorted(
+            (
+                binding.node
+                for binding in bindings
+                if binding.kind is BindingKind.ASSIGN
+                and isinstance(binding.node, ast.Name)
+                and isinstance(self.index.parent(binding.node), ast.AugAssign)
+            ),
+            key=source_order,
+        )
         if augmented:
-            how = f"are added to `{name.value}` at line {self.flow.line_of(augmented[0])}"
+            how = f"are added to `{name.id}` at line {line_of(augmented[0])}"
             self.report(name, _RUNTIME_GROUPS.format(how=how))
             return None
-        if len(assignments) != 1 or not isinstance(assignments[0], Assignment):
+        if len(bindings) != 1:
             return None
-        assignment = assignments[0]
-        if assignment.scope is not scope or not isinstance(assignment.node, cst.Name):
+        binding = bindings[0]
+        if binding.kind is not BindingKind.ASSIGN or not isinstance(binding.node, ast.Name):
             return None
-        target = self.get_metadata(ParentNodeProvider, assignment.node)
-        if not isinstance(target, cst.AssignTarget):
+        if binding.scope is not self.index.scope_of(name):
             return None
-        statement = self.get_metadata(ParentNodeProvider, target)
-        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+        statement = self.index.parent(binding.node)
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
             return None
-        return assignment, statement.value
+        return binding, statement.value
 
-    def _augments(self, target: cst.CSTNode) -> bool:
-        """``name += ...`` (an assignment of ``name`` too)."""
-        return isinstance(self.get_metadata(ParentNodeProvider, target, None), cst.AugAssign)
-
-    def _mutates(self, name: cst.CSTNode) -> bool:
+    def _mutates(self, name: ast.AST) -> bool:
         """``groups.append(...)``, ``groups += ...``, ``groups[i] = ...`` and the like."""
-        parent = self.get_metadata(ParentNodeProvider, name)
-        if isinstance(parent, cst.AugAssign):
+        parent = self.index.parent(name)
+        if isinstance(parent, ast.AugAssign):
             return True
-        if isinstance(parent, cst.Attribute) and parent.attr.value in _LIST_MUTATORS:
+        if isinstance(parent, ast.Attribute) and parent.attr in _LIST_MUTATORS:
             return True
-        if isinstance(parent, cst.Subscript):
-            grand = self.get_metadata(ParentNodeProvider, parent)
-            return isinstance(grand, cst.AssignTarget | cst.AugAssign | cst.Del)
+        if isinstance(parent, ast.Subscript):
+            statement = self.index.parent(parent)
+            if isinstance(statement, ast.AugAssign):
+                return statement.target is parent
+            if isinstance(statement, (ast.Assign, ast.Delete)):
+                return any(target is parent for target in statement.targets)
         return False
 
     def _report_tensor_params(self, groups: list[Group]) -> None:
@@ -263,7 +287,7 @@ class MergeParamGroups(Rule):
             if len(members) > 1 and any(g.params_may_be_tensor for g in members):
                 self.report(
                     members[0].element,
-                    f"parameter {_groups_text(self, members)} share "
+                    f"parameter {_groups_text(members)} share "
                     "all hyper-parameters, but some `params` are a name or attribute that may hold "
                     "a single tensor, so npu-migrate cannot concatenate them safely: merge them "
                     "into one group by hand (the fused optimizer fuses per group)",
@@ -271,27 +295,40 @@ class MergeParamGroups(Rule):
 
     def _index_blocker(self, first_merged: int) -> str | None:
         """Code that addresses parameter groups by position at or after ``first_merged``."""
-        for subscript in self.flow.subscripts:
-            value = subscript.value
-            if not (isinstance(value, cst.Attribute) and value.attr.value == "param_groups"):
-                continue
+        subscripts = sorted(
+            (
+                subscript
+                for attribute in self.index.attributes("param_groups")
+                if isinstance(subscript := self.index.parent(attribute), ast.Subscript)
+                and subscript.value is attribute
+            ),
+            key=source_order,
+        )
+        for subscript in subscripts:
             index = _literal_index(subscript)
             if index is None or index < 0 or index >= first_merged:
-                return f"line {self.flow.line_of(subscript)} indexes `{code_of(subscript)}`"
-        for call in self.flow.calls:
-            if not (isinstance(call.func, cst.Name) and call.func.value in ("enumerate", "zip")):
-                continue
-            for arg in call.args:
+                return f"line {line_of(subscript)} indexes `{code_of(self, subscript)}`"
+        pairing = sorted(
+            (
+                call
+                for name in (*self.index.names("enumerate"), *self.index.names("zip"))
+                if isinstance(call := self.index.parent(name), ast.Call) and call.func is name
+            ),
+            key=source_order,
+        )
+        for call in pairing:
+            for arg in arguments(call):
                 value = arg.value
-                if isinstance(value, cst.Attribute) and value.attr.value == "param_groups":
+                if isinstance(value, ast.Attribute) and value.attr == "param_groups":
+                    assert isinstance(call.func, ast.Name)
                     return (
-                        f"line {self.flow.line_of(call)} pairs `{code_of(value)}` with positions "
-                        f"in `{call.func.value}(...)`"
+                        f"line {line_of(call)} pairs `{code_of(self, value)}` with positions "
+                        f"in `{call.func.id}(...)`"
                     )
         return None
 
     def _merge_message(self, merge: Merge) -> str:
-        lines = _groups_text(self, merge.members)
+        lines = _groups_text(merge.members)
         signature = merge.members[0].signature or frozenset()
         keys = [f"`{key}`" for key, _ in sorted(signature)]
         shared = (
@@ -305,114 +342,188 @@ class MergeParamGroups(Rule):
             "layout will not load into the merged optimizer"
         )
 
+    def _wrap_column(self, call: ast.Call, merge: Merge) -> int | None:
+        """Where continuation lines of a too long merged ``params`` start, or None.
+
+        The column is the one the first ``params`` value has in the rewritten code: NPU101's
+        new spelling of the callee moves what follows it on its line.
+        """
+        value = merge.members[0].params
+        assert value is not None
+        start_line, start = self.source.position(value)
+        start -= 1  # 0-based, as the indentation it becomes
+        plan = planned_fused(self).get(id(call))
+        if plan is not None:
+            start = plan.output_column(start_line, start)
+        one_line = len(" + ".join(self._part(g) for g in merge.members))
+        return start if start + one_line > LINE_LENGTH else None
+
+    def _part(self, group: Group) -> str:
+        """How the group's params appear in the concatenation (see :func:`_concatenation`)."""
+        assert group.params is not None
+        code = code_of(self, group.params)
+        return code if isinstance(group.params, (ast.List, ast.ListComp)) else f"list({code})"
+
     def _examine_add_param_group(self) -> None:
         """``opt.add_param_group({...})`` twice with equal options: one group would do."""
-        seen: dict[tuple[str, frozenset[tuple[str, str]]], cst.Call] = {}
-        for call in self.flow.calls:
+        seen: dict[tuple[str, frozenset[tuple[str, str]]], ast.Call] = {}
+        calls = sorted(
+            (
+                call
+                for attribute in self.index.attributes("add_param_group")
+                if isinstance(call := self.index.parent(attribute), ast.Call)
+                and call.func is attribute
+            ),
+            key=source_order,
+        )
+        for call in calls:
             func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "add_param_group"):
-                continue
-            if len(call.args) != 1 or not isinstance(call.args[0].value, cst.Dict):
+            assert isinstance(func, ast.Attribute)
+            args = arguments(call)
+            if len(args) != 1 or not isinstance(args[0].value, ast.Dict):
                 continue
             origins = self.flow.origins(func.value)
-            if not any(isinstance(o, cst.Call) and npu_fused_name(self, o.func) for o in origins):
+            if not any(isinstance(o, ast.Call) and fused_name(self, o) for o in origins):
                 continue
-            group = _group(0, cst.Element(call.args[0].value))
+            group = self._group(0, args[0].value)
             if group.signature is None:
                 continue
-            key = (code_of(func.value), group.signature)
+            key = (code_of(self, func.value), group.signature)
             if key in seen:
                 self.report(
                     call,
                     "this `add_param_group` has the same options as the one at line "
-                    f"{self.flow.line_of(seen[key])}: add their parameters as one group, since "
+                    f"{line_of(seen[key])}: add their parameters as one group, since "
                     "the fused optimizer fuses per group",
                 )
             else:
                 seen[key] = call
 
-    # -- transformation --------------------------------------------------------------------------
-
-    def _wrap_column(self, merge: Merge) -> int | None:
-        """Where continuation lines of a too long merged ``params`` start, or None."""
-        first = merge.members[0]
-        value = _params_item(first.element).value
-        start = self.get_metadata(PositionProvider, value).start.column
-        one_line = len(code_of(_concatenation([g.element for g in merge.members], None)))
-        return start if start + one_line > LINE_LENGTH else None
-
-    def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.BaseExpression:
-        plan = self.plans.get(id(original_node))
-        if plan is None:
-            return updated_node
-        elements = list(updated_node.elements)
-        removed: set[int] = set()
-        for merge in plan.merges:
-            first = merge.members[0]
-            if not self.fix(first.element, merge.message):
-                continue
-            members = [elements[g.index] for g in merge.members]
-            concatenation = _concatenation(members, self._wrap_column(merge))
-            elements[first.index] = _with_params(members[0], concatenation)
-            removed.update(g.index for g in merge.members[1:])
-        if not removed:
-            return updated_node
-        kept = [element for index, element in enumerate(elements) if index not in removed]
-        last = updated_node.elements[-1]
-        if kept[-1] is not elements[-1]:
-            kept[-1] = kept[-1].with_changes(comma=last.comma)
-        return updated_node.with_changes(elements=kept)
-
-
-def _has_dict_groups(groups: cst.List) -> bool:
-    return any(isinstance(element.value, cst.Dict) for element in groups.elements)
-
-
-def _group(index: int, element: cst.BaseElement) -> Group:
-    group = Group(index, element)  # type: ignore[arg-type]
-    if not isinstance(element, cst.Element) or not isinstance(element.value, cst.Dict):
-        return group
-    options: list[tuple[str, str]] = []
-    params: cst.BaseExpression | None = None
-    for item in element.value.elements:
-        if not isinstance(item, cst.DictElement):
-            return group  # `**defaults`: keys unknown
-        key = literal_value(item.key)
-        if not isinstance(key, str):
+    def _group(self, index: int, element: ast.expr) -> Group:
+        group = Group(index, element)
+        if not isinstance(element, ast.Dict):
             return group
-        if key == PARAMS:
-            if params is not None:
+        options: list[tuple[str, str]] = []
+        entries = zip(element.keys, element.values, strict=True)
+        for position, (key_node, value) in enumerate(entries):
+            if key_node is None:
+                return group  # `**defaults`: keys unknown
+            key = literal_value(key_node)
+            if not isinstance(key, str):
                 return group
-            params = item.value
-            continue
-        fingerprint = _pure_fingerprint(item.value)
-        if fingerprint is None:
+            if key == PARAMS:
+                if group.params is not None:
+                    return group
+                group.params, group.params_item = value, position
+                continue
+            fingerprint = self._pure_fingerprint(value)
+            if fingerprint is None:
+                return group
+            options.append((key, fingerprint))
+        keys = [key for key, _ in options]
+        if group.params is None or len(set(keys)) != len(keys):
             return group
-        options.append((key, fingerprint))
-    keys = [key for key, _ in options]
-    if params is None or len(set(keys)) != len(keys):
+        group.signature = frozenset(options)
+        group.params_may_be_tensor = isinstance(group.params, _MAYBE_ONE_TENSOR)
         return group
-    group.signature = frozenset(options)
-    group.params_may_be_tensor = isinstance(params, _MAYBE_ONE_TENSOR)
-    return group
 
-
-def _pure_fingerprint(value: cst.BaseExpression) -> str | None:
-    """A formatting-independent text of ``value`` when it is side-effect free, else None."""
-    try:
-        tree = ast.parse(code_of(value).strip(), mode="eval")
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript):
-            if not isinstance(node.value, ast.Name):
+    def _pure_fingerprint(self, value: ast.expr) -> str | None:
+        """A formatting-independent text of ``value`` when it is side-effect free, else None."""
+        code = code_of(self, value)
+        tree: ast.AST = value
+        if "\n" in code or "\\" in code:
+            # Compared as the expression's text parses on its own line, as it always was.
+            try:
+                tree = ast.parse(code.strip(), mode="eval").body
+            except SyntaxError:
                 return None
-            continue
-        if isinstance(node, ast.Slice | ast.expr_context):
-            continue
-        if not isinstance(node, _PURE_NODES):
-            return None
-    return ast.dump(tree.body)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript):
+                if not isinstance(node.value, ast.Name):
+                    return None
+                continue
+            if isinstance(node, ast.Slice | ast.expr_context):
+                continue
+            if not isinstance(node, _PURE_NODES):
+                return None
+        return ast.dump(tree)
+
+    # -- the edit --------------------------------------------------------------------------------
+
+    def _fix(self, plan: ListPlan) -> None:
+        """One edit of the list for every merge whose diagnostic is not suppressed."""
+        merges = [m for m in plan.merges if not self.suppressed(m.members[0].element)]
+        if not merges:
+            return
+        edit = self.replace(plan.groups_list, cst.List, _merge_edit(merges))
+        for number, merge in enumerate(merges):
+            self.fix(merge.members[0].element, merge.message, *([edit] if number == 0 else []))
+
+
+def _merge_edit(merges: list[Merge]) -> Change:
+    """The change of the list of groups: each merge's params concatenated into its first
+    member, the other members removed (their comments go with them)."""
+    specs = [
+        ([g.index for g in m.members], [g.params_item for g in m.members], m.wrap_column)
+        for m in merges
+    ]
+
+    def merge(node: cst.List) -> cst.List:
+        elements = list(node.elements)
+        removed: set[int] = set()
+        for indices, items, wrap_column in specs:
+            members = [elements[index] for index in indices]
+            params = [_dict_entry(m, item).value for m, item in zip(members, items, strict=True)]
+            concatenation = _concatenation(params, wrap_column)
+            elements[indices[0]] = _with_params(members[0], items[0], concatenation)
+            removed.update(indices[1:])
+        kept = [element for index, element in enumerate(elements) if index not in removed]
+        if kept[-1] is not elements[-1]:
+            kept[-1] = kept[-1].with_changes(comma=node.elements[-1].comma)
+        return node.with_changes(elements=kept)
+
+    return merge
+
+
+def _dict_entry(element: cst.BaseElement, position: int) -> cst.DictElement:
+    assert isinstance(element.value, cst.Dict)
+    entry = element.value.elements[position]
+    assert isinstance(entry, cst.DictElement)
+    return entry
+
+
+def _concatenation(params: list[cst.BaseExpression], wrap_column: int | None) -> cst.BaseExpression:
+    """``list(a) + list(b) + ...``; a list literal or comprehension is used as it is. With
+    ``wrap_column``, each ``+ part`` starts a new line there (inside the braces of the group)."""
+    parts = [
+        value if isinstance(value, _USED_AS_IS) else cst.Call(cst.Name("list"), [cst.Arg(value)])
+        for value in params
+    ]
+    before_plus: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")
+    if wrap_column is not None:
+        before_plus = cst.ParenthesizedWhitespace(
+            indent=False, last_line=cst.SimpleWhitespace(" " * wrap_column)
+        )
+    expression: cst.BaseExpression = parts[0]
+    for part in parts[1:]:
+        operator = cst.Add(
+            whitespace_before=before_plus, whitespace_after=cst.SimpleWhitespace(" ")
+        )
+        expression = cst.BinaryOperation(expression, operator, part)
+    return expression
+
+
+def _with_params(
+    element: cst.BaseElement, position: int, params: cst.BaseExpression
+) -> cst.BaseElement:
+    assert isinstance(element.value, cst.Dict)
+    entries = list(element.value.elements)
+    entries[position] = _dict_entry(element, position).with_changes(value=params)
+    return element.with_changes(value=element.value.with_changes(elements=entries))
+
+
+def _has_dict_groups(groups: ast.List) -> bool:
+    return any(isinstance(element, ast.Dict) for element in groups.elts)
 
 
 def _buckets(groups: list[Group], include_tensor_params: bool = False) -> list[list[Group]]:
@@ -425,59 +536,17 @@ def _buckets(groups: list[Group], include_tensor_params: bool = False) -> list[l
     return list(buckets.values())
 
 
-def _literal_index(subscript: cst.Subscript) -> int | None:
-    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+def _literal_index(subscript: ast.Subscript) -> int | None:
+    if isinstance(subscript.slice, (ast.Slice, ast.Tuple)):
         return None
-    value = literal_value(subscript.slice[0].slice.value)
+    value = literal_value(subscript.slice)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _params_item(element: cst.BaseElement) -> cst.DictElement:
-    assert isinstance(element.value, cst.Dict)
-    for item in element.value.elements:
-        if isinstance(item, cst.DictElement) and literal_value(item.key) == PARAMS:
-            return item
-    raise AssertionError("a mergeable group has a 'params' key")
-
-
-def _concatenation(members: list[cst.BaseElement], wrap_column: int | None) -> cst.BaseExpression:
-    """``list(a) + list(b) + ...``; a list literal or comprehension is used as it is. With
-    ``wrap_column``, each ``+ part`` starts a new line there (inside the braces of the group)."""
-    parts: list[cst.BaseExpression] = []
-    for member in members:
-        params = _params_item(member).value
-        if isinstance(params, _USED_AS_IS):
-            parts.append(params)
-        else:
-            parts.append(cst.Call(cst.Name("list"), [cst.Arg(params)]))
-    before_plus: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")
-    if wrap_column is not None:
-        before_plus = cst.ParenthesizedWhitespace(
-            indent=False, last_line=cst.SimpleWhitespace(" " * wrap_column)
-        )
-    expression = parts[0]
-    for part in parts[1:]:
-        operator = cst.Add(
-            whitespace_before=before_plus, whitespace_after=cst.SimpleWhitespace(" ")
-        )
-        expression = cst.BinaryOperation(expression, operator, part)
-    return expression
-
-
-def _with_params(element: cst.BaseElement, params: cst.BaseExpression) -> cst.BaseElement:
-    assert isinstance(element.value, cst.Dict)
-    target = _params_item(element)
-    items = [
-        item.with_changes(value=params) if item is target else item
-        for item in element.value.elements
-    ]
-    return element.with_changes(value=element.value.with_changes(elements=items))
-
-
-def _groups_text(rule: Rule, groups: list[Group]) -> str:
+def _groups_text(groups: list[Group]) -> str:
     """``groups 1, 2 and 4 (lines 7, 8, 10)``: 1-based positions in the list, and lines."""
     numbers = [str(g.index + 1) for g in groups]
-    lines = sorted({rule.position(g.element)[0] for g in groups})
+    lines = sorted({line_of(g.element) for g in groups})
     where = f"line {lines[0]}" if len(lines) == 1 else "lines " + ", ".join(map(str, lines))
     return f"groups {', '.join(numbers[:-1])} and {numbers[-1]} ({where})"
 

@@ -3,23 +3,28 @@
 - The optimizer tables of DOMAIN.md section 2: which constructors have an NPU fused version, their
   signatures, and which of their arguments can be dropped, kept or block the rewrite.
 - :class:`OptimizerFlow`: where the optimizers passed to ``apex.amp.initialize`` are built, found by
-  following names, ``self.<attr>`` assignments, containers and same-module function returns.
+  following names, ``self.<attr>`` assignments, containers and same-module function returns, on
+  the module's ``ast`` through :class:`~migrator.index.ModuleIndex`.
+- :class:`FusedPlan`: what NPU101 publishes in ``context.facts["NPU101"]`` about each constructor
+  call it rewrites, so that NPU102 and NPU103 treat those calls as NPU fused optimizers already
+  (every rule analyses the original file; the edits of all three land in one pass).
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
-from collections.abc import Collection, Iterator
+import tokenize
+from collections.abc import Collection, Container, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, ParentNodeProvider, ScopeProvider
-
-from migrator.callargs import argument
+from migrator.calls import argument
+from migrator.index import full_name
 from migrator.names import Ambiguous
 from migrator.rule import Rule
+from migrator.scopes import BindingKind
 
 AMP_INITIALIZE = "apex.amp.initialize"
 AMP_OPTIMIZERS_POSITION = 1
@@ -27,6 +32,18 @@ AMP_OPTIMIZERS_POSITION = 1
 APEX_HOME = "apex.optimizers"
 TORCH_NPU_HOME = "torch_npu.optim"
 NPU_FUSED = re.compile(r"(apex\.optimizers|torch_npu\.optim)\.NpuFused\w+")
+
+# Roots of every qualified name the NPU1xx rules look for, for the candidate filter
+# Rule.may_name. One set for all of them: the index computes the names reaching a set of roots
+# once per file and set, and the resolution of a name is shared by every rule that asks.
+NPU1_ROOTS = frozenset({"torch", "apex", "torch_npu"})
+
+# Text without which a file has no optimizer constructor to rewrite (NPU101's trigger). It also
+# matches every `NpuFused` (case-insensitive `fused`).
+OPTIMIZER_TRIGGER = re.compile(r"optim|sgd|adam|adadelta|rmsprop|fused", re.IGNORECASE)
+
+# The key of NPU101's plan in context.facts (see READS in migrator.rule).
+NPU101 = "NPU101"
 
 # Target signatures (Ascend apex and torch_npu agree): positional order after `params`.
 TARGET_PARAMETERS: dict[str, tuple[str, ...]] = {
@@ -178,6 +195,7 @@ UNSUPPORTED: dict[str, str] = {
         "it is a CUDA extension with no NPU version: use `torch.optim.Adagrad`, which runs on NPU"
     ),
 }
+KNOWN_OPTIMIZERS = frozenset(SOURCES.keys() | UNSUPPORTED.keys())
 
 FP16_OPTIMIZERS = frozenset(
     {
@@ -194,99 +212,204 @@ FP16_OPTIMIZERS = frozenset(
 OPTIMIZER_MODULES = frozenset({"torch.optim", "apex.optimizers"})
 
 
-# -- literals ----------------------------------------------------------------------------------
+# -- source text -------------------------------------------------------------------------------
+
+_BLANK = " \t\f\r\n\\"
 
 
-class NotLiteral:
-    """The value of an expression that is not a plain literal."""
+def written_span(rule: Rule, node: ast.AST) -> tuple[int, int]:
+    """The character span of ``node`` with the parentheses that belong to it.
 
-    def __repr__(self) -> str:
-        return "NOT_LITERAL"
+    ``ast`` spans leave out the parentheses around an expression; libcst, which the messages
+    were first written against, counts them as part of the node (``(a).b`` is ``((a).b)`` as
+    written). The parentheses of a call around its only argument belong to the call.
+    """
+    text = rule.source.text
+    start, end = rule.source.span(node)
+    closing = _closing_paren_of_call(rule, node)
+    while True:
+        left = start - 1
+        while left >= 0 and text[left] in _BLANK:
+            left -= 1
+        right = end
+        while right < len(text) and text[right] in _BLANK:
+            right += 1
+        if left < 0 or right >= len(text) or text[left] != "(" or text[right] != ")":
+            return start, end
+        if right == closing:
+            return start, end
+        start, end = left, right + 1
 
 
-NOT_LITERAL = NotLiteral()
+def _closing_paren_of_call(rule: Rule, node: ast.AST) -> int:
+    """Where the ``)`` of the call that ``node`` is an argument of sits (-1 if it is none)."""
+    parent = rule.index.parent(node)
+    if isinstance(parent, ast.keyword):
+        parent = rule.index.parent(parent)
+    if isinstance(parent, ast.Call) and parent.func is not node:
+        return rule.source.end(parent) - 1
+    return -1
 
 
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+def code_of(rule: Rule, node: ast.AST) -> str:
+    """The code of ``node`` as written, with its own parentheses (see :func:`written_span`).
+
+    Code that spans lines is given as libcst prints a node on its own, which the messages
+    have always quoted: continuation lines lose the indentation of the block the statement is
+    in (they keep what they have beyond it), and line breaks are ``\\n``; the inside of a
+    string literal is left as it is.
+    """
+    start, end = written_span(rule, node)
+    text = rule.source.text[start:end]
+    if "\n" not in text and "\r" not in text:
+        return text
+    return _without_block_indentation(rule, node, text)
 
 
-def literal_value(node: cst.BaseExpression) -> object:
-    """The Python value of a literal (`True`, `0.0`, `"O2"`, `(0.9, 0.999)`), else NOT_LITERAL."""
+def _without_block_indentation(rule: Rule, node: ast.AST, text: str) -> str:
+    statement = rule.index.statement_of(node)
+    indentation = ""
+    if statement is not None:
+        head = rule.source.line_text(statement.lineno)  # type: ignore[attr-defined]
+        indentation = head[: len(head) - len(head.lstrip(" \t\f"))]
+    lines = [line for line in _LINES.findall(text) if line]
+    in_string = _lines_inside_strings(text)
+    pieces: list[str] = []
+    continued = False  # the line before ends with a backslash: its break stays as written
+    for number, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        ending = line[len(body) :]
+        if number and number not in in_string and not continued:
+            body = body.removeprefix(indentation)
+        continued = body.endswith("\\")
+        if ending and number + 1 not in in_string and not continued:
+            ending = "\n"
+        pieces.append(body + ending)
+    return "".join(pieces)
+
+
+# A line with its break; only \r\n, \r and \n break lines in Python source (not \f).
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
+
+
+def _lines_inside_strings(text: str) -> set[int]:
+    """0-based numbers of the lines of ``text`` that continue a string literal."""
+    inside: set[int] = set()
     try:
-        return ast.literal_eval(code_of(node).strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return NOT_LITERAL
+        tokens = list(tokenize.generate_tokens(io.StringIO(f"({text})").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return inside
+    for token in tokens:
+        if token.type == tokenize.STRING and token.end[0] > token.start[0]:
+            inside.update(range(token.start[0], token.end[0]))  # 1-based rows: +1 -1
+    return inside
 
 
-def dotted_name(node: cst.BaseExpression) -> str | None:
-    return get_full_name_for_node(node)
+def line_of(node: ast.AST) -> int:
+    return node.lineno  # type: ignore[attr-defined,no-any-return]
 
 
-# -- the module index and optimizer flow -------------------------------------------------------
+def source_order(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
 
 
-class _Collector(cst.CSTVisitor):
-    """One walk over the module: calls, class definitions, returns and attribute assignments."""
+# -- names -------------------------------------------------------------------------------------
 
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-        self.classes: list[cst.ClassDef] = []
-        self.returns: dict[str, list[cst.BaseExpression]] = {}
-        self.attribute_values: dict[str, list[cst.BaseExpression]] = {}
-        self.subscripts: list[cst.Subscript] = []
-        self.functions: list[str] = []
+# The last part of every name the NPU1xx rules resolve a callee to: a dotted callee can only
+# resolve to a name that ends as it does (`x.y.SGD` is some `....SGD`), so the others are never
+# resolved. A plain name may be an alias (`from torch.optim import SGD as S`) and always is.
+OPTIMIZER_LAST_NAMES = frozenset(
+    name.rpartition(".")[2] for name in KNOWN_OPTIMIZERS | FP16_OPTIMIZERS | {AMP_INITIALIZE}
+)
+_FUSED_PREFIX = "NpuFused"
 
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.classes.append(node)
+def may_end_with(rule: Rule, func: ast.AST, last_names: Collection[str] | str) -> bool:
+    """A cheap, conservative test: could ``func`` resolve to a name whose last part is in
+    ``last_names`` (or starts with it, for a string)? Off with the candidate filters."""
+    if not rule.context.fast or isinstance(func, ast.Name):
+        return True
+    if isinstance(func, ast.Attribute):
+        last = func.attr
+    else:
+        dotted = full_name(func)  # through calls and subscripts, as names are resolved
+        if dotted is None:
+            return False  # no dotted name: it resolves to nothing
+        _, dot, last = dotted.rpartition(".")
+        if not dot:
+            return True
+    if isinstance(last_names, str):
+        return last.startswith(last_names)
+    return last in last_names
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.functions.append(node.name.value)
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.functions.pop()
+def npu_fused_name(rule: Rule, func: ast.AST) -> str | None:
+    """``apex.optimizers.NpuFusedSGD`` etc. when ``func`` resolves to an NPU fused optimizer."""
+    if not may_end_with(rule, func, _FUSED_PREFIX) or not rule.may_name(func, NPU1_ROOTS):
+        return None
+    name = rule.qualified_name(func)
+    if isinstance(name, str) and NPU_FUSED.fullmatch(name):
+        return name
+    return None
 
-    def visit_Lambda(self, node: cst.Lambda) -> None:
-        self.functions.append("<lambda>")
 
-    def leave_Lambda(self, original_node: cst.Lambda) -> None:
-        self.functions.pop()
+@dataclass(frozen=True)
+class FusedPlan:
+    """NPU101's rewrite of one constructor call into an NPU fused optimizer.
 
-    def visit_Return(self, node: cst.Return) -> None:
-        if self.functions and node.value is not None:
-            self.returns.setdefault(self.functions[-1], []).append(node.value)
+    Besides the new class, it says how the rewrite moves the text on the call's lines, for a
+    later rule whose edit depends on columns of the rewritten code (NPU103's line wrapping):
+    the callee's new spelling is ``shift`` characters longer (shorter when negative), which
+    moves what follows it on its line, and the continuation lines in ``realigned`` that were
+    aligned with the opening parenthesis move with it.
+    """
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._attribute_target(target.target, node.value)
+    call: ast.Call
+    qualified_target: str  # e.g. "apex.optimizers.NpuFusedSGD"
+    func_end: tuple[int, int]  # 1-based line and 0-based column where the callee ends
+    shift: int = 0
+    realigned: frozenset[int] = frozenset()
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self._attribute_target(node.target, node.value)
+    def output_column(self, line: int, column: int) -> int:
+        """Where 0-based ``column`` of ``line`` (original code) is once the call is rewritten."""
+        end_line, end_column = self.func_end
+        if line in self.realigned or (line == end_line and column >= end_column):
+            return column + self.shift
+        return column
 
-    def visit_Subscript(self, node: cst.Subscript) -> None:
-        self.subscripts.append(node)
 
-    def _attribute_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Attribute):
-            dotted = dotted_name(target)
-            if dotted is not None:
-                self.attribute_values.setdefault(dotted, []).append(value)
+def planned_fused(rule: Rule) -> Mapping[int, FusedPlan]:
+    """NPU101's plan: id(constructor call) -> its rewrite (empty when NPU101 does not run)."""
+    plans: Mapping[int, FusedPlan] = rule.context.facts.get(NPU101, {})
+    return plans
+
+
+def fused_name(rule: Rule, call: ast.Call) -> str | None:
+    """The NPU fused optimizer ``call`` constructs, as written or as NPU101 will rewrite it."""
+    plan = planned_fused(rule).get(id(call))
+    if plan is not None:
+        return plan.qualified_target
+    return npu_fused_name(rule, call.func)
+
+
+# -- the optimizer flow ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class AmpSink:
     """An ``apex.amp.initialize`` call and the optimizers expression passed to it."""
 
-    call: cst.Call
-    optimizers: cst.BaseExpression | None
+    call: ast.Call
+    optimizers: ast.expr | None
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_FROM_AMP = object()
+_FLOW_FACT = "npu1:optimizer-flow"  # the shared OptimizerFlow of one file's analysis
 
 
 class OptimizerFlow:
-    """Module-wide facts about optimizers, computed once per rule visit from the original tree.
+    """Module-wide facts about optimizers, computed once per file from the original tree.
 
     ``origins(expr)`` are the expressions that may produce the value of ``expr``: it follows
     names through their assignments in the scope where they are read, ``self.<attr>`` through
@@ -294,78 +417,112 @@ class OptimizerFlow:
     expressions through their parts, subscripts to what they index, and calls of functions
     defined in this module through their ``return`` values. What cannot be followed (a
     parameter, a call into another module) is itself an origin.
+
+    The rules of one file share one flow (:meth:`of`); what it computes depends only on the
+    module, never on the rule that asks.
     """
 
-    def __init__(self, rule: Rule, module: cst.Module) -> None:
-        self.rule = rule
-        collector = _Collector()
-        module.visit(collector)
-        self.calls = collector.calls
-        self.classes = collector.classes
-        self.subscripts = collector.subscripts
-        self._returns = collector.returns
-        self._attribute_values = collector.attribute_values
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule  # the first rule that asks: names and text, never its findings
+        self.index = rule.index
         self.amp_sinks: list[AmpSink] = []
-        self.ambiguous_amp: list[tuple[cst.Call, Ambiguous]] = []
-        for call in self.calls:
-            name = qualified(rule, call.func, {AMP_INITIALIZE})
+        self.ambiguous_amp: list[tuple[ast.Call, Ambiguous]] = []
+        # Calls whose callee may be an optimizer, `FP16_Optimizer`, `amp.initialize` or an NPU
+        # fused optimizer: what the NPU1xx rules examine (every call, with the filters off).
+        self.candidates = [call for call in self.index.nodes(ast.Call) if self._candidate(call)]
+        for call in self.candidates:
+            name = rule.qualified_name_in(call.func, {AMP_INITIALIZE})
             if isinstance(name, Ambiguous):
                 self.ambiguous_amp.append((call, name))
             elif name == AMP_INITIALIZE:
                 arg = argument(call, "optimizers", AMP_OPTIMIZERS_POSITION)
                 self.amp_sinks.append(AmpSink(call, arg.value if arg is not None else None))
-        # id(constructor call) -> the amp.initialize call it reaches
-        self.reaches_amp: dict[int, cst.Call] = {}
+        self._sink_calls = {id(sink.call) for sink in self.amp_sinks}
+
+    def _candidate(self, call: ast.Call) -> bool:
+        rule, func = self.rule, call.func
+        if isinstance(func, ast.Name):
+            # Rule.may_name for a plain name, without building its arguments once per call.
+            return not rule.context.fast or func.id in self._reaching
+        wanted = may_end_with(rule, func, OPTIMIZER_LAST_NAMES)
+        wanted = wanted or may_end_with(rule, func, _FUSED_PREFIX)
+        return wanted and rule.may_name(func, NPU1_ROOTS)
+
+    @cached_property
+    def _reaching(self) -> frozenset[str] | Container[str]:
+        return self.index.names_reaching(NPU1_ROOTS)
+
+    @classmethod
+    def of(cls, rule: Rule) -> OptimizerFlow:
+        """The flow of the file ``rule`` is checking, built by the first NPU1xx rule that asks."""
+        facts = rule.context.facts
+        flow = facts.get(_FLOW_FACT)
+        if not isinstance(flow, OptimizerFlow):
+            flow = facts[_FLOW_FACT] = cls(rule)
+        return flow
+
+    # -- what reaches amp.initialize -----------------------------------------------------------
+
+    @cached_property
+    def reaches_amp(self) -> dict[int, ast.Call]:
+        """id(constructor call) -> the first ``amp.initialize`` call its optimizer reaches."""
+        reached: dict[int, ast.Call] = {}
         for sink in self.amp_sinks:
             if sink.optimizers is None:
                 continue
             for origin in self.origins(sink.optimizers):
-                exclusive = isinstance(origin, cst.Call) and self.exclusive(sink.call, origin)
-                if isinstance(origin, cst.Call) and not exclusive:
-                    self.reaches_amp.setdefault(id(origin), sink.call)
+                if isinstance(origin, ast.Call) and not self.exclusive(sink.call, origin):
+                    reached.setdefault(id(origin), sink.call)
+        return reached
 
-    def line_of(self, node: cst.CSTNode) -> int:
-        return self.rule.position(node)[0]
+    def is_amp_initialize(self, call: ast.Call) -> bool:
+        return id(call) in self._sink_calls
 
-    def condition_only_for(self, node: cst.CSTNode, other: cst.CSTNode) -> str | None:
+    # -- conditions ------------------------------------------------------------------------------
+
+    def condition_only_for(self, node: ast.AST, other: ast.AST) -> str | None:
         """The `if` condition under which ``node`` runs that does not also guard ``other``.
 
         ``"`args.fp16` holds"`` or ``"`args.fp32` is false"`` (an ``else`` branch), else None.
         """
         # Two `if args.fp16:` blocks guard alike: compare the conditions, not the statements.
-        guards_of_other = {(code_of(guard.test), in_body) for guard, in_body in self._guards(other)}
+        guards_of_other = {(self._test(guard), in_body) for guard, in_body in self._guards(other)}
         for guard, in_body in self._guards(node):
-            test = code_of(guard.test)
+            test = self._test(guard)
             if (test, in_body) not in guards_of_other:
                 return f"`{test}` holds" if in_body else f"`{test}` is false"
         return None
 
-    def exclusive(self, node: cst.CSTNode, other: cst.CSTNode) -> bool:
+    def exclusive(self, node: ast.AST, other: ast.AST) -> bool:
         """``node`` runs only where ``other`` does not: opposite branches of the same condition
         (`if args.fp16:` ... `else:` ...), compared by the condition's text."""
-        branches = {(code_of(guard.test), in_body) for guard, in_body in self._guards(other)}
+        branches = {(self._test(guard), in_body) for guard, in_body in self._guards(other)}
         return any(
-            (code_of(guard.test), not in_body) in branches for guard, in_body in self._guards(node)
+            (self._test(guard), not in_body) in branches for guard, in_body in self._guards(node)
         )
 
-    def _guards(self, node: cst.CSTNode) -> Iterator[tuple[cst.If, bool]]:
-        """Enclosing `if` statements (innermost first) and whether ``node`` is in the body."""
-        child = node
-        parent = self.rule.get_metadata(ParentNodeProvider, child, None)
-        while parent is not None and not isinstance(parent, cst.FunctionDef | cst.Module):
-            if isinstance(parent, cst.If) and child is not parent.test:
-                yield parent, child is parent.body
-            child = parent
-            parent = self.rule.get_metadata(ParentNodeProvider, child, None)
+    def _test(self, guard: ast.If) -> str:
+        return code_of(self.rule, guard.test)
 
-    def origins(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-        found: list[cst.BaseExpression] = []
+    def _guards(self, node: ast.AST) -> Iterator[tuple[ast.If, bool]]:
+        """Enclosing `if` statements of the same function (innermost first) and whether
+        ``node`` is in the body (rather than in the ``else``/``elif`` part)."""
+        child = node
+        for parent in self.index.ancestors(node):
+            if isinstance(parent, _FUNCTIONS):
+                return
+            if isinstance(parent, ast.If) and child is not parent.test:
+                yield parent, any(statement is child for statement in parent.body)
+            child = parent
+
+    # -- origins ---------------------------------------------------------------------------------
+
+    def origins(self, expr: ast.expr) -> list[ast.expr]:
+        found: list[ast.expr] = []
         self._follow(expr, found, set())
         return found
 
-    def _follow(
-        self, expr: cst.BaseExpression, found: list[cst.BaseExpression], seen: set[int]
-    ) -> None:
+    def _follow(self, expr: ast.expr, found: list[ast.expr], seen: set[int]) -> None:
         if id(expr) in seen:
             return
         seen.add(id(expr))
@@ -375,45 +532,40 @@ class OptimizerFlow:
             else:
                 self._follow(part, found, seen)
 
-    def _sources_of(self, expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    def _sources_of(self, expr: ast.expr) -> Iterator[ast.expr]:
         """The expressions one step upstream of ``expr``; ``expr`` itself when it is an origin."""
-        if isinstance(expr, cst.List | cst.Tuple | cst.Set):
-            yield from (element.value for element in expr.elements)
-        elif isinstance(expr, cst.Dict):
-            yield from (e.value for e in expr.elements if isinstance(e, cst.DictElement))
-        elif isinstance(expr, cst.IfExp):
+        if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
+            for element in expr.elts:
+                yield element.value if isinstance(element, ast.Starred) else element
+        elif isinstance(expr, ast.Dict):
+            entries = zip(expr.keys, expr.values, strict=True)
+            yield from (value for key, value in entries if key is not None)
+        elif isinstance(expr, ast.IfExp):
             yield expr.body
             yield expr.orelse
-        elif isinstance(expr, cst.Subscript | cst.NamedExpr):
+        elif isinstance(expr, (ast.Subscript, ast.NamedExpr)):
             yield expr.value
-        elif isinstance(expr, cst.Name):
+        elif isinstance(expr, ast.Name):
             yield from self._name_sources(expr)
-        elif isinstance(expr, cst.Attribute):
-            values = self._attribute_values.get(dotted_name(expr) or "", [])
+        elif isinstance(expr, ast.Attribute):
+            values = self._attribute_values.get(full_name(expr) or "", [])
             yield from values if values else (expr,)
-        elif isinstance(expr, cst.Call):
+        elif isinstance(expr, ast.Call):
             yield from self._call_sources(expr)
         else:
             yield expr
 
-    def _name_sources(self, name: cst.Name) -> Iterator[cst.BaseExpression]:
-        try:
-            scope = self.rule.get_metadata(ScopeProvider, name)
-        except KeyError:
-            scope = None
-        if scope is None:
-            yield name
-            return
-        values: list[cst.BaseExpression] = []
+    def _name_sources(self, name: ast.Name) -> Iterator[ast.expr]:
+        values: list[ast.expr] = []
         opaque = False
-        for assignment in scope[name.value]:
-            if not isinstance(assignment, Assignment) or not isinstance(assignment.node, cst.Name):
-                opaque = True
+        for binding in self.index.bindings_of(name):
+            if binding.kind is not BindingKind.ASSIGN or not isinstance(binding.node, ast.Name):
+                opaque = True  # an import, a parameter, a def, a builtin...
                 continue
-            value = self._assigned_value(assignment.node)
+            value = self._assigned_value(binding.node)
             if value is _FROM_AMP:
                 continue  # `model, optimizer = amp.initialize(model, optimizer)`: same object
-            if isinstance(value, cst.BaseExpression):
+            if isinstance(value, ast.expr):
                 values.append(value)
             else:
                 opaque = True
@@ -421,27 +573,22 @@ class OptimizerFlow:
             yield name
         yield from values
 
-    def _assigned_value(self, target: cst.Name) -> cst.BaseExpression | object | None:
-        parent = self.rule.get_metadata(ParentNodeProvider, target)
-        if isinstance(parent, cst.AssignTarget):
-            assign = self.rule.get_metadata(ParentNodeProvider, parent)
-            return assign.value if isinstance(assign, cst.Assign) else None
-        if isinstance(parent, cst.AnnAssign):
-            return parent.value
-        if isinstance(parent, cst.NamedExpr):
+    def _assigned_value(self, target: ast.Name) -> ast.expr | object | None:
+        parent = self.index.parent(target)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
             return parent.value
         # `a, b = ...`: only the unpacking of amp.initialize's result is understood.
-        node: cst.CSTNode = parent
-        while isinstance(node, cst.Element | cst.Tuple | cst.List | cst.AssignTarget):
-            node = self.rule.get_metadata(ParentNodeProvider, node)
+        node = parent
+        while isinstance(node, (ast.Tuple, ast.List)):
+            node = self.index.parent(node)
         amp_result = (
-            isinstance(node, cst.Assign)
-            and isinstance(node.value, cst.Call)
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
             and self.is_amp_initialize(node.value)
         )
         return _FROM_AMP if amp_result else None
 
-    def _call_sources(self, call: cst.Call) -> Iterator[cst.BaseExpression]:
+    def _call_sources(self, call: ast.Call) -> Iterator[ast.expr]:
         if self.is_amp_initialize(call):
             # `amp_inits = amp.initialize(...)`: the optimizers come back out.
             arg = argument(call, "optimizers", AMP_OPTIMIZERS_POSITION)
@@ -450,43 +597,45 @@ class OptimizerFlow:
             return
         callee = call.func
         local_function = None
-        if isinstance(callee, cst.Name):
-            local_function = callee.value
-        elif isinstance(callee, cst.Attribute):
-            local_function = callee.attr.value  # `self.build_optimizer(...)`
+        if isinstance(callee, ast.Name):
+            local_function = callee.id
+        elif isinstance(callee, ast.Attribute):
+            local_function = callee.attr  # `self.build_optimizer(...)`
+        returns = self._returns
         # Only calls that resolve to no import can be this module's functions.
-        if local_function in self._returns and qualified(self.rule, callee) is None:
-            yield from self._returns[local_function]
+        if local_function in returns and self.rule.qualified_name(callee) is None:
+            yield from returns[local_function]
         else:
             yield call
 
-    def is_amp_initialize(self, call: cst.Call) -> bool:
-        return any(sink.call is call for sink in self.amp_sinks)
+    @cached_property
+    def _returns(self) -> dict[str, list[ast.expr]]:
+        """Function name -> the values its ``return`` statements give (any function so named)."""
+        returns: dict[str, list[ast.expr]] = {}
+        for statement in self.index.nodes(ast.Return):
+            if statement.value is None:
+                continue
+            function = next(
+                (a for a in self.index.ancestors(statement) if isinstance(a, _FUNCTIONS)), None
+            )
+            if function is not None:
+                returns.setdefault(function.name, []).append(statement.value)
+        return returns
 
-
-_FROM_AMP = object()
-
-
-def qualified(
-    rule: Rule, node: cst.BaseExpression, wanted: Collection[str] | None = None
-) -> str | Ambiguous | None:
-    """``rule.qualified_name(node)`` (or ``_in`` with ``wanted``), ``None`` where it recurses.
-
-    The engine's value-alias resolution recurses without end on ``x = x.T`` followed by
-    ``x.div_()``; such a name is never an optimizer or amp, and one bad name must not turn the
-    whole file into an error.
-    """
-    try:
-        if wanted is None:
-            return rule.qualified_name(node)
-        return rule.qualified_name_in(node, wanted)
-    except RecursionError:
-        return None
-
-
-def npu_fused_name(rule: Rule, func: cst.BaseExpression) -> str | None:
-    """``apex.optimizers.NpuFusedSGD`` etc. when ``func`` resolves to an NPU fused optimizer."""
-    name = qualified(rule, func)
-    if isinstance(name, str) and NPU_FUSED.fullmatch(name):
-        return name
-    return None
+    @cached_property
+    def _attribute_values(self) -> dict[str, list[ast.expr]]:
+        """``self.optimizer`` -> every value assigned to an attribute spelled so, in order."""
+        assignments: list[ast.Assign | ast.AnnAssign] = [*self.index.nodes(ast.Assign)]
+        assignments += self.index.nodes(ast.AnnAssign)
+        assignments.sort(key=source_order)
+        values: dict[str, list[ast.expr]] = {}
+        for statement in assignments:
+            if statement.value is None:
+                continue
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute):
+                    dotted = full_name(target)
+                    if dotted is not None:
+                        values.setdefault(dotted, []).append(statement.value)
+        return values
