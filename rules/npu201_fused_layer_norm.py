@@ -2,36 +2,36 @@
 
 from __future__ import annotations
 
+import ast
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import (
-    Assignment,
-    ExpressionContext,
-    ExpressionContextProvider,
-    ParentNodeProvider,
-    Scope,
-    ScopeProvider,
-)
 
-from migrator.callargs import append_arg, find_keyword, keyword, positional, remove_arg_objects
+from migrator.callargs import append_arg, keyword, remove_arg_objects
+from migrator.calls import Argument, arguments, positional, string_literal
+from migrator.calls import keyword as keyword_argument
+from migrator.edits import Edit
 from migrator.names import Ambiguous
 from migrator.rule import FileContext, FixSafety, Rule
 from migrator.rules.npu2_support import (
+    APEX_ROOTS,
     NewHome,
+    absolute_module,
+    alone_on_its_line,
+    argument_code,
+    binding_imports,
+    bound_name,
+    candidate_attributes,
+    candidate_names,
     dotted_expression,
-    import_statements,
-    imported_name,
-    local_name,
-    node_ids,
+    is_star,
     queue_removal_of_base_import,
-    rehome_import_from,
-    source_of,
+    rehome_statement,
+    starts_its_line,
     torch_nn_prefix,
+    written,
 )
 
 APEX_MODULES = ("apex.normalization", "apex.normalization.fused_layer_norm")
@@ -116,8 +116,21 @@ ALL_NAMES = frozenset(CLASS_BY_QUALIFIED) | frozenset(FUNCTIONAL)
 MEMORY_EFFICIENT_POSITION = 3  # (normalized_shape, eps, elementwise_affine, memory_efficient)
 EPS_POSITION = 1
 APEX_EPS = "1e-5"
-SUPER_INIT = m.Call(func=m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name("__init__")))
-_CONSTANT = (cst.Integer, cst.Float, cst.SimpleString)
+# Where `super().__init__(...)` of a subclass of an apex class needs the same argument fixes.
+SUPER = "super"
+INIT = "__init__"
+# Short names of everything this rule resolves: only attributes spelled so can be apex's.
+ATTRIBUTE_NAMES = frozenset(name.rpartition(".")[2] for name in ALL_NAMES)
+TORCH_CLASS_NAMES = frozenset(norm.torch_name for norm in CLASSES.values())
+
+
+@dataclass
+class ImportPlan:
+    """One `from apex.normalization... import` statement that is rewritten to torch.nn."""
+
+    statement: ast.ImportFrom
+    moves: dict[str, NewHome]  # apex class name -> its new home
+    uses: list[Edit] = field(default_factory=list)  # renamed uses of the names it binds
 
 
 class FusedLayerNormToTorch(Rule):
@@ -156,11 +169,6 @@ class FusedLayerNormToTorch(Rule):
     `--unsafe-fixes`, reported otherwise.
     """
 
-    METADATA_DEPENDENCIES = (  # type: ignore[assignment]  # one more provider than Rule's
-        *Rule.METADATA_DEPENDENCIES,
-        ExpressionContextProvider,
-    )
-
     CODE = "NPU201"
     NAME = "fused-layer-norm-to-torch"
     SUMMARY = "apex `FusedLayerNorm` / `FusedRMSNorm` (and their functional forms)"
@@ -171,184 +179,177 @@ class FusedLayerNormToTorch(Rule):
         super().__init__(context)
         self.nn = "torch.nn"
         self.clashes: set[str] = set()  # torch class names the file binds to something else
-        self.moves: dict[int, dict[str, NewHome]] = {}  # id(ImportFrom) -> its new homes
+        self.collapsible: dict[int, ast.Try] = {}  # id(Try) -> a try whose fallback can't run
+        self.imports: dict[int, ImportPlan] = {}  # id(ImportFrom) -> how it is rewritten
         self.renamed: set[str] = set()  # apex names imported without alias, uses get renamed
         self.kept: set[str] = set()  # local names whose import stays (suppressed)
-        self.collapsible: set[int] = set()  # id(Try) whose fallback becomes unreachable
-        self.collapsed_nodes: set[int] = set()  # ids of every node inside those statements
-        self.collapsed_names: dict[str, str] = {}  # local name bound there -> apex qualified name
-        self.try_depth = 0
-        self.subclass_stack: list[NormClass | None] = []
-
-    # -- planning --------------------------------------------------------------------------------
+        self.subclasses: dict[int, NormClass | None] = {}  # id(ClassDef) -> its apex base
 
     def migrates(self, norm: NormClass) -> bool:
         return not norm.unsafe or self.settings.unsafe_fixes
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.nn = torch_nn_prefix(node)
-        self.clashes = self.find_clashes()
-        for statement in m.findall(node, m.Try()):
-            assert isinstance(statement, cst.Try)
+    def check(self) -> None:
+        self.nn = torch_nn_prefix(self)
+        for statement in self.index.nodes(ast.Try):
             if self.fallback_unreachable(statement):
-                self.collapsible.add(id(statement))
-                self.collapsed_nodes |= node_ids(statement)
-        self.plan_imports(node)
+                self.collapsible[id(statement)] = statement
+        self.plan_imports()
+        self.check_names()  # before the import fixes: the renamed uses go with them
+        self.fix_imports()
+        self.check_attributes()  # before the calls: same order as a bottom-up visit
+        self.check_calls()
+        self.collapse_fallbacks()
 
-    def find_clashes(self) -> set[str]:
-        """``LayerNorm`` / ``RMSNorm`` already bound to something other than torch's class."""
-        clashes: set[str] = set()
-        scopes: set[Scope] = {
-            s for s in self.metadata.get(ScopeProvider, {}).values() if isinstance(s, Scope)
-        }
-        for scope in scopes:
-            for target in ("LayerNorm", "RMSNorm"):
-                for assignment in scope.assignments[target]:
-                    if not self.binds_torch_or_apex(assignment, target):
-                        clashes.add(target)
-        return clashes
+    # -- planning --------------------------------------------------------------------------------
 
-    def binds_torch_or_apex(self, assignment: object, target: str) -> bool:
-        if not isinstance(assignment, Assignment):
-            return False
-        statement = assignment.node
-        if not isinstance(statement, cst.ImportFrom) or isinstance(statement.names, cst.ImportStar):
-            return False
-        module = "" if statement.module is None else get_full_name_for_node(statement.module)
-        for alias in statement.names:
-            if local_name(alias) != target:
-                continue
-            if module == "torch.nn" and imported_name(alias) == target:
-                return True
-            if module in APEX_MODULES and imported_name(alias) in CLASSES:
-                return CLASSES[imported_name(alias)].torch_name == target
+    def clashes_with_torch(self, target: str) -> bool:
+        """``LayerNorm`` / ``RMSNorm`` bound (in any scope) to something other than torch's class
+        or the apex class that becomes it."""
+        index = self.index
+        if any(isinstance(name.ctx, ast.Store) for name in index.names(target)):
+            return True
+        definitions: list[ast.AST] = [
+            *index.nodes(ast.ClassDef),
+            *index.nodes(ast.FunctionDef),
+            *index.nodes(ast.AsyncFunctionDef),
+            *index.nodes(ast.ExceptHandler),
+            *index.nodes(ast.MatchAs),
+            *index.nodes(ast.MatchStar),
+        ]
+        if any(getattr(node, "name", None) == target for node in definitions):
+            return True
+        if any(parameter.arg == target for parameter in index.nodes(ast.arg)):
+            return True
+        for statement in index.imports():
+            for alias in statement.names:
+                if alias.name == "*":
+                    continue
+                binds = [alias.asname] if alias.asname else _bound_prefixes(statement, alias)
+                if target in binds and not _binds_torch_or_apex(statement, alias, target):
+                    return True
         return False
 
-    def fallback_unreachable(self, statement: cst.Try) -> bool:
+    def fallback_unreachable(self, statement: ast.Try) -> bool:
         """The try body will only import torch.nn.LayerNorm (and set constants): it cannot raise,
         so no handler can run. Not for RMSNorm: torch before 2.4 has none, so its fallback
         stays reachable."""
-        if statement.finalbody is not None or not statement.handlers:
+        if statement.finalbody or not statement.handlers:
+            return False
+        # Indented blocks only (`try: x` on one line is left alone), so that their statement
+        # lines can take the place of the whole statement.
+        if not starts_its_line(self, statement.body[0]):
+            return False
+        if statement.orelse and not starts_its_line(self, statement.orelse[0]):
             return False
         found_import = False
-        for line in statement.body.body:
-            if not isinstance(line, cst.SimpleStatementLine):
-                return False
-            for small in line.body:
-                if isinstance(small, cst.ImportFrom) and self.imports_only_layer_norm(small):
-                    found_import = True
-                    if self.context.suppressions.covers(self.position(small)[0], self.CODE):
-                        return False
-                elif not self.is_constant_assignment(small) and not isinstance(small, cst.Pass):
+        for small in statement.body:
+            if isinstance(small, ast.ImportFrom) and self.imports_only_layer_norm(small):
+                found_import = True
+                if self.suppressed(small):
                     return False
+            elif not self.is_constant_assignment(small) and not isinstance(small, ast.Pass):
+                return False
         return found_import
 
-    def imports_only_layer_norm(self, node: cst.ImportFrom) -> bool:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+    def imports_only_layer_norm(self, statement: ast.ImportFrom) -> bool:
+        if absolute_module(statement) not in APEX_MODULES or is_star(statement):
             return False
-        if get_full_name_for_node(node.module) not in APEX_MODULES:
-            return False
-        for alias in node.names:
-            norm = CLASSES.get(imported_name(alias))
+        for alias in statement.names:
+            norm = CLASSES.get(alias.name)
             if norm is None or norm.torch_name != "LayerNorm" or not self.migrates(norm):
                 return False
         return True
 
-    @staticmethod
-    def is_constant_assignment(small: cst.BaseSmallStatement) -> bool:
+    def is_constant_assignment(self, statement: ast.stmt) -> bool:
         """``APEX_AVAILABLE = True``: cannot raise."""
-        if not isinstance(small, cst.Assign):
+        if not isinstance(statement, ast.Assign) or not all(
+            isinstance(target, ast.Name) for target in statement.targets
+        ):
             return False
-        value = small.value
-        named = isinstance(value, cst.Name) and value.value in {"True", "False", "None"}
-        return (named or isinstance(value, _CONSTANT)) and all(
-            isinstance(t.target, cst.Name) for t in small.targets
-        )
+        value = statement.value
+        if not isinstance(value, ast.Constant):
+            return False
+        if value.value is None or isinstance(value.value, bool | int | float):
+            return True
+        # one string token (libcst's SimpleString), not an implicit concatenation
+        literal = string_literal(self.source, value)
+        return isinstance(value.value, str | bytes) and literal is not None
 
-    def plan_imports(self, module: cst.Module) -> None:
-        for node in m.findall(module, m.ImportFrom()):
-            assert isinstance(node, cst.ImportFrom)
-            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-                continue
-            if get_full_name_for_node(node.module) not in APEX_MODULES:
-                continue
-            inside_kept_try = self.inside_try(node) and id(node) not in self.collapsed_nodes
-            suppressed = self.context.suppressions.covers(self.position(node)[0], self.CODE)
-            line = self.get_metadata(ParentNodeProvider, node, None)
-            if isinstance(line, cst.SimpleStatementLine) and len(line.body) != 1 and not suppressed:
+    def plan_imports(self) -> None:
+        statements = [
+            statement
+            for statement in self.index.nodes(ast.ImportFrom)
+            if absolute_module(statement) in APEX_MODULES
+        ]
+        if statements:  # only an import from apex is renamed, or spelled out on a clash
+            self.clashes = {name for name in TORCH_CLASS_NAMES if self.clashes_with_torch(name)}
+        for statement in statements:
+            if is_star(statement):
                 self.report(
-                    node,
-                    "this apex normalization import shares its line with another statement: "
-                    "put it on its own line so that it can be rewritten to torch.nn",
+                    statement,
+                    "star import from apex's normalization: import `LayerNorm` / `RMSNorm` from "
+                    "`torch.nn` instead, and replace the apex names this file uses",
                 )
-                suppressed = True  # keep the import and every use of its names as they are
-            moves: dict[str, NewHome] = {}
-            for alias in node.names:
-                norm = CLASSES.get(imported_name(alias))
-                if norm is None or not self.migrates(norm):
-                    continue
-                local = local_name(alias)
-                if suppressed:
-                    self.kept.add(local)
-                    continue
-                if alias.asname is None and inside_kept_try:
-                    # Its fallback still binds this name: keep it, as an alias of torch's class.
-                    moves[norm.apex_name] = NewHome("torch.nn", norm.torch_name, keep_local=True)
-                elif alias.asname is None and norm.torch_name in self.clashes:
-                    moves[norm.apex_name] = NewHome(None, norm.torch_name)
-                    self.renamed.add(local)
-                else:
-                    moves[norm.apex_name] = NewHome("torch.nn", norm.torch_name)
-                    if alias.asname is None:
-                        self.renamed.add(local)
+                continue
+            moves = self.import_moves(statement)
             if moves:
-                self.moves[id(node)] = moves
+                self.imports[id(statement)] = ImportPlan(statement, moves)
 
-    def inside_try(self, node: cst.CSTNode) -> bool:
-        parent = self.get_metadata(ParentNodeProvider, node, None)
-        while parent is not None:
-            if isinstance(parent, cst.Try):
+    def import_moves(self, statement: ast.ImportFrom) -> dict[str, NewHome]:
+        inside_kept_try = self.inside_try(statement) and not self.in_collapsed(statement)
+        suppressed = self.suppressed(statement)
+        if not suppressed and not alone_on_its_line(self, statement):
+            self.report(
+                statement,
+                "this apex normalization import shares its line with another statement: "
+                "put it on its own line so that it can be rewritten to torch.nn",
+            )
+            suppressed = True  # keep the import and every use of its names as they are
+        moves: dict[str, NewHome] = {}
+        for alias in statement.names:
+            norm = CLASSES.get(alias.name)
+            if norm is None or not self.migrates(norm):
+                continue
+            local = bound_name(alias)
+            if suppressed:
+                self.kept.add(local)
+                continue
+            if alias.asname is None and inside_kept_try:
+                # Its fallback still binds this name: keep it, as an alias of torch's class.
+                moves[norm.apex_name] = NewHome("torch.nn", norm.torch_name, keep_local=True)
+            elif alias.asname is None and norm.torch_name in self.clashes:
+                moves[norm.apex_name] = NewHome(None, norm.torch_name)
+                self.renamed.add(local)
+            else:
+                moves[norm.apex_name] = NewHome("torch.nn", norm.torch_name)
+                if alias.asname is None:
+                    self.renamed.add(local)
+        return moves
+
+    def inside_try(self, statement: ast.stmt) -> bool:
+        for ancestor in self.index.ancestors(statement):
+            if isinstance(ancestor, ast.Try):
                 return True
-            if isinstance(parent, cst.FunctionDef | cst.ClassDef):
+            if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 return False
-            parent = self.get_metadata(ParentNodeProvider, parent, None)
         return False
+
+    def in_collapsed(self, node: ast.AST) -> bool:
+        """Whether ``node`` is inside a try statement that goes away (its fallback with it)."""
+        if id(node) in self.collapsible:
+            return True
+        return any(id(ancestor) in self.collapsible for ancestor in self.index.ancestors(node))
 
     # -- imports and the fallback block ----------------------------------------------------------
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        if (
-            isinstance(node.names, cst.ImportStar)
-            and node.module is not None
-            and not node.relative
-            and get_full_name_for_node(node.module) in APEX_MODULES
-        ):
-            self.report(
-                node,
-                "star import from apex's normalization: import `LayerNorm` / `RMSNorm` from "
-                "`torch.nn` instead, and replace the apex names this file uses",
-            )
-        return False  # the names in an import are not uses
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
-        planned = [s for s in original_node.body if id(s) in self.moves]
-        if not planned:
-            return updated_node
-        node = planned[0]
-        assert isinstance(node, cst.ImportFrom)
-        moves = self.moves[id(node)]
-        self.fix(node, self.import_message(moves))
-        if any(home.module is None for home in moves.values()):
-            self.ensure_torch_spelling()
-        statements = import_statements(updated_node, rehome_import_from(node, moves))
-        if not statements:
-            return cst.RemovalSentinel.REMOVE
-        return cst.FlattenSentinel(statements)
+    def fix_imports(self) -> None:
+        for plan in self.imports.values():
+            statement = plan.statement
+            edit = rehome_statement(self, statement, plan.moves)
+            if not self.fix(statement, self.import_message(plan.moves), edit, *plan.uses):
+                continue
+            if any(home.module is None for home in plan.moves.values()):
+                self.ensure_torch_spelling()
 
     def import_message(self, moves: dict[str, NewHome]) -> str:
         parts = []
@@ -376,127 +377,116 @@ class FusedLayerNormToTorch(Rule):
         if self.nn == "torch.nn":
             self.add_import("torch")
 
-    def visit_Try(self, node: cst.Try) -> None:
-        self.try_depth += 1
-
-    def leave_Try(
-        self, original_node: cst.Try, updated_node: cst.Try
-    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        self.try_depth -= 1
-        if id(original_node) not in self.collapsible:
-            return updated_node
-        if not self.fix(
-            original_node,
-            "removed the `try`/`except` around the FusedLayerNorm import: importing LayerNorm "
-            "from torch.nn cannot fail, so the fallback could never run",
-        ):
-            return updated_node
-        statements = list(self.block_statements(updated_node.body))
-        if updated_node.orelse is not None:
-            statements.extend(self.block_statements(updated_node.orelse.body))
-        first = statements[0]
-        assert isinstance(first, cst.SimpleStatementLine)  # fallback_unreachable checked it
-        statements[0] = first.with_changes(
-            leading_lines=[*updated_node.leading_lines, *first.leading_lines]
-        )
-        return cst.FlattenSentinel(statements)
-
-    @staticmethod
-    def block_statements(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
-        # fallback_unreachable only accepts indented blocks of statement lines
-        assert isinstance(suite, cst.IndentedBlock)
-        return suite.body
+    def collapse_fallbacks(self) -> None:
+        for statement in self.collapsible.values():
+            self.fix(
+                statement,
+                "removed the `try`/`except` around the FusedLayerNorm import: importing LayerNorm "
+                "from torch.nn cannot fail, so the fallback could never run",
+                self.replace_statement(statement, collapse_try),
+            )
 
     # -- uses ------------------------------------------------------------------------------------
 
-    def apex_name_of(self, node: cst.BaseExpression) -> str | Ambiguous | None:
+    def apex_name_of(self, node: ast.AST) -> str | Ambiguous | None:
         """The apex name ``node`` refers to; a name bound only inside a fallback block that
         becomes a plain import counts as that import."""
         name = self.qualified_name_in(node, ALL_NAMES)
-        if isinstance(name, Ambiguous) and isinstance(node, cst.Name):
+        if isinstance(name, Ambiguous) and isinstance(node, ast.Name):
             collapsed = self.collapsed_binding(node)
             if collapsed is not None:
                 return collapsed
         return name
 
-    def collapsed_binding(self, node: cst.Name) -> str | None:
-        scope = self.get_metadata(ScopeProvider, node, None)
-        if scope is None:
-            return None
+    def collapsed_binding(self, node: ast.Name) -> str | None:
+        """The apex class a name stands for when every binding of it is in a try statement that
+        goes away: the apex import of its body becomes the only one (what the fallback imports
+        or defines is gone)."""
         found: str | None = None
-        for assignment in scope[node.value]:
-            if (
-                not isinstance(assignment, Assignment)
-                or id(assignment.node) not in self.collapsed_nodes
-            ):
+        for binding in self.index.bindings_of(node):
+            if binding.node is None or not self.in_collapsed(binding.node):
                 return None
-            statement = assignment.node
-            if isinstance(statement, cst.ImportFrom) and not isinstance(
-                statement.names, cst.ImportStar
-            ):
-                module = get_full_name_for_node(statement.module) if statement.module else ""
+            statement = binding.node
+            if isinstance(statement, ast.ImportFrom) and not is_star(statement):
                 for alias in statement.names:
-                    if local_name(alias) == node.value:
-                        found = f"{module}.{imported_name(alias)}"
+                    name = f"{statement.module or ''}.{alias.name}"
+                    if bound_name(alias) == node.id and name in CLASS_BY_QUALIFIED:
+                        found = name
         return found
 
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        if id(original_node) in self.collapsed_nodes:
-            return updated_node  # in a fallback block that is removed
-        context = self.get_metadata(ExpressionContextProvider, original_node, None)
-        if context is not ExpressionContext.LOAD:
-            return updated_node  # a class, function or variable being defined, not a use
-        name = self.apex_name_of(original_node)
-        if name is None:
-            return updated_node
-        if isinstance(name, Ambiguous):
-            self.report_ambiguous(original_node, name)
-            return updated_node
-        norm = CLASS_BY_QUALIFIED.get(name)
-        if norm is None:
-            self.report(original_node, f"`{name}` has no NPU version: {FUNCTIONAL[name]}")
-            return updated_node
-        if not self.migrates(norm):
-            self.report_unsafe(original_node, norm)
-            return updated_node
-        if original_node.value not in self.renamed or original_node.value != norm.apex_name:
-            return updated_node  # an alias: the import was renamed, the uses stay
-        if norm.torch_name in self.clashes:
-            return dotted_expression(f"{self.nn}.{norm.torch_name}")
-        return updated_node.with_changes(value=norm.torch_name)
+    def check_names(self) -> None:
+        for name in candidate_names(self):
+            if isinstance(name.ctx, ast.Load) and not self.in_collapsed(name):
+                self.check_name(name)
 
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.BaseExpression:
-        if id(original_node) in self.collapsed_nodes:
-            return updated_node
-        name = self.apex_name_of(original_node)
-        if not isinstance(name, str):
-            return updated_node
+    def check_name(self, node: ast.Name) -> None:
+        name = self.apex_name_of(node)
+        if name is None:
+            return
+        if isinstance(name, Ambiguous):
+            self.report_ambiguous(node, name)
+            return
         norm = CLASS_BY_QUALIFIED.get(name)
         if norm is None:
-            self.report(original_node, f"`{name}` has no NPU version: {FUNCTIONAL[name]}")
-            return updated_node
+            self.report(node, f"`{name}` has no NPU version: {FUNCTIONAL[name]}")
+        elif not self.migrates(norm):
+            self.report_unsafe(node, norm)
+        elif node.id in self.renamed and node.id == norm.apex_name:
+            self.rename_use(node, norm)
+        # else an alias: the import is renamed, the uses stay
+
+    def rename_use(self, node: ast.Name, norm: NormClass) -> None:
+        """Queue the renaming of a use with the fix of the import that binds it."""
+        if norm.torch_name in self.clashes:
+            replacement = f"{self.nn}.{norm.torch_name}"
+
+            def rename(name: cst.Name) -> cst.BaseExpression:
+                return dotted_expression(replacement)
+
+        else:
+
+            def rename(name: cst.Name) -> cst.BaseExpression:
+                return name.with_changes(value=norm.torch_name)
+
+        for statement in binding_imports(self, node):
+            plan = self.imports.get(id(statement))
+            if plan is not None and norm.apex_name in plan.moves:
+                plan.uses.append(self.replace(node, cst.Name, rename))
+                return
+
+    def check_attributes(self) -> None:
+        for attribute in candidate_attributes(self, ATTRIBUTE_NAMES):
+            if not self.in_collapsed(attribute):
+                self.check_attribute(attribute)
+
+    def check_attribute(self, node: ast.Attribute) -> None:
+        name = self.apex_name_of(node)
+        if not isinstance(name, str):
+            return
+        norm = CLASS_BY_QUALIFIED.get(name)
+        if norm is None:
+            self.report(node, f"`{name}` has no NPU version: {FUNCTIONAL[name]}")
+            return
         if not self.migrates(norm):
-            self.report_unsafe(original_node, norm)
-            return updated_node
+            self.report_unsafe(node, norm)
+            return
         torch_name = f"torch.nn.{norm.torch_name}"
         message = f"replaced `{name}` with `{torch_name}`" + self.class_notes([norm])
-        if not self.fix(original_node, message):
-            return updated_node
-        self.ensure_torch_spelling()
-        queue_removal_of_base_import(self, original_node)
-        return dotted_expression(f"{self.nn}.{norm.torch_name}")
+        replacement = f"{self.nn}.{norm.torch_name}"
+        edit = self.replace(node, cst.Attribute, lambda _: dotted_expression(replacement))
+        if self.fix(node, message, edit):
+            self.ensure_torch_spelling()
+            queue_removal_of_base_import(self, node)
 
-    def report_ambiguous(self, node: cst.CSTNode, name: Ambiguous) -> None:
+    def report_ambiguous(self, node: ast.AST, name: Ambiguous) -> None:
         self.report(
             node,
-            f"cannot tell whether `{source_of(node)}` is apex's normalization: {name.describe()}; "
-            "if it is, use `torch.nn.LayerNorm` / `torch.nn.RMSNorm` (with `eps=1e-5`) and drop "
-            "`memory_efficient`",
+            f"cannot tell whether `{written(self, node)}` is apex's normalization: "
+            f"{name.describe()}; if it is, use `torch.nn.LayerNorm` / `torch.nn.RMSNorm` (with "
+            "`eps=1e-5`) and drop `memory_efficient`",
         )
 
-    def report_unsafe(self, node: cst.CSTNode, norm: NormClass) -> None:
+    def report_unsafe(self, node: ast.AST, norm: NormClass) -> None:
         self.report(
             node,
             f"`{norm.apex_name}` returns the weight's dtype; `torch.nn.{norm.torch_name}` returns "
@@ -506,43 +496,73 @@ class FusedLayerNormToTorch(Rule):
 
     # -- calls and subclasses --------------------------------------------------------------------
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        base_norm: NormClass | None = None
-        for base in node.bases:
-            name = self.apex_name_of(base.value)
-            if isinstance(name, str) and name in CLASS_BY_QUALIFIED:
-                norm = CLASS_BY_QUALIFIED[name]
-                base_norm = norm if self.migrates(norm) else None
-        self.subclass_stack.append(base_norm)
+    def check_calls(self) -> None:
+        calls = {id(call): call for call in self.calls_to(APEX_ROOTS)}
+        calls.update((id(call), call) for call in self.super_init_calls())
+        # inner calls first (`FusedLayerNorm(8)(x)`), as a bottom-up visit leaves them
+        for call in sorted(calls.values(), key=_start_then_end):
+            if self.in_collapsed(call):
+                continue
+            norm = self.called_class(call)
+            if norm is not None:
+                self.check_call(call, norm)
 
-    def leave_ClassDef(
-        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
-    ) -> cst.BaseStatement:
-        self.subclass_stack.pop()
-        return updated_node
+    def super_init_calls(self) -> Iterator[ast.Call]:
+        for attribute in self.index.attributes(INIT):
+            call = self.index.parent(attribute)
+            if isinstance(call, ast.Call) and call.func is attribute and _is_super(attribute.value):
+                yield call
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if id(original_node) in self.collapsed_nodes:
-            return updated_node
-        norm = self.called_class(original_node)
-        if norm is None:
-            return updated_node
-        if any(arg.star for arg in original_node.args):
+    def called_class(self, call: ast.Call) -> NormClass | None:
+        """The migrated apex class this call constructs (or initialises, via super())."""
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == INIT and _is_super(func.value):
+            classdef = next(
+                (a for a in self.index.ancestors(call) if isinstance(a, ast.ClassDef)), None
+            )
+            return None if classdef is None else self.subclass_norm(classdef)
+        name = self.apex_name_of(func)
+        if not isinstance(name, str) or name not in CLASS_BY_QUALIFIED:
+            return None
+        norm = CLASS_BY_QUALIFIED[name]
+        if not self.migrates(norm):
+            return None
+        if isinstance(func, ast.Name) and func.id in self.kept:
+            return None
+        return norm
+
+    def subclass_norm(self, classdef: ast.ClassDef) -> NormClass | None:
+        """The migrated apex class that ``classdef`` derives from (the last such base)."""
+        if id(classdef) not in self.subclasses:
+            base_norm: NormClass | None = None
+            for base in classdef.bases:
+                expression = base.value if isinstance(base, ast.Starred) else base
+                name = self.apex_name_of(expression)
+                if isinstance(name, str) and name in CLASS_BY_QUALIFIED:
+                    norm = CLASS_BY_QUALIFIED[name]
+                    base_norm = norm if self.migrates(norm) else None
+            self.subclasses[id(classdef)] = base_norm
+        return self.subclasses[id(classdef)]
+
+    def check_call(self, call: ast.Call, norm: NormClass) -> None:
+        given = arguments(call)
+        starred = next((argument for argument in given if argument.star), None)
+        if starred is not None:
             self.report(
-                original_node,
-                f"check that `{source_of(next(a for a in original_node.args if a.star))}` passes "
-                f"no `memory_efficient` (torch.nn.{norm.torch_name} does not take it)"
+                call,
+                f"check that `{argument_code(self, starred)}` passes no `memory_efficient` "
+                f"(torch.nn.{norm.torch_name} does not take it)"
                 + (" and pass `eps=1e-5` unless it sets eps" if norm.needs_eps else ""),
             )
-            return updated_node
-        doomed = self.memory_efficient_args(original_node)
-        add_eps = norm.needs_eps and not self.passes_eps(original_node)
+            return
+        doomed = self.memory_efficient_args(call)
+        add_eps = norm.needs_eps and not self.passes_eps(call)
         if not doomed and not add_eps:
-            return updated_node
+            return
         notes = []
         if doomed:
             notes.append(
-                f"dropped `memory_efficient={source_of(doomed[0].value)}`: torch.nn."
+                f"dropped `memory_efficient={written(self, doomed[0].value)}`: torch.nn."
                 f"{norm.torch_name} has no such option (apex used it to recompute activations "
                 "in backward and save memory; the results are the same)"
             )
@@ -551,36 +571,94 @@ class FusedLayerNormToTorch(Rule):
                 f"passed apex's default `eps={APEX_EPS}`: torch.nn.RMSNorm's default is the "
                 "dtype's machine epsilon"
             )
-        if not self.fix(original_node, "; ".join(notes)):
-            return updated_node
-        indexes = [i for i, arg in enumerate(original_node.args) if any(arg is d for d in doomed)]
-        call = remove_arg_objects(updated_node, [updated_node.args[i] for i in indexes])
-        if add_eps:
-            call = append_arg(call, keyword("eps", cst.Float(APEX_EPS)))
-        return call
-
-    def called_class(self, call: cst.Call) -> NormClass | None:
-        """The migrated apex class this call constructs (or initialises, via super())."""
-        if m.matches(call, SUPER_INIT):
-            return self.subclass_stack[-1] if self.subclass_stack else None
-        name = self.apex_name_of(call.func)
-        if not isinstance(name, str) or name not in CLASS_BY_QUALIFIED:
-            return None
-        norm = CLASS_BY_QUALIFIED[name]
-        if not self.migrates(norm):
-            return None
-        if isinstance(call.func, cst.Name) and call.func.value in self.kept:
-            return None
-        return norm
+        edit = self.replace(call, cst.Call, fix_arguments([a.index for a in doomed], add_eps))
+        self.fix(call, "; ".join(notes), edit)
 
     @staticmethod
-    def memory_efficient_args(call: cst.Call) -> list[cst.Arg]:
-        by_keyword = find_keyword(call, "memory_efficient")
+    def memory_efficient_args(call: ast.Call) -> list[Argument]:
+        by_keyword = keyword_argument(call, "memory_efficient")
         if by_keyword is not None:
             return [by_keyword]
-        args = positional(call)
-        return [args[MEMORY_EFFICIENT_POSITION]] if len(args) > MEMORY_EFFICIENT_POSITION else []
+        given = positional(call)
+        return [given[MEMORY_EFFICIENT_POSITION]] if len(given) > MEMORY_EFFICIENT_POSITION else []
 
     @staticmethod
-    def passes_eps(call: cst.Call) -> bool:
-        return find_keyword(call, "eps") is not None or len(positional(call)) > EPS_POSITION
+    def passes_eps(call: ast.Call) -> bool:
+        return keyword_argument(call, "eps") is not None or len(positional(call)) > EPS_POSITION
+
+
+# -- edits ---------------------------------------------------------------------------------------
+
+
+def fix_arguments(doomed: list[int], add_eps: bool) -> Callable[[cst.Call], cst.Call]:
+    """An edit of a call that drops the arguments at ``doomed`` and may pass apex's eps."""
+
+    def edit(call: cst.Call) -> cst.Call:
+        fixed = remove_arg_objects(call, [call.args[index] for index in doomed])
+        if add_eps:
+            fixed = append_arg(fixed, keyword("eps", cst.Float(APEX_EPS)))
+        return fixed
+
+    return edit
+
+
+def collapse_try(node: cst.Try) -> cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
+    """The statements of the try body and its ``else``, in place of the whole statement; the
+    comments and blank lines above ``try`` stay above them."""
+    statements = [*_block_statements(node.body)]
+    if node.orelse is not None:
+        statements += _block_statements(node.orelse.body)
+    if not statements:
+        return cst.RemovalSentinel.REMOVE
+    first = statements[0]
+    # every statement node has leading_lines (BaseStatement does not declare it)
+    leading = [*node.leading_lines, *getattr(first, "leading_lines", ())]
+    statements[0] = first.with_changes(leading_lines=leading)
+    return cst.FlattenSentinel(statements)
+
+
+def _block_statements(suite: cst.BaseSuite) -> list[cst.BaseStatement]:
+    if isinstance(suite, cst.IndentedBlock):
+        return list(suite.body)
+    assert isinstance(suite, cst.SimpleStatementSuite)
+    return [cst.SimpleStatementLine(body=suite.body)]
+
+
+# -- small ast helpers ---------------------------------------------------------------------------
+
+
+def _is_super(node: ast.AST) -> bool:
+    """``super()`` (with or without arguments)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == SUPER
+
+
+def _start_then_end(node: ast.AST) -> tuple[int, int, int, int]:
+    return (
+        node.lineno,  # type: ignore[attr-defined]
+        node.col_offset,  # type: ignore[attr-defined]
+        node.end_lineno or 0,  # type: ignore[attr-defined]
+        node.end_col_offset or 0,  # type: ignore[attr-defined]
+    )
+
+
+def _bound_prefixes(statement: ast.Import | ast.ImportFrom, alias: ast.alias) -> list[str]:
+    """The names an alias without ``as`` binds (``import a.b`` binds ``a.b`` and ``a``)."""
+    if isinstance(statement, ast.ImportFrom):
+        return [alias.name]
+    parts = alias.name.split(".")
+    return [".".join(parts[:length]) for length in range(len(parts), 0, -1)]
+
+
+def _binds_torch_or_apex(
+    statement: ast.Import | ast.ImportFrom, alias: ast.alias, target: str
+) -> bool:
+    """``from torch.nn import LayerNorm``, or an apex class that becomes ``target``."""
+    if not isinstance(statement, ast.ImportFrom):
+        return False
+    # as libcst spells the module: without the dots of a relative import
+    module = statement.module or ""
+    if module == "torch.nn" and alias.name == target:
+        return True
+    if module in APEX_MODULES and alias.name in CLASSES:
+        return CLASSES[alias.name].torch_name == target
+    return False

@@ -2,27 +2,36 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.helpers import get_full_name_for_node
 
 from migrator.callargs import remove_arg_objects
+from migrator.calls import Argument, arguments
+from migrator.edits import Edit
 from migrator.names import Ambiguous
-from migrator.rule import FixSafety, Rule
+from migrator.rule import FileContext, FixSafety, Rule
 from migrator.rules.npu2_support import (
+    APEX_ROOTS,
     NewHome,
+    absolute_module,
+    alone_on_its_line,
+    argument_code,
+    binding_imports,
+    bound_name,
+    candidate_attributes,
+    candidate_names,
     constant,
     dotted_expression,
-    import_statements,
-    imported_name,
     is_constant,
+    is_star,
     queue_removal_of_base_import,
-    rehome_import_from,
-    source_of,
+    rehome_statement,
     torch_nn_prefix,
+    written,
 )
 
 APEX_DDP = frozenset(
@@ -97,13 +106,29 @@ SWITCH_ADVICE = {
 }
 
 
+# Short names of everything this rule resolves: only attributes spelled so can be apex's.
+ATTRIBUTE_NAMES = frozenset(name.rpartition(".")[2] for name in ALL_NAMES)
+CONVERT_NAME = "convert_syncbn_model"
+APEX_PARALLEL = "apex.parallel"
+
+
 @dataclass
 class CallPlan:
     """What to do with one call of an apex.parallel name."""
 
+    name: str  # the qualified name called
     removed: list[int] = field(default_factory=list)  # argument indexes to drop
     notes: list[str] = field(default_factory=list)  # what each dropped argument meant
     blockers: list[str] = field(default_factory=list)  # why the call cannot be rewritten
+
+
+@dataclass
+class ImportPlan:
+    """One `from apex.parallel import ...` statement that is rewritten to torch."""
+
+    statement: ast.ImportFrom
+    moves: dict[str, NewHome]  # imported name -> its new home
+    uses: list[Edit] = field(default_factory=list)  # uses spelled out in full (no import form)
 
 
 class ApexParallelToTorch(Rule):
@@ -143,150 +168,157 @@ class ApexParallelToTorch(Rule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = re.compile(r"parallel")
 
-    def __init__(self, context) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.plans: dict[int, CallPlan] = {}  # id(original call) -> plan
+        self.nn = "torch.nn"
+        self.plans: dict[int, CallPlan] = {}  # id(call) -> plan
         self.blocked_funcs: set[int] = set()  # id(func node) of calls left alone
         self.blocked_names: set[str] = set()  # local names whose import must stay apex
-        self.nn = "torch.nn"
+        self.imports: dict[int, ImportPlan] = {}  # id(ImportFrom) -> how it is rewritten
+        self.rehomed: set[int] = set()  # id(ImportFrom) of the imports actually rewritten
+        self.replaced: set[int] = set()  # id(Attribute) of the accesses actually rewritten
 
-    # -- planning, before anything is edited -----------------------------------------------------
+    def check(self) -> None:
+        self.nn = torch_nn_prefix(self)
+        # inner calls first, as a bottom-up visit leaves them
+        calls = sorted(self.calls_to(APEX_ROOTS), key=_start_then_end)
+        for call in calls:
+            self.plan_call(call)
+        self.plan_imports()
+        self.check_names()  # before the import fixes: the rewritten uses go with them
+        self.fix_imports()
+        self.check_attributes()  # before the calls: same order as a bottom-up visit
+        for call in calls:
+            self.check_call(call)
+        # NPU203 reads which apex DDP calls become torch's DistributedDataParallel.
+        self.context.facts[self.CODE] = {"torch_ddp_calls": self.torch_ddp_calls(calls)}
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.nn = torch_nn_prefix(node)
-        for call in m.findall(node, m.Call()):
-            assert isinstance(call, cst.Call)
-            name = self.qualified_name_in(call.func, APEX_DDP | APEX_SYNC_BN | APEX_CONVERT)
-            if isinstance(name, Ambiguous):
-                # Reported at the call; its import stays as written, or the fallback would break.
-                self.block(call)
-            if not isinstance(name, str):
-                continue
-            plan = self.plan_call(call, name)
-            line, _ = self.position(call)
-            if not plan.blockers and self.context.suppressions.covers(line, self.CODE):
-                plan.blockers.append("suppressed")
-            self.plans[id(call)] = plan
-            if plan.blockers:
-                self.block(call)
+    # -- planning the calls ----------------------------------------------------------------------
 
-    def block(self, call: cst.Call) -> None:
-        self.blocked_funcs.add(id(call.func))
-        if isinstance(call.func, cst.Name):
-            self.blocked_names.add(call.func.value)
-
-    def plan_call(self, call: cst.Call, name: str) -> CallPlan:
+    def plan_call(self, call: ast.Call) -> None:
+        name = self.qualified_name_in(call.func, APEX_DDP | APEX_SYNC_BN | APEX_CONVERT)
+        if isinstance(name, Ambiguous):
+            # Reported at the call; its import stays as written, or the fallback would break.
+            self.block(call)
+        if not isinstance(name, str):
+            return
         if name in APEX_DDP:
-            return self.plan_ddp(call)
-        switches = SYNC_BN_SWITCHES if name in APEX_SYNC_BN else CONVERT_SWITCHES
-        return self.plan_switches(call, switches)
+            plan = self.plan_ddp(call, name)
+        else:
+            switches = SYNC_BN_SWITCHES if name in APEX_SYNC_BN else CONVERT_SWITCHES
+            plan = self.plan_switches(call, name, switches)
+        if not plan.blockers and self.suppressed(call):
+            plan.blockers.append("suppressed")
+        self.plans[id(call)] = plan
+        if plan.blockers:
+            self.block(call)
 
-    def plan_ddp(self, call: cst.Call) -> CallPlan:
-        plan = CallPlan()
-        for index, arg in enumerate(call.args):
-            if arg.star:
-                plan.blockers.append(f"cannot see the arguments in `{source_of(arg)}`")
+    def block(self, call: ast.Call) -> None:
+        self.blocked_funcs.add(id(call.func))
+        if isinstance(call.func, ast.Name):
+            self.blocked_names.add(call.func.id)
+
+    def plan_ddp(self, call: ast.Call, name: str) -> CallPlan:
+        plan = CallPlan(name)
+        for argument in arguments(call):
+            if argument.star:
+                plan.blockers.append(self.unseen(argument))
                 continue
-            if arg.keyword is None:
-                if index == 0:
+            if argument.keyword is None:
+                if argument.index == 0:
                     continue
-                if index - 1 >= len(APEX_DDP_PARAMETERS):
+                if argument.index - 1 >= len(APEX_DDP_PARAMETERS):
                     plan.blockers.append("too many positional arguments")
                     continue
-                parameter = APEX_DDP_PARAMETERS[index - 1]
+                parameter = APEX_DDP_PARAMETERS[argument.index - 1]
             else:
-                parameter = arg.keyword.value
+                parameter = argument.keyword
                 if parameter == "module":
                     continue
-            written = f"`{parameter}={source_of(arg.value)}`"
+            given = f"`{parameter}={written(self, argument.value)}`"
             if parameter in DDP_DROPPED:
-                plan.removed.append(index)
-                plan.notes.append(f"{written} ({DDP_DROPPED[parameter]})")
+                plan.removed.append(argument.index)
+                plan.notes.append(f"{given} ({DDP_DROPPED[parameter]})")
             elif parameter in DDP_SEMANTIC:
                 default, advice = DDP_SEMANTIC[parameter]
-                if is_constant(arg.value, default):
-                    plan.removed.append(index)
-                    plan.notes.append(f"{written} (the default)")
+                if is_constant(argument.value, default):
+                    plan.removed.append(argument.index)
+                    plan.notes.append(f"{given} (the default)")
                 else:
-                    plan.blockers.append(f"{written}: {advice}")
+                    plan.blockers.append(f"{given}: {advice}")
             else:
                 plan.blockers.append(f"`{parameter}=` is not an apex DDP argument this rule knows")
         return plan
 
-    def plan_switches(self, call: cst.Call, switches: dict[str, int]) -> CallPlan:
-        plan = CallPlan()
-        for index, arg in enumerate(call.args):
-            if arg.star:
-                plan.blockers.append(f"cannot see the arguments in `{source_of(arg)}`")
+    def plan_switches(self, call: ast.Call, name: str, switches: dict[str, int]) -> CallPlan:
+        plan = CallPlan(name)
+        for argument in arguments(call):
+            if argument.star:
+                plan.blockers.append(self.unseen(argument))
                 continue
-            parameter = arg.keyword.value if arg.keyword is not None else None
+            parameter = argument.keyword
             if parameter is None:
-                parameter = next((n for n, p in switches.items() if p == index), None)
+                parameter = next((n for n, p in switches.items() if p == argument.index), None)
             if parameter is None or parameter not in switches:
                 continue
-            written = f"`{parameter}={source_of(arg.value)}`"
-            if constant(arg.value) is False:
-                plan.removed.append(index)
-                plan.notes.append(f"{written} (the default)")
+            given = f"`{parameter}={written(self, argument.value)}`"
+            if constant(argument.value) is False:
+                plan.removed.append(argument.index)
+                plan.notes.append(f"{given} (the default)")
             else:
-                plan.blockers.append(f"{written}: {SWITCH_ADVICE[parameter]}")
+                plan.blockers.append(f"{given}: {SWITCH_ADVICE[parameter]}")
         return plan
+
+    def unseen(self, argument: Argument) -> str:
+        """Why a call with ``*args`` / ``**kwargs`` is left alone."""
+        return f"cannot see the arguments in `{argument_code(self, argument)}`"
 
     # -- imports ---------------------------------------------------------------------------------
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False  # its names are not uses: leave_Name must not rewrite them
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        if len(original_node.body) != 1 or not isinstance(original_node.body[0], cst.ImportFrom):
-            return updated_node
-        node = original_node.body[0]
-        if isinstance(node.names, cst.ImportStar):
-            if node.module is not None and imported_name_of(node).startswith("apex.parallel"):
+    def plan_imports(self) -> None:
+        for statement in self.index.nodes(ast.ImportFrom):
+            module = absolute_module(statement)
+            if module is None or not module.startswith(APEX_PARALLEL):
+                continue  # every name this rule moves is under apex.parallel
+            if not alone_on_its_line(self, statement):
+                continue  # no room for the lines it may become
+            if is_star(statement):
                 self.report(
-                    node,
+                    statement,
                     "star import from `apex.parallel`: import the names you use from "
                     "`torch.nn.parallel` / `torch.nn` instead",
                 )
-            return updated_node
-        moves = self.import_moves(node)
-        if not moves:
-            return updated_node
-        if not self.fix(
-            node,
-            "import from torch instead of `apex.parallel`: "
-            + ", ".join(f"`{old}` -> `{self.describe(home)}`" for old, home in moves.items()),
-        ):
-            return updated_node
-        if any(home.module is None for home in moves.values()):
-            self.ensure_torch_spelling()
-        statements = import_statements(updated_node, rehome_import_from(node, moves))
-        if not statements:
-            return cst.RemovalSentinel.REMOVE  # type: ignore[return-value]
-        return cst.FlattenSentinel(statements)
+                continue
+            moves = self.import_moves(statement, module)
+            if moves:
+                self.imports[id(statement)] = ImportPlan(statement, moves)
 
-    def import_moves(self, node: cst.ImportFrom) -> dict[str, NewHome]:
+    def import_moves(self, statement: ast.ImportFrom, module: str) -> dict[str, NewHome]:
         moves: dict[str, NewHome] = {}
-        assert not isinstance(node.names, cst.ImportStar)
-        for alias in node.names:
-            full = f"{imported_name_of(node)}.{imported_name(alias)}"
-            local = alias.evaluated_alias or imported_name(alias)
-            if local in self.blocked_names:
+        for alias in statement.names:
+            full = f"{module}.{alias.name}"
+            if bound_name(alias) in self.blocked_names:
                 continue
             if full in APEX_DDP:
-                moves[imported_name(alias)] = NewHome(
-                    "torch.nn.parallel", "DistributedDataParallel"
-                )
+                moves[alias.name] = NewHome("torch.nn.parallel", "DistributedDataParallel")
             elif full in APEX_SYNC_BN:
-                moves[imported_name(alias)] = NewHome("torch.nn", "SyncBatchNorm")
+                moves[alias.name] = NewHome("torch.nn", "SyncBatchNorm")
             elif full in APEX_CONVERT:
-                moves[imported_name(alias)] = NewHome(None, "convert_syncbn_model")
+                moves[alias.name] = NewHome(None, CONVERT_NAME)
         return moves
+
+    def fix_imports(self) -> None:
+        for plan in self.imports.values():
+            statement = plan.statement
+            message = "import from torch instead of `apex.parallel`: " + ", ".join(
+                f"`{old}` -> `{self.describe(home)}`" for old, home in plan.moves.items()
+            )
+            edit = rehome_statement(self, statement, plan.moves)
+            if not self.fix(statement, message, edit, *plan.uses):
+                continue
+            self.rehomed.add(id(statement))
+            if any(home.module is None for home in plan.moves.values()):
+                self.ensure_torch_spelling()
 
     def describe(self, home: NewHome) -> str:
         if home.module is None:
@@ -299,82 +331,128 @@ class ApexParallelToTorch(Rule):
 
     # -- uses ------------------------------------------------------------------------------------
 
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        name = self.qualified_name_in(original_node, APEX_CONVERT | APEX_REDUCER)
-        if name in APEX_REDUCER:
-            self.report_reducer(original_node)
-            return updated_node
-        if name not in APEX_CONVERT or original_node.value in self.blocked_names:
-            return updated_node
-        if self.context.suppressions.covers(self.position(original_node)[0], self.CODE):
-            return updated_node
-        # The import of this name was dropped (it has no `from torch... import` form).
-        return dotted_expression(f"{self.nn}.SyncBatchNorm.convert_sync_batchnorm")
+    def check_names(self) -> None:
+        for name in candidate_names(self):
+            found = self.qualified_name_in(name, APEX_CONVERT | APEX_REDUCER)
+            if not isinstance(found, str):
+                continue
+            if found in APEX_REDUCER:
+                self.report_reducer(name)
+            elif name.id not in self.blocked_names and not self.suppressed(name):
+                self.spell_out_convert(name)
 
-    def leave_Attribute(
-        self, original_node: cst.Attribute, updated_node: cst.Attribute
-    ) -> cst.BaseExpression:
-        name = self.qualified_name_in(original_node, ALL_NAMES)
-        if isinstance(name, Ambiguous) or name is None:
-            return updated_node
+    def spell_out_convert(self, name: ast.Name) -> None:
+        """``convert_syncbn_model`` has no ``from torch... import`` form: its import goes, and
+        this use becomes the full torch name, with the fix of that import."""
+        replacement = f"{self.nn}.SyncBatchNorm.convert_sync_batchnorm"
+        for statement in binding_imports(self, name):
+            plan = self.imports.get(id(statement))
+            if plan is not None and CONVERT_NAME in plan.moves:
+                edit = self.replace(name, cst.Name, lambda _: dotted_expression(replacement))
+                plan.uses.append(edit)
+                return
+
+    def check_attributes(self) -> None:
+        for attribute in candidate_attributes(self, ATTRIBUTE_NAMES):
+            self.check_attribute(attribute)
+
+    def check_attribute(self, node: ast.Attribute) -> None:
+        name = self.qualified_name_in(node, ALL_NAMES)
+        if not isinstance(name, str):
+            return
         if name in APEX_REDUCER:
-            self.report_reducer(original_node)
-            return updated_node
-        if id(original_node) in self.blocked_funcs:
-            return updated_node
+            self.report_reducer(node)
+            return
+        if id(node) in self.blocked_funcs:
+            return
         if name in APEX_DDP:
-            replacement = f"{self.nn}.parallel.DistributedDataParallel"
+            member = "parallel.DistributedDataParallel"
         elif name in APEX_SYNC_BN:
-            replacement = f"{self.nn}.SyncBatchNorm"
+            member = "SyncBatchNorm"
         else:
-            replacement = f"{self.nn}.SyncBatchNorm.convert_sync_batchnorm"
-        torch_name = replacement.replace(self.nn, "torch.nn", 1)
-        if not self.fix(original_node, f"replaced `{name}` with `{torch_name}`"):
-            return updated_node
-        self.ensure_torch_spelling()
-        queue_removal_of_base_import(self, original_node)
-        return dotted_expression(replacement)
+            member = "SyncBatchNorm.convert_sync_batchnorm"
+        replacement = f"{self.nn}.{member}"
+        edit = self.replace(node, cst.Attribute, lambda _: dotted_expression(replacement))
+        if self.fix(node, f"replaced `{name}` with `torch.nn.{member}`", edit):
+            self.replaced.add(id(node))
+            self.ensure_torch_spelling()
+            queue_removal_of_base_import(self, node)
 
-    def report_reducer(self, node: cst.CSTNode) -> None:
+    def report_reducer(self, node: ast.AST) -> None:
         self.report(
             node,
             "`apex.parallel.Reducer` is CUDA-only and has no torch counterpart: call "
             "`torch.distributed.all_reduce` on the gradients (or use torch's DDP) instead",
         )
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        name = self.qualified_name_in(original_node.func, ALL_NAMES)
+    def check_call(self, call: ast.Call) -> None:
+        name = self.qualified_name_in(call.func, ALL_NAMES)
         if isinstance(name, Ambiguous):
             self.report(
-                original_node,
-                f"cannot tell whether `{source_of(original_node.func)}` comes from apex.parallel: "
+                call,
+                f"cannot tell whether `{written(self, call.func)}` comes from apex.parallel: "
                 f"{name.describe()}; if it does, use the torch class and drop the apex-only "
                 "arguments by hand",
             )
-            return updated_node
-        plan = self.plans.get(id(original_node))
+            return
+        plan = self.plans.get(id(call))
         if plan is None:
-            return updated_node
+            return
         if plan.blockers:
             if plan.blockers != ["suppressed"]:
-                self.report(
-                    original_node,
-                    f"`{name}` left as it is: " + "; ".join(plan.blockers),
-                )
-            return updated_node
-        if not plan.removed:
-            return updated_node
-        if not self.fix(
-            original_node,
-            "removed arguments torch's version does not take: " + "; ".join(plan.notes),
-        ):
-            return updated_node
-        doomed = [updated_node.args[index] for index in plan.removed]
-        return remove_arg_objects(updated_node, doomed)
+                self.report(call, f"`{plan.name}` left as it is: " + "; ".join(plan.blockers))
+            return
+        if plan.removed:
+            self.fix(
+                call,
+                "removed arguments torch's version does not take: " + "; ".join(plan.notes),
+                self.replace(call, cst.Call, drop_arguments(plan.removed)),
+            )
+
+    # -- what NPU203 reads -----------------------------------------------------------------------
+
+    def torch_ddp_calls(self, calls: list[ast.Call]) -> dict[int, ast.Call]:
+        """The apex DDP calls that this rule turns into torch DDP calls, by id."""
+        found: dict[int, ast.Call] = {}
+        for call in calls:
+            plan = self.plans.get(id(call))
+            if plan is None or plan.blockers or plan.name not in APEX_DDP:
+                continue
+            func = call.func
+            if (isinstance(func, ast.Attribute) and id(func) in self.replaced) or (
+                isinstance(func, ast.Name) and self.rehomed_name(func)
+            ):
+                found[id(call)] = call
+        return found
+
+    def rehomed_name(self, name: ast.Name) -> bool:
+        """Whether the import that binds ``name`` was rewritten to import it from torch."""
+        for statement in binding_imports(self, name):
+            plan = self.imports.get(id(statement))
+            if plan is None or id(statement) not in self.rehomed:
+                continue
+            assert isinstance(statement, ast.ImportFrom)
+            if any(
+                bound_name(alias) == name.id and alias.name in plan.moves
+                for alias in statement.names
+            ):
+                return True
+        return False
 
 
-def imported_name_of(node: cst.ImportFrom) -> str:
-    """The absolute module an import takes names from; "" for relative imports."""
-    if node.relative or node.module is None:
-        return ""
-    return get_full_name_for_node(node.module) or ""
+def drop_arguments(doomed: list[int]) -> Callable[[cst.Call], cst.Call]:
+    """An edit of a call that removes the arguments at the ``doomed`` indexes."""
+
+    def edit(call: cst.Call) -> cst.Call:
+        return remove_arg_objects(call, [call.args[index] for index in doomed])
+
+    return edit
+
+
+def _start_then_end(node: ast.AST) -> tuple[int, int, int, int]:
+    return (
+        node.lineno,  # type: ignore[attr-defined]
+        node.col_offset,  # type: ignore[attr-defined]
+        node.end_lineno or 0,  # type: ignore[attr-defined]
+        node.end_col_offset or 0,  # type: ignore[attr-defined]
+    )

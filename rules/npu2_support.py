@@ -1,18 +1,30 @@
-"""Helpers shared by the NPU2xx rules: renaming imports, and finding the import behind a name.
+"""Helpers shared by NPU201 and NPU202: rehoming imports, and reading code the way libcst prints it.
 
 Not a rule (it defines no ``Rule`` subclass); the registry imports it and finds nothing.
+
+The analysis half works on ``ast`` through the rule's index (which imports to rewrite, which
+import an access goes through, how the file spells ``torch.nn``, the code quoted in messages);
+the editing half builds libcst nodes inside edit closures (an import statement moved to its new
+module, aliases kept).
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import Assignment, ScopeProvider
 
+from migrator.calls import Argument
+from migrator.edits import NodeEdit
+from migrator.index import EVERYTHING, base_name, full_name
 from migrator.rule import Rule
+from migrator.scopes import BindingKind
+
+APEX_ROOTS = frozenset({"apex"})
 
 
 @dataclass(frozen=True)
@@ -25,15 +37,277 @@ class NewHome:
     keep_local: bool = False  # `from m import A` becomes `from new import B as A`
 
 
+# -- imports, on ast -----------------------------------------------------------------------------
+
+
+def absolute_module(statement: ast.ImportFrom) -> str | None:
+    """The module an absolute ``from ... import`` reads from; None for a relative one."""
+    return None if statement.level else statement.module
+
+
+def is_star(statement: ast.ImportFrom) -> bool:
+    return any(alias.name == "*" for alias in statement.names)
+
+
+def bound_name(alias: ast.alias) -> str:
+    """The name an import alias binds: its ``as`` name, or the first part of the dotted name."""
+    return alias.asname or alias.name.split(".")[0]
+
+
+def alone_on_its_line(rule: Rule, statement: ast.stmt) -> bool:
+    """Whether ``statement`` is a statement line of its own, which an edit can replace by
+    several lines: not ``a; b``, not the body of ``if x: b``."""
+    parent = rule.index.parent(statement)
+    for field_name in ("body", "orelse", "finalbody"):
+        body = getattr(parent, field_name, None)
+        if isinstance(body, list) and any(s is statement for s in body):
+            line = next(
+                line for line in rule.index.lines(body) if any(s is statement for s in line)
+            )
+            if len(line) != 1:
+                return False
+    return starts_its_line(rule, statement)
+
+
+def starts_its_line(rule: Rule, statement: ast.stmt) -> bool:
+    """Nothing but indentation before ``statement`` on its first line (an indented block)."""
+    source = rule.source
+    line_start = source.line_starts[statement.lineno - 1]
+    return not source.text[line_start : source.start(statement)].strip()
+
+
+def torch_nn_prefix(rule: Rule) -> str:
+    """How the file spells ``torch.nn`` at module level: ``nn`` when it imports it so, else
+    ``torch.nn`` (the rule then asks for ``import torch``)."""
+    for statement in rule.index.tree.body:
+        if isinstance(statement, ast.ImportFrom):
+            # As libcst's full name of the module: the dots of a relative import do not count.
+            if statement.module == "torch" and any(
+                alias.name == "nn" and bound_name(alias) == "nn" for alias in statement.names
+            ):
+                return "nn"
+        elif isinstance(statement, ast.Import) and any(
+            alias.name == "torch.nn" and alias.asname == "nn" for alias in statement.names
+        ):
+            return "nn"
+    return "torch.nn"
+
+
+def candidate_names(rule: Rule) -> list[ast.Name]:
+    """The names that may resolve to something under apex, in source order."""
+    index = rule.index
+    reaching = index.names_reaching(APEX_ROOTS) if rule.context.fast else EVERYTHING
+    identifiers = reaching if isinstance(reaching, frozenset) else index.identifiers()
+    found = [name for identifier in identifiers for name in index.names(identifier)]
+    found.sort(key=_source_order)
+    return found
+
+
+def candidate_attributes(rule: Rule, attrs: Iterable[str]) -> list[ast.Attribute]:
+    """The ``x.<attr>`` nodes for ``attrs`` that may resolve under apex, inner ones first."""
+    found = [
+        attribute
+        for attr in attrs
+        for attribute in rule.index.attributes(attr)
+        if rule.may_name(attribute, APEX_ROOTS)
+    ]
+    found.sort(key=_source_order)
+    return found
+
+
+def _source_order(node: ast.AST) -> tuple[int, int, int, int]:
+    return (
+        node.lineno,  # type: ignore[attr-defined]
+        node.col_offset,  # type: ignore[attr-defined]
+        node.end_lineno or 0,  # type: ignore[attr-defined]
+        node.end_col_offset or 0,  # type: ignore[attr-defined]
+    )
+
+
+def binding_imports(rule: Rule, name: ast.Name) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements among the bindings ``name`` may refer to (order-blind)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    for binding in rule.index.bindings_of(name):
+        statement = binding.node
+        if (
+            binding.kind is BindingKind.IMPORT
+            and isinstance(statement, ast.Import | ast.ImportFrom)
+            and not any(statement is seen for seen in found)
+        ):
+            found.append(statement)
+    return found
+
+
+def queue_removal_of_base_import(rule: Rule, node: ast.Attribute) -> None:
+    """``apex.parallel.X`` was rewritten: drop the import that bound ``apex`` if now unused.
+
+    Only the one import that the access goes through is queued (``import apex.parallel`` rather
+    than ``import apex`` for ``apex.parallel.X``): the import that gives the longest access.
+    """
+    base = base_name(node)
+    if base is None:
+        return
+    access = full_name(node) or ""
+    best: tuple[int, tuple[str, str | None, str | None]] | None = None
+    for statement in binding_imports(rule, base):
+        for removal, reaches in _removals_binding(statement, base.id):
+            through = access == reaches or access.startswith(reaches + ".")
+            if through and (best is None or len(reaches) > best[0]):
+                best = (len(reaches), removal)
+    if best is not None:
+        rule.remove_import_if_unused(*best[1])
+
+
+def _removals_binding(
+    statement: ast.Import | ast.ImportFrom, name: str
+) -> list[tuple[tuple[str, str | None, str | None], str]]:
+    """(removal request, dotted path the binding gives access to) for imports binding ``name``."""
+    found: list[tuple[tuple[str, str | None, str | None], str]] = []
+    if isinstance(statement, ast.Import):
+        for alias in statement.names:
+            if bound_name(alias) != name:
+                continue
+            if alias.asname is not None:
+                found.append(((alias.name, None, name), name))
+            else:
+                found.append(((alias.name, None, None), alias.name))
+        return found
+    source = absolute_module(statement)
+    if source is None or is_star(statement):
+        return found
+    for alias in statement.names:
+        if bound_name(alias) == name:
+            asname = name if alias.asname is not None else None
+            found.append(((source, alias.name, asname), name))
+    return found
+
+
+# -- values, on ast ------------------------------------------------------------------------------
+
+NOT_CONSTANT = object()
+
+
+def constant(node: ast.AST) -> object:
+    """The value of ``True``/``False``/``None`` or a number written literally (as a float),
+    else NOT_CONSTANT."""
+    if not isinstance(node, ast.Constant):
+        return NOT_CONSTANT
+    value = node.value
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        try:
+            return float(value)
+        except OverflowError:  # an integer literal past float's range
+            return float("inf")
+    return NOT_CONSTANT
+
+
+def is_constant(node: ast.AST, value: object) -> bool:
+    """``node`` is written as ``value`` (``False`` is not ``0`` here)."""
+    found = constant(node)
+    if isinstance(value, bool) or value is None:
+        return found is value
+    return not isinstance(found, bool) and found is not NOT_CONSTANT and found == value
+
+
+# -- code as libcst prints it, for messages ------------------------------------------------------
+
+_BLANKS = " \t\f\r\n\\"
+
+
+def written(rule: Rule, node: ast.AST) -> str:
+    """The code of ``node`` with the parentheses that group it, as libcst prints the node
+    (``ast`` positions leave them out: ``message_size=(2**25)``)."""
+    text = rule.source.text
+    start, end = rule.source.span(node)
+    bounds = _grouping_bounds(rule, node)
+    if bounds is None:
+        return text[start:end]
+    low, high = bounds
+    while True:
+        before = start - 1
+        while before >= low and text[before] in _BLANKS:
+            before -= 1
+        after = end
+        while after < high and text[after] in _BLANKS:
+            after += 1
+        if before < low or after >= high or text[before] != "(" or text[after] != ")":
+            return text[start:end]
+        start, end = before, after + 1
+
+
+def _grouping_bounds(rule: Rule, node: ast.AST) -> tuple[int, int] | None:
+    """The character range that parentheses grouping ``node`` must lie in: inside its parent,
+    and not the parentheses of a call or of a class's bases."""
+    parent = rule.index.parent(node)
+    if parent is None or isinstance(parent, ast.ClassDef) or not hasattr(parent, "lineno"):
+        return None
+    source = rule.source
+    start, end = source.span(parent)
+    if isinstance(parent, ast.Call):
+        opening = _call_opening(rule, parent)
+        if node is parent.func:
+            return start, opening
+        return opening + 1, end - 1
+    return start, end
+
+
+def _call_opening(rule: Rule, call: ast.Call) -> int:
+    """The offset of the parenthesis that opens ``call``'s arguments."""
+    text = rule.source.text
+    offset = rule.source.end(call.func)
+    while text[offset] != "(":
+        offset += 1  # blanks, and the closing parentheses of a parenthesized callee
+    return offset
+
+
+def argument_code(rule: Rule, argument: Argument) -> str:
+    """One argument as libcst prints it: from its start to the next argument, comma and
+    comments included, stripped (``*args,`` when more arguments follow)."""
+    text = rule.source.text
+    start, end = rule.source.span(argument.node)
+    end = _skip_blanks_and_comments(text, end)
+    if end < len(text) and text[end] == ",":
+        end = _skip_blanks_and_comments(text, end + 1)
+    return text[start:end].strip()
+
+
+def _skip_blanks_and_comments(text: str, offset: int) -> int:
+    while offset < len(text):
+        if text[offset] in _BLANKS:
+            offset += 1
+        elif text[offset] == "#":
+            newline = text.find("\n", offset)
+            offset = len(text) if newline == -1 else newline
+        else:
+            break
+    return offset
+
+
+# -- imports, on libcst (inside edits) -----------------------------------------------------------
+
+
+def rehome_statement(
+    rule: Rule, statement: ast.ImportFrom, moves: Mapping[str, NewHome]
+) -> NodeEdit:
+    """An edit of the line of ``statement`` (alone on it) that imports the names in ``moves``
+    from their new modules; the line becomes one line per import, or goes."""
+    frozen = dict(moves)
+
+    def rehome(line: cst.SimpleStatementLine) -> Any:
+        node = line.body[0]
+        assert isinstance(node, cst.ImportFrom)
+        statements = import_statements(line, rehome_import_from(node, frozen))
+        if not statements:
+            return cst.RemovalSentinel.REMOVE
+        return cst.FlattenSentinel(statements)
+
+    return rule.replace_statement(statement, rehome)
+
+
 def imported_name(alias: cst.ImportAlias) -> str:
     return get_full_name_for_node(alias.name) or ""
-
-
-def local_name(alias: cst.ImportAlias) -> str:
-    """The name an import alias binds: ``as`` name, or the first part of the dotted name."""
-    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-        return alias.asname.name.value
-    return imported_name(alias).split(".")[0]
 
 
 def rehome_import_from(node: cst.ImportFrom, moves: Mapping[str, NewHome]) -> list[cst.ImportFrom]:
@@ -107,128 +381,3 @@ def import_statements(
         else:
             lines.append(cst.SimpleStatementLine(body=[node]))
     return lines
-
-
-def torch_nn_prefix(module: cst.Module) -> str:
-    """How the file spells ``torch.nn`` at module level: ``nn`` when it imports it so, else
-    ``torch.nn`` (the rule then asks for ``import torch``)."""
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                source = get_full_name_for_node(small.module) if small.module else None
-                for alias in small.names:
-                    if (
-                        source == "torch"
-                        and imported_name(alias) == "nn"
-                        and local_name(alias) == "nn"
-                    ):
-                        return "nn"
-            elif isinstance(small, cst.Import):
-                for alias in small.names:
-                    if imported_name(alias) == "torch.nn" and local_name(alias) == "nn":
-                        return "nn"
-    return "torch.nn"
-
-
-def base_name(node: cst.BaseExpression) -> cst.Name | None:
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return node if isinstance(node, cst.Name) else None
-
-
-def queue_removal_of_base_import(rule: Rule, node: cst.Attribute) -> None:
-    """``apex.parallel.X`` was rewritten: drop the import that bound ``apex`` if now unused.
-
-    Only the one import that the access goes through is queued (``import apex.parallel`` rather
-    than ``import apex`` for ``apex.parallel.X``): libcst's RemoveImportsVisitor keeps one
-    removal per module, so extra requests for the same module would cancel each other.
-    """
-    base = base_name(node)
-    if base is None:
-        return
-    scope = rule.get_metadata(ScopeProvider, base, None)
-    if scope is None:
-        return
-    access = get_full_name_for_node(node) or ""
-    best: tuple[int, tuple[str, str | None, str | None]] | None = None
-    for assignment in scope[base.value]:
-        if not isinstance(assignment, Assignment):
-            continue
-        for removal, reaches in _removals_binding(assignment.node, base.value):
-            through = access == reaches or access.startswith(reaches + ".")
-            if through and (best is None or len(reaches) > best[0]):
-                best = (len(reaches), removal)
-    if best is not None:
-        rule.remove_import_if_unused(*best[1])
-
-
-def _removals_binding(
-    statement: cst.CSTNode, name: str
-) -> list[tuple[tuple[str, str | None, str | None], str]]:
-    """(removal request, dotted path the binding gives access to) for imports binding ``name``."""
-    found: list[tuple[tuple[str, str | None, str | None], str]] = []
-    if isinstance(statement, cst.Import):
-        for alias in statement.names:
-            if local_name(alias) != name:
-                continue
-            module = imported_name(alias)
-            if alias.asname is not None:
-                found.append(((module, None, name), name))
-            else:
-                found.append(((module, None, None), module))
-    elif (
-        isinstance(statement, cst.ImportFrom)
-        and statement.module is not None
-        and not statement.relative
-        and not isinstance(statement.names, cst.ImportStar)
-    ):
-        source = get_full_name_for_node(statement.module) or ""
-        for alias in statement.names:
-            if local_name(alias) == name:
-                asname = name if alias.asname is not None else None
-                found.append(((source, imported_name(alias), asname), name))
-    return found
-
-
-NOT_CONSTANT = object()
-_NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
-
-
-def constant(node: cst.BaseExpression) -> object:
-    """The value of ``True``/``False``/``None`` or a number written literally, else NOT_CONSTANT."""
-    if isinstance(node, cst.Name) and node.value in _NAMED_CONSTANTS:
-        return _NAMED_CONSTANTS[node.value]
-    if isinstance(node, cst.Integer | cst.Float):
-        return float(node.value.replace("_", ""))
-    return NOT_CONSTANT
-
-
-def is_constant(node: cst.BaseExpression, value: object) -> bool:
-    """``node`` is written as ``value`` (``False`` is not ``0`` here)."""
-    found = constant(node)
-    if isinstance(value, bool) or value is None:
-        return found is value
-    return not isinstance(found, bool) and found is not NOT_CONSTANT and found == value
-
-
-def source_of(node: cst.CSTNode) -> str:
-    """The code of ``node`` as written, for messages."""
-    return cst.Module(body=[]).code_for_node(node).strip()
-
-
-class _Collector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.ids.add(id(node))
-        return True
-
-
-def node_ids(node: cst.CSTNode) -> set[int]:
-    """The ids of ``node`` and of every node under it."""
-    collector = _Collector()
-    node.visit(collector)
-    return collector.ids
