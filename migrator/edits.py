@@ -16,11 +16,12 @@ import ast
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
+NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 Span = tuple[int, int]  # character offsets in the file's text: [start, end)
 # A change of one concrete node: it gets the node with everything inside already edited and
 # returns its replacement (a node, a FlattenSentinel or a RemovalSentinel).
@@ -49,10 +50,12 @@ class NodeEdit:
 
 @dataclass(frozen=True)
 class BlockEdit:
-    """Rebuild a block (an indented body, or the module) from its statement lines.
+    """Rebuild a run of consecutive statement lines of one block (an indented body, or the
+    module): reorder, insert or drop statements.
 
-    ``lines`` are the starts of the block's statement lines, in order (the first one locates
-    the block); ``rebuild`` gets each line as edited by the node edits, and returns the body.
+    ``lines`` are the starts of the run's statement lines, in order (the first one locates the
+    block); ``rebuild`` gets each line as edited by the node edits, and returns the statements
+    that take the run's place. The block's other statements stay as they are.
     """
 
     lines: tuple[tuple[type[cst.CSTNode], int], ...]
@@ -84,13 +87,18 @@ class _LocatingState(CodegenState):
     the edits need only the few nodes they name, by character offset.
     """
 
-    def __init__(self, module: cst.Module, wanted: set[tuple[type[cst.CSTNode], int, int]]):
-        super().__init__(
-            default_indent=module.default_indent, default_newline=module.default_newline
-        )
+    def __init__(
+        self, root: cst.CSTNode, wanted: set[tuple[type[cst.CSTNode], int, int]], base: int
+    ):
+        if isinstance(root, cst.Module):
+            super().__init__(
+                default_indent=root.default_indent, default_newline=root.default_newline
+            )
+        else:
+            super().__init__(default_indent="    ", default_newline="\n")
         self.wanted = wanted
         self.kinds = {kind for kind, _, _ in wanted}
-        self.offset = 0
+        self.offset = base  # where the root's code starts in the file
         self.stack: list[cst.CSTNode] = []
         self.located = _Located()
 
@@ -135,9 +143,12 @@ class _LocatingState(CodegenState):
             located.parents[id(node)] = self.stack[-2]
 
 
-def locate(module: cst.Module, wanted: set[tuple[type[cst.CSTNode], int, int]]) -> _Located:
-    state = _LocatingState(module, wanted)
-    module._codegen(state)
+def locate(
+    root: cst.CSTNode, wanted: set[tuple[type[cst.CSTNode], int, int]], base: int = 0
+) -> _Located:
+    """Where the wanted nodes are under ``root``, whose code starts at offset ``base``."""
+    state = _LocatingState(root, wanted, base)
+    root._codegen(state)
     return state.located
 
 
@@ -163,7 +174,7 @@ class _Applier(cst.CSTTransformer):
         result: Any = updated_node
         block = self.blocks.get(id(original_node))
         if block is not None:
-            result = self._rebuild(result, *block)
+            result = self._rebuild(original_node, result, *block)
         for change in self.changes.get(id(original_node), ()):
             if not isinstance(result, cst.CSTNode):
                 break  # removed or split by an earlier change of the same node
@@ -173,30 +184,46 @@ class _Applier(cst.CSTTransformer):
         return result
 
     def _rebuild(
-        self, block: cst.CSTNode, lines: list[cst.CSTNode], edit: BlockEdit
+        self,
+        original: cst.CSTNode,
+        block: cst.CSTNode,
+        lines: list[cst.CSTNode],
+        edit: BlockEdit,
     ) -> cst.CSTNode:
-        edited: Lines = []
-        for line in lines:
-            result = self.results.get(id(line), line)
-            if isinstance(result, cst.FlattenSentinel):
-                edited.append(list(result.nodes))
-            elif isinstance(result, cst.RemovalSentinel):
-                edited.append([])
-            else:
-                edited.append([result])
-        body = edit.rebuild(edited)
+        statements: Sequence[cst.CSTNode] = original.body  # type: ignore[attr-defined]
+        first = next(i for i, statement in enumerate(statements) if statement is lines[0])
+        after = first + len(lines)
+        if list(statements[first:after]) != lines:
+            raise EditError("a block edit's lines are not consecutive statements of one block")
+        body: list[cst.CSTNode] = []
+        for statement in statements[:first]:
+            body += self._edited(statement)
+        body += edit.rebuild([self._edited(line) for line in lines])
+        for statement in statements[after:]:
+            body += self._edited(statement)
         return block.with_changes(body=body)
 
+    def _edited(self, statement: cst.CSTNode) -> list[Any]:
+        """What the node edits made of one statement of the block: none, one or several."""
+        result = self.results.get(id(statement), statement)
+        if isinstance(result, cst.FlattenSentinel):
+            return list(result.nodes)
+        if isinstance(result, cst.RemovalSentinel):
+            return []
+        return [result]
 
-def apply_edits(module: cst.Module, edits: Sequence[Edit]) -> cst.Module:
-    """``module`` with every edit applied, in one pass (order: inner before outer)."""
+
+def apply_edits(root: NodeT, edits: Sequence[Edit], *, base: int = 0) -> NodeT:
+    """``root`` (a module, or an expression sliced out of one, whose code starts at offset
+    ``base`` of the file) with every edit applied, in one pass (order: inner before outer).
+    An expression may come back as another kind of expression (``0`` -> ``"npu:0"``)."""
     wanted: set[tuple[type[cst.CSTNode], int, int]] = set()
     for edit in edits:
         if isinstance(edit, NodeEdit):
             wanted.add(_key(edit.kind, edit.span))
         else:
             wanted.update((kind, start, -1) for kind, start in edit.lines)
-    located = locate(module, wanted)
+    located = locate(root, wanted, base)
     changes: dict[int, list[Change]] = {}
     blocks: dict[int, tuple[list[cst.CSTNode], BlockEdit]] = {}
     for edit in edits:
@@ -210,9 +237,11 @@ def apply_edits(module: cst.Module, edits: Sequence[Edit]) -> cst.Module:
                 raise EditError("two edits rebuild the same block")
             blocks[id(parent)] = (lines, edit)
     applier = _Applier(located, changes, blocks)
-    updated = module.visit(applier)
-    assert isinstance(updated, cst.Module)
-    return updated
+    updated = root.visit(applier)
+    expected = cst.Module if isinstance(root, cst.Module) else cst.BaseExpression
+    if not isinstance(updated, expected):
+        raise EditError(f"an edit replaced the whole {type(root).__name__}")
+    return updated  # type: ignore[return-value]
 
 
 def _found(located: _Located, key: tuple[type[cst.CSTNode], int, int]) -> cst.CSTNode:
@@ -223,6 +252,22 @@ def _found(located: _Located, key: tuple[type[cst.CSTNode], int, int]) -> cst.CS
     return node
 
 
-def statement_start(source_start: Callable[[ast.AST], int], statement: ast.stmt) -> int:
-    """Where libcst's statement node for ``statement`` starts (the same place as ast's)."""
-    return source_start(statement)
+def statement_kind(statement: ast.stmt) -> type[cst.CSTNode]:
+    """The libcst node that holds ``statement``: its line, or the compound statement itself."""
+    return _COMPOUND.get(type(statement), cst.SimpleStatementLine)
+
+
+_COMPOUND: dict[type, type[cst.CSTNode]] = {
+    ast.If: cst.If,
+    ast.For: cst.For,
+    ast.AsyncFor: cst.For,
+    ast.While: cst.While,
+    ast.With: cst.With,
+    ast.AsyncWith: cst.With,
+    ast.Try: cst.Try,
+    ast.TryStar: cst.TryStar,
+    ast.FunctionDef: cst.FunctionDef,
+    ast.AsyncFunctionDef: cst.FunctionDef,
+    ast.ClassDef: cst.ClassDef,
+    ast.Match: cst.Match,
+}

@@ -8,6 +8,11 @@ applies them to the concrete tree once the rules' edits are in:
   ``RemoveImportsVisitor`` semantics but without its scope analysis of the concrete tree;
 - :func:`drop_imports` removes those aliases (and statements left empty) from the concrete tree;
 - :func:`ensure_import` adds ``import name`` where a rule asked for it.
+
+:func:`apply_import_edits_to_text` does the same on a file's text through
+:mod:`migrator.slices`, so that only the import lines concerned are parsed by libcst;
+:func:`apply_import_edits` works on a whole concrete module (the fallback, and the reference the
+tests compare it with).
 """
 
 from __future__ import annotations
@@ -15,12 +20,16 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from migrator.index import ModuleIndex, dotted_name
+from migrator.edits import NodeEdit, statement_kind
+from migrator.index import ModuleIndex, dotted_name, statement_lines
 from migrator.scopes import BindingKind
+from migrator.slices import Sliced, SliceError, apply_sliced
 from migrator.source import Source
 
 
@@ -52,6 +61,38 @@ def apply_import_edits(
     for request in additions:
         module = ensure_import(module, request.module, after=request.after)
     return module
+
+
+def apply_import_edits_to_text(
+    text: str,
+    additions: Sequence[ImportRequest],
+    removals: Sequence[ImportRemoval],
+    *,
+    header_end: int | None = None,
+) -> Sliced:
+    """:func:`apply_import_edits` on text, parsing only the statements it changes.
+
+    Removals and additions are decided on the text's ``ast`` (the additions as if the removals
+    were done) and applied in one pass, as on a whole concrete module: a re-parse in between
+    would hand the blank lines above a module's new first statement to the module's header.
+    Raises :class:`~migrator.slices.SliceError` where that is not possible (a module left
+    without statements). ``header_end``: see :func:`~migrator.slices.apply_sliced`.
+    """
+    if not additions and not removals:
+        return Sliced(text, 0)
+    tree = ast.parse(text)
+    source = Source(text)
+    edits: list[NodeEdit] = []
+    dropped: dict[int, set[int]] = {}  # id(import statement) -> positions of dropped aliases
+    if removals:
+        index = ModuleIndex(tree, source)
+        doomed = unused_imports(index, removals)
+        edits += removal_edits(index, doomed)
+        statements = index.imports()
+        for ordinal, position in doomed:
+            dropped.setdefault(id(statements[ordinal]), set()).add(position)
+    edits += addition_edits(tree, source, additions, dropped)
+    return apply_sliced(text, tree, edits, header_end=header_end)
 
 
 # -- removing ------------------------------------------------------------------------------------
@@ -181,6 +222,30 @@ _STATEMENT_CONTAINERS = (
 )
 
 
+def removal_edits(index: ModuleIndex, doomed: set[AliasKey]) -> list[NodeEdit]:
+    """One edit per import statement that loses aliases (:func:`unused_imports`' answer)."""
+    by_statement: dict[int, set[int]] = {}
+    for ordinal, position in doomed:
+        by_statement.setdefault(ordinal, set()).add(position)
+    statements = index.imports()
+    edits = []
+    for ordinal, positions in sorted(by_statement.items()):
+        statement = statements[ordinal]
+        kind: type[cst.CSTNode] = (
+            cst.Import if isinstance(statement, ast.Import) else cst.ImportFrom
+        )
+        edits.append(
+            NodeEdit(kind, index.source.span(statement), partial(_without, positions=positions))
+        )
+    return edits
+
+
+def _without(node: cst.Import | cst.ImportFrom, positions: set[int]) -> Any:
+    if isinstance(node, cst.Import):
+        return _import_without(node, positions)
+    return _import_from_without(node, positions)
+
+
 class _ImportDropper(cst.CSTTransformer):
     """Visits statements only; counts import statements in source order."""
 
@@ -196,49 +261,62 @@ class _ImportDropper(cst.CSTTransformer):
         self, original_node: cst.Import, updated_node: cst.Import
     ) -> cst.Import | cst.RemovalSentinel:
         self.ordinal += 1
-        kept = [a for i, a in enumerate(updated_node.names) if (self.ordinal, i) not in self.doomed]
-        if len(kept) == len(updated_node.names):
-            return updated_node
-        if not kept:
-            return cst.RemoveFromParent()
-        return updated_node.with_changes(names=_last_without_comma(kept, updated_node.names))
+        return _import_without(updated_node, self._positions())
 
     def leave_ImportFrom(
         self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
     ) -> cst.ImportFrom | cst.RemovalSentinel:
         self.ordinal += 1
-        names = updated_node.names
-        if isinstance(names, cst.ImportStar):
-            return updated_node
-        kept: list[cst.ImportAlias] = []
-        lpar = updated_node.lpar
-        for position, alias in enumerate(names):
-            if (self.ordinal, position) not in self.doomed:
-                kept.append(alias)
-                continue
-            # A comment after the dropped alias's comma stays: it moves to what precedes it.
-            comma = alias.comma
-            if not isinstance(comma, cst.Comma):
-                continue
-            if kept:
-                previous = kept[-1]
-                if isinstance(previous.comma, cst.Comma):
-                    merged = _merged(previous.comma.whitespace_after, comma.whitespace_after)
-                    previous = previous.with_changes(
-                        comma=previous.comma.with_changes(whitespace_after=merged)
-                    )
-                else:
-                    previous = previous.with_changes(comma=comma)
-                kept[-1] = previous
-            elif isinstance(lpar, cst.LeftParen):
-                lpar = lpar.with_changes(
-                    whitespace_after=_merged(lpar.whitespace_after, comma.whitespace_after)
+        return _import_from_without(updated_node, self._positions())
+
+    def _positions(self) -> set[int]:
+        return {position for ordinal, position in self.doomed if ordinal == self.ordinal}
+
+
+def _import_without(node: cst.Import, positions: set[int]) -> cst.Import | cst.RemovalSentinel:
+    kept = [alias for i, alias in enumerate(node.names) if i not in positions]
+    if len(kept) == len(node.names):
+        return node
+    if not kept:
+        return cst.RemoveFromParent()
+    return node.with_changes(names=_last_without_comma(kept, node.names))
+
+
+def _import_from_without(
+    node: cst.ImportFrom, positions: set[int]
+) -> cst.ImportFrom | cst.RemovalSentinel:
+    names = node.names
+    if isinstance(names, cst.ImportStar):
+        return node
+    kept: list[cst.ImportAlias] = []
+    lpar = node.lpar
+    for position, alias in enumerate(names):
+        if position not in positions:
+            kept.append(alias)
+            continue
+        # A comment after the dropped alias's comma stays: it moves to what precedes it.
+        comma = alias.comma
+        if not isinstance(comma, cst.Comma):
+            continue
+        if kept:
+            previous = kept[-1]
+            if isinstance(previous.comma, cst.Comma):
+                merged = _merged(previous.comma.whitespace_after, comma.whitespace_after)
+                previous = previous.with_changes(
+                    comma=previous.comma.with_changes(whitespace_after=merged)
                 )
-        if len(kept) == len(names):
-            return updated_node
-        if not kept:
-            return cst.RemoveFromParent()
-        return updated_node.with_changes(names=_last_without_comma(kept, names), lpar=lpar)
+            else:
+                previous = previous.with_changes(comma=comma)
+            kept[-1] = previous
+        elif isinstance(lpar, cst.LeftParen):
+            lpar = lpar.with_changes(
+                whitespace_after=_merged(lpar.whitespace_after, comma.whitespace_after)
+            )
+    if len(kept) == len(names):
+        return node
+    if not kept:
+        return cst.RemoveFromParent()
+    return node.with_changes(names=_last_without_comma(kept, names), lpar=lpar)
 
 
 def _last_without_comma(
@@ -278,6 +356,143 @@ def ensure_import(module: cst.Module, name: str, *, after: str | None = None) ->
     alias = cst.ImportAlias(cst.parse_expression(name))  # type: ignore[arg-type]
     body.insert(index, cst.SimpleStatementLine([cst.Import([alias])]))
     return module.with_changes(body=body)
+
+
+@dataclass
+class _Line:
+    """A module-level statement line as the additions see it: an original one (what the
+    removals leave of its imports) or one that an addition inserts."""
+
+    statements: list[ast.stmt] | None  # None: an inserted `import <modules[0]>`
+    modules: list[str]  # what its imports import, after the removals
+    binds: list[str]  # names its plain `import` statements bind to their module
+    definition: bool = False  # a function or class definition
+
+
+def addition_edits(
+    tree: ast.Module,
+    source: Source,
+    additions: Sequence[ImportRequest],
+    dropped: dict[int, set[int]],
+) -> list[NodeEdit]:
+    """:func:`ensure_import` for each addition, in order, as edits of the statement lines the
+    new lines go next to; ``dropped`` maps an import statement's ``id`` to the alias positions
+    the removals take out of it."""
+    lines = [line for group in statement_lines(tree.body) if (line := _line(group, dropped))]
+    if not lines:
+        if additions:
+            raise SliceError("no statement left to put an import next to")
+        return []
+    for request in additions:
+        if any(request.module in line.binds for line in lines):
+            continue
+        new = _Line(None, [request.module], [request.module])
+        lines.insert(_line_insertion_index(lines, request.after), new)
+    return _insertions(source, lines)
+
+
+def _line(group: list[ast.stmt], dropped: dict[int, set[int]]) -> _Line | None:
+    """The statement line ``group`` once the removals are done; None when nothing is left."""
+    kept: list[ast.stmt] = []
+    modules: list[str] = []
+    binds: list[str] = []
+    for statement in group:
+        if isinstance(statement, ast.Import | ast.ImportFrom):
+            gone = dropped.get(id(statement), set())
+            aliases = [a for i, a in enumerate(statement.names) if i not in gone]
+            if not aliases:
+                continue
+            if isinstance(statement, ast.Import):
+                modules += [alias.name for alias in aliases]
+                binds += [name for alias in aliases for name in _binds(alias)]
+            elif not statement.level and statement.module:
+                modules.append(statement.module)
+        kept.append(statement)
+    if not kept:
+        return None
+    definition = isinstance(group[0], ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    return _Line(group, modules, binds, definition)
+
+
+def _binds(alias: ast.alias) -> list[str]:
+    """The module names ``import a.b`` / ``import a as a`` count as imported (``_binds_module``)."""
+    if alias.asname is None:
+        parts = alias.name.split(".")
+        return [".".join(parts[:length]) for length in range(1, len(parts) + 1)]
+    return [alias.name] if alias.asname == alias.name else []
+
+
+def _line_insertion_index(lines: list[_Line], after: str | None) -> int:
+    """:func:`_insertion_index` on these lines."""
+    if after is not None:
+        for index, line in enumerate(lines):
+            if any(m == after or m.startswith(after + ".") for m in line.modules):
+                return index + 1
+    last_import = None
+    for index, line in enumerate(lines):
+        if line.definition:
+            break
+        if line.modules:
+            last_import = index
+    if last_import is not None:
+        return last_import + 1
+    index = 0
+    if lines and _is_docstring_line(lines[0]):
+        index = 1
+    while index < len(lines) and "__future__" in lines[index].modules:
+        index += 1
+    return index
+
+
+def _is_docstring_line(line: _Line) -> bool:
+    if line.statements is None or len(line.statements) != 1:
+        return False
+    statement = line.statements[0]
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str | bytes)
+    )
+
+
+def _insertions(source: Source, lines: list[_Line]) -> list[NodeEdit]:
+    """One edit per original line that gets new lines next to it: those inserted before it
+    (up to the previous original line), and after the last original line those that follow."""
+    edits: list[NodeEdit] = []
+    pending: list[cst.SimpleStatementLine] = []
+    last: _Line | None = None
+    for line in lines:
+        if line.statements is None:
+            pending.append(_import_line(line.modules[0]))
+            continue
+        if pending:
+            edits.append(_next_to(source, line, before=pending))
+            pending = []
+        last = line
+    if pending:
+        assert last is not None
+        edits.append(_next_to(source, last, after=pending))
+    return edits
+
+
+def _import_line(name: str) -> cst.SimpleStatementLine:
+    alias = cst.ImportAlias(cst.parse_expression(name))  # type: ignore[arg-type]
+    return cst.SimpleStatementLine([cst.Import([alias])])
+
+
+def _next_to(
+    source: Source,
+    line: _Line,
+    before: Sequence[cst.SimpleStatementLine] = (),
+    after: Sequence[cst.SimpleStatementLine] = (),
+) -> NodeEdit:
+    assert line.statements is not None
+    anchor = line.statements[0]
+
+    def insert(node: cst.CSTNode) -> cst.FlattenSentinel[cst.CSTNode]:
+        return cst.FlattenSentinel([*before, node, *after])
+
+    return NodeEdit(statement_kind(anchor), source.span(anchor), insert)
 
 
 def _binds_module(statement: cst.BaseStatement, name: str) -> bool:

@@ -176,19 +176,7 @@ class ModuleIndex:
 
     def lines(self, body: list[ast.stmt]) -> list[list[ast.stmt]]:
         """``body`` grouped into statement lines: ``a = 1; b = 2`` is one line of two."""
-        grouped: list[list[ast.stmt]] = []
-        for statement in body:
-            previous = grouped[-1][-1] if grouped else None
-            if (
-                previous is not None
-                and _is_simple(statement)
-                and _is_simple(previous)
-                and statement.lineno == previous.end_lineno
-            ):
-                grouped[-1].append(statement)
-            else:
-                grouped.append([statement])
-        return grouped
+        return statement_lines(body)
 
     def line_head(self, statement: ast.stmt) -> ast.stmt:
         """The first statement of the statement line that holds ``statement``."""
@@ -423,6 +411,24 @@ class _Everything:
 
 
 EVERYTHING = _Everything()
+
+
+def statement_lines(body: list[ast.stmt]) -> list[list[ast.stmt]]:
+    """``body`` grouped the way libcst groups it: a compound statement alone, consecutive simple
+    statements on one line (``a = 1; b = 2``) together, as one ``SimpleStatementLine``."""
+    grouped: list[list[ast.stmt]] = []
+    for statement in body:
+        previous = grouped[-1][-1] if grouped else None
+        if (
+            previous is not None
+            and _is_simple(statement)
+            and _is_simple(previous)
+            and statement.lineno == previous.end_lineno
+        ):
+            grouped[-1].append(statement)
+        else:
+            grouped.append([statement])
+    return grouped
 
 
 def _is_simple(statement: ast.stmt) -> bool:

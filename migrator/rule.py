@@ -13,7 +13,7 @@ Python ``ast`` through a shared :class:`~migrator.index.ModuleIndex` and records
         NAME = "cuda-method"
         SUMMARY = "`.cuda(...)` method call"
         FIX_SAFETY = FixSafety.SAFE
-        TRIGGER = re.compile(r"\\bcuda\\b")
+        TRIGGER = ("cuda",)
 
         def check(self) -> None:
             for attribute in self.index.attributes("cuda"):   # a lookup, not a walk
@@ -25,9 +25,11 @@ Python ``ast`` through a shared :class:`~migrator.index.ModuleIndex` and records
 
 What a rule costs is visible in what it uses:
 
-- ``TRIGGER`` is a regular expression run on the text of every file. A file that no selected
-  rule's trigger matches is never parsed at all, so the trigger must match every file the rule
-  could report on (a necessary condition, not a sufficient one).
+- ``TRIGGER`` is a tuple of strings searched for, as plain substrings, in the text of every
+  file. A file that contains none of the selected rules' strings is never parsed at all, so
+  every file the rule could report on or edit must contain one of them (a necessary condition,
+  not a sufficient one). Substring search, not a regular expression: it runs over every byte of
+  the tree, and ``"cuda" in text`` is some twenty times cheaper than ``re.search(r"\\bcuda\\b")``.
 - ``check`` runs on ``ast`` for every file that passes the triggers, in every mode. It should
   ask the index for the few nodes it is about (``index.attributes("cuda")``,
   ``index.names("SGD")``, ``index.nodes(ast.Call)``, :meth:`Rule.calls_to`) rather than walk
@@ -59,7 +61,6 @@ from __future__ import annotations
 import ast
 import enum
 import inspect
-import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -68,7 +69,7 @@ import libcst as cst
 
 from migrator import names
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.edits import BlockEdit, Change, Edit, NodeEdit
+from migrator.edits import BlockEdit, Change, Edit, NodeEdit, statement_kind
 from migrator.imports import ImportRemoval, ImportRequest
 from migrator.index import ModuleIndex, resolution_base
 from migrator.source import Source
@@ -140,13 +141,18 @@ class Rule:
     NAME: ClassVar[str]
     SUMMARY: ClassVar[str]
     FIX_SAFETY: ClassVar[FixSafety]
-    TRIGGER: ClassVar[re.Pattern[str]]
+    TRIGGER: ClassVar[tuple[str, ...]]
     READS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
         self.index = context.index
         self.source = context.index.source
+
+    @classmethod
+    def triggered_by(cls, text: str) -> bool:
+        """Whether ``text`` mentions one of the rule's ``TRIGGER`` strings."""
+        return any(word in text for word in cls.TRIGGER)
 
     def check(self) -> None:
         """Examine the file and record findings (see the module docstring)."""
@@ -289,24 +295,3 @@ class Rule:
         removal = ImportRemoval(module, obj, asname)
         if removal not in self.context.removals:
             self.context.removals.append(removal)
-
-
-def statement_kind(statement: ast.stmt) -> type[cst.CSTNode]:
-    """The libcst node that holds ``statement``: its line, or the compound statement itself."""
-    return _COMPOUND.get(type(statement), cst.SimpleStatementLine)
-
-
-_COMPOUND: dict[type, type[cst.CSTNode]] = {
-    ast.If: cst.If,
-    ast.For: cst.For,
-    ast.AsyncFor: cst.For,
-    ast.While: cst.While,
-    ast.With: cst.With,
-    ast.AsyncWith: cst.With,
-    ast.Try: cst.Try,
-    ast.TryStar: cst.TryStar,
-    ast.FunctionDef: cst.FunctionDef,
-    ast.AsyncFunctionDef: cst.FunctionDef,
-    ast.ClassDef: cst.ClassDef,
-    ast.Match: cst.Match,
-}

@@ -20,8 +20,14 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 def decode(source: bytes) -> str:
     """Decode as Python would: PEP 263 cookie, UTF-8 BOM, UTF-8 by default."""
+    return source.decode(source_encoding(source))
+
+
+def source_encoding(source: bytes) -> str:
+    """The codec that decodes ``source`` and encodes its text back to the same bytes
+    (``utf-8-sig`` for a file with a byte order mark)."""
     encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-    return source.decode(encoding)
+    return encoding
 
 
 class Source:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -70,7 +69,7 @@ class AmpCombineGrad(Rule):
     NAME = "amp-combine-grad"
     SUMMARY = "`amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"\binitialize\b")
+    TRIGGER = ("initialize",)
     # Optimizers that NPU101 rewrites count as NPU fused ones (its plan, in context.facts).
     READS = (NPU101,)
 

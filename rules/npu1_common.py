@@ -38,9 +38,10 @@ NPU_FUSED = re.compile(r"(apex\.optimizers|torch_npu\.optim)\.NpuFused\w+")
 # once per file and set, and the resolution of a name is shared by every rule that asks.
 NPU1_ROOTS = frozenset({"torch", "apex", "torch_npu"})
 
-# Text without which a file has no optimizer constructor to rewrite (NPU101's trigger). It also
-# matches every `NpuFused` (case-insensitive `fused`).
-OPTIMIZER_TRIGGER = re.compile(r"optim|sgd|adam|adadelta|rmsprop|fused", re.IGNORECASE)
+# Text without which a file has no optimizer constructor to rewrite or report (NPU101's
+# trigger): every spelling of torch.optim, apex.optimizers and torch_npu.optim contains "optim";
+# the class names cover names bound elsewhere (`from mylib import SGD`). "Fused" covers NpuFused.
+OPTIMIZER_TRIGGER = ("optim", "Optim", "SGD", "Adam", "Adadelta", "RMSprop", "Fused")
 
 # The key of NPU101's plan in context.facts (see READS in migrator.rule).
 NPU101 = "NPU101"

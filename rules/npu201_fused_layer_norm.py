@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -173,7 +172,13 @@ class FusedLayerNormToTorch(Rule):
     NAME = "fused-layer-norm-to-torch"
     SUMMARY = "apex `FusedLayerNorm` / `FusedRMSNorm` (and their functional forms)"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"normalization|Fused(?:LayerNorm|RMSNorm)|fused_(?:layer|rms)_norm")
+    TRIGGER = (
+        "normalization",
+        "FusedLayerNorm",
+        "FusedRMSNorm",
+        "fused_layer_norm",
+        "fused_rms_norm",
+    )
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)

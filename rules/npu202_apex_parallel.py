@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -166,7 +165,7 @@ class ApexParallelToTorch(Rule):
     NAME = "apex-parallel-to-torch"
     SUMMARY = "`apex.parallel` DistributedDataParallel / SyncBatchNorm / convert_syncbn_model"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"parallel")
+    TRIGGER = ("parallel",)
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)

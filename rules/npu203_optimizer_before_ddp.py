@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -103,7 +102,7 @@ class OptimizerBeforeDdp(Rule):
     FIX_SAFETY = FixSafety.SAFE
     # Every wrap the rule acts on is a call that may be one of DDP_CLASSES (an ambiguous
     # `DataParallel` counts as a possible DDP), and each of those names contains this.
-    TRIGGER = re.compile(r"DataParallel")
+    TRIGGER = ("DataParallel",)
     # NPU101's respelling of optimizer classes: a moved statement reads its callee as rewritten.
     READS = (NPU101,)
 

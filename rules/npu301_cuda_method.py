@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -65,7 +64,7 @@ class CudaMethod(Rule):
     NAME = "cuda-method"
     SUMMARY = "`.cuda(...)` method call"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"\bcuda\b")
+    TRIGGER = ("cuda",)
 
     def check(self) -> None:
         for call in self.index.nodes(ast.Call):

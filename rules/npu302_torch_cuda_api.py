@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -75,7 +74,7 @@ class TorchCudaApi(Rule):
     NAME = "torch-cuda-api"
     SUMMARY = "`torch.cuda.X` API that has a `torch.npu` equivalent"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"\bcuda\b")
+    TRIGGER = ("cuda",)
 
     def check(self) -> None:
         for attribute in self.index.attributes("cuda"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -68,7 +67,7 @@ class DeviceString(Rule):
     NAME = "device-string"
     SUMMARY = '`"cuda"` / `"cuda:N"` device string'
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"""["']cuda\b""")
+    TRIGGER = ('"cuda', "'cuda")
 
     def check(self) -> None:
         targets: dict[int, ast.AST] = {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -61,7 +60,7 @@ class IntDevice(Rule):
     NAME = "int-device"
     SUMMARY = "integer device index passed where torch_npu needs a device"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"\.to\(|\bdevice\b")
+    TRIGGER = (".to(", "device")
 
     def check(self) -> None:
         for call in self.index.nodes(ast.Call):
@@ -69,10 +68,16 @@ class IntDevice(Rule):
                 self._explicit_device(value)
 
     def _device_arguments(self, call: ast.Call) -> list[ast.expr]:
+        # Syntax first (most calls have no `device=` and are neither `.to(x)` nor `f(x)`);
+        # the callee's name is resolved only for the few calls that are left.
+        is_to = isinstance(call.func, ast.Attribute) and call.func.attr == "to"
+        has_device = any(k.arg == "device" for k in call.keywords)
+        lone_argument = len(call.args) == 1 and not call.keywords
+        if not (is_to and call.args) and not has_device and not lone_argument:
+            return []
         found = []
         name = torch_name(self, call.func)
         first = positional(call)
-        is_to = isinstance(call.func, ast.Attribute) and call.func.attr == "to"
         if first and (is_to or (name in DEVICE_CONSTRUCTORS and len(arguments(call)) == 1)):
             found.append(first[0].value)
         device = keyword(call, "device")

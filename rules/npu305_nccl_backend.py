@@ -76,7 +76,7 @@ class NcclBackend(Rule):
     NAME = "nccl-backend"
     SUMMARY = '`"nccl"` distributed backend'
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"nccl")
+    TRIGGER = ("nccl",)
 
     def check(self) -> None:
         targets: dict[int, ast.Constant] = {}

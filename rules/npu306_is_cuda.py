@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -55,7 +54,7 @@ class IsCuda(Rule):
     NAME = "is-cuda"
     SUMMARY = "`tensor.is_cuda`"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"\bis_cuda\b")
+    TRIGGER = ("is_cuda",)
 
     def check(self) -> None:
         for call in self.index.nodes(ast.Call):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -66,7 +65,7 @@ class ProfilerActivityCuda(Rule):
     NAME = "profiler-activity-cuda"
     SUMMARY = "`torch.profiler.ProfilerActivity.CUDA` profiling"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile(r"ProfilerActivity")
+    TRIGGER = ("ProfilerActivity",)
 
     def check(self) -> None:
         activities = self.index.attributes("CUDA")

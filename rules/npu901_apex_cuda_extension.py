@@ -99,7 +99,7 @@ class ApexCudaExtension(Rule):
     NAME = "apex-cuda-extension"
     SUMMARY = "import of an apex CUDA extension (`amp_C`, `multi_tensor_applier`, `apex.contrib`)"
     FIX_SAFETY = FixSafety.NONE
-    TRIGGER = re.compile(r"contrib|multi_tensor_apply|" + "|".join(sorted(CUDA_EXTENSION_MODULES)))
+    TRIGGER = ("contrib", "multi_tensor_apply", *sorted(CUDA_EXTENSION_MODULES))
 
     def check(self) -> None:
         for statement in self.index.nodes(ast.Import):

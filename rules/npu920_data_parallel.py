@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from migrator.rules.npu3_device import ReportUses
 
@@ -38,7 +37,7 @@ class DataParallel(ReportUses):
     CODE = "NPU920"
     NAME = "data-parallel"
     SUMMARY = "`torch.nn.DataParallel` (not supported on Ascend)"
-    TRIGGER = re.compile(r"DataParallel|data_parallel")
+    TRIGGER = ("DataParallel", "data_parallel")
     NAMESPACES = (
         "torch.nn.DataParallel",
         "torch.nn.parallel.DataParallel",

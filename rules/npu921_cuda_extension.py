@@ -44,7 +44,7 @@ class CudaExtension(ReportUses):
     CODE = "NPU921"
     NAME = "cuda-extension"
     SUMMARY = "CUDA C++ extension (`torch.utils.cpp_extension`)"
-    TRIGGER = re.compile(r"cpp_extension")
+    TRIGGER = ("cpp_extension",)
     NAMESPACES = (EXTENSIONS,)
 
     def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from migrator.rules.npu3_device import ReportUses
 
@@ -36,7 +35,7 @@ class DeviceCapability(ReportUses):
     CODE = "NPU922"
     NAME = "device-capability"
     SUMMARY = "`torch.cuda.get_device_capability()` (None on Ascend)"
-    TRIGGER = re.compile(r"get_device_capability")
+    TRIGGER = ("get_device_capability",)
     NAMESPACES = ("torch.cuda.get_device_capability",)
 
     def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from migrator.diagnostics import Severity
 from migrator.rules.npu3_device import ReportUses
@@ -42,7 +41,7 @@ class CudnnSettings(ReportUses):
     CODE = "NPU923"
     NAME = "cudnn-settings"
     SUMMARY = "`torch.backends.cudnn.*` setting (no effect on Ascend)"
-    TRIGGER = re.compile(r"cudnn|backends")
+    TRIGGER = ("cudnn", "backends")
     NAMESPACES = (CUDNN, CUDA_BACKEND)
     SEVERITY = Severity.INFO
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from migrator.rules.npu3_device import ReportUses
 
@@ -39,7 +38,7 @@ class Nvtx(ReportUses):
     CODE = "NPU924"
     NAME = "nvtx"
     SUMMARY = "`torch.cuda.nvtx` annotation (no NVTX on Ascend)"
-    TRIGGER = re.compile(r"nvtx")
+    TRIGGER = ("nvtx",)
     NAMESPACES = (NVTX,)
 
     def message(self, name: str, node: ast.Name | ast.Attribute) -> str | None:

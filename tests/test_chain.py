@@ -8,7 +8,6 @@ and both edits land in the same pass, inner node before outer node.
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -25,7 +24,7 @@ class AddsApexImport(Rule):
     NAME = "adds-import"
     SUMMARY = "test rule"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile("helper")
+    TRIGGER = ("helper",)
 
     def check(self) -> None:
         planned = self.context.facts.setdefault(self.CODE, set())
@@ -46,7 +45,7 @@ class ReportsCuda(Rule):
     NAME = "reports-cuda"
     SUMMARY = "test rule"
     FIX_SAFETY = FixSafety.NONE
-    TRIGGER = re.compile("cuda")
+    TRIGGER = ("cuda",)
 
     def check(self) -> None:
         for attribute in self.index.attributes("cuda"):
@@ -60,7 +59,7 @@ class MarksHelperCalls(Rule):
     NAME = "marks-helper-calls"
     SUMMARY = "test rule"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = re.compile("helper")
+    TRIGGER = ("helper",)
     READS = ("NPU801",)
 
     def check(self) -> None:
