@@ -213,7 +213,8 @@ class WorkerPool(Generic[TaskT]):
             ),
             daemon=True,
         )
-        process.start()
+        with _interrupts_ignored():
+            process.start()
         child_end.close()
         worker = _Worker(process, parent_end)
         self.workers.append(worker)
@@ -263,6 +264,21 @@ class WorkerPool(Generic[TaskT]):
 
 
 # -- the worker side -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """Start a worker with Ctrl-C ignored from its first instruction: an ignored signal stays
+    ignored across exec, and Python keeps it so. A worker that set this itself would print a
+    ``KeyboardInterrupt`` traceback when Ctrl-C came while it was still importing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _worker_main(
