@@ -136,6 +136,11 @@ class Engine:
             output, parsed, sliced = self.rewrite(source, context)
         except RuleChainError as error:
             return failed(str(error))
+        finally:
+            # The edits close over the rules, which hold the context: a cycle that would keep
+            # the original tree alive next to the output's during verification.
+            context.release()
+            del context, index
         if output == source:
             if fixes:
                 return failed("internal error, file left untouched: the fixes changed nothing")
@@ -167,13 +172,22 @@ class Engine:
 
     def rewrite(self, source: bytes, context: FileContext) -> Rewritten:
         """The file with the planned edits applied: libcst parses only the slices that change
-        (the whole file where slicing is off or not possible), then the import edits."""
+        (the whole file where slicing is off or not possible), then the import edits.
+
+        The slice path releases ``context`` once the rules' edits are in, before the import
+        edits parse the edited code: two full trees of a large file at once would double the
+        peak memory. Where it then cannot finish, the file is analysed again for the
+        whole-file path (rare: an import edit at a lone carriage return, or in a module left
+        without statements)."""
         with _deeper_recursion(LIBCST_RECURSION_LIMIT):
             if self.fast:
+                path, suppressions = context.path, context.suppressions
                 try:
                     return Rewritten(*self._rewrite_slices(source, context), sliced=True)
                 except SliceError:
-                    pass
+                    if context.released:
+                        index = _parse(context.source_text, path)
+                        context = self.analyse(index, path, suppressions)
             return Rewritten(*self._rewrite_module(source, context), sliced=False)
 
     def _rewrite_slices(self, source: bytes, context: FileContext) -> tuple[bytes, int]:
@@ -189,9 +203,11 @@ class Engine:
             ) from error
         body = context.index.tree.body
         header_end = context.source.offset(_first_line(body), 0) if body else None
+        additions, removals = list(context.imports), list(context.removals)
+        context.release()
         try:
             text, more = apply_import_edits_to_text(
-                text, context.imports, context.removals, header_end=header_end
+                text, additions, removals, header_end=header_end
             )
         except (SyntaxError, ValueError) as error:
             raise RuleChainError(

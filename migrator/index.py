@@ -118,6 +118,16 @@ class ModuleIndex:
         self._scopes[id(tree)] = self.module_scope
         _Builder(self).run()
 
+    def release(self) -> None:
+        """Drop everything this index holds; it cannot be used afterwards. Scopes and their
+        bindings refer to each other, and bindings to the tree's nodes: without this, a tree
+        lives until the cyclic garbage collector finds it."""
+        for scope in self._scopes.values():
+            scope.bindings.clear()
+            scope.overwrites.clear()
+        self.builtins.bindings.clear()
+        self.__dict__.clear()
+
     # -- nodes --------------------------------------------------------------------------------
 
     def nodes(self, kind: type[NodeT]) -> list[NodeT]:

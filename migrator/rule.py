@@ -35,9 +35,11 @@ What a rule costs is visible in what it uses:
   ``index.names("SGD")``, ``index.nodes(ast.Call)``, :meth:`Rule.calls_to`) rather than walk
   the tree, and resolve names only for those.
 - Edits passed to :meth:`fix` are functions over libcst nodes (:mod:`migrator.edits`). They
-  run only when the file is rewritten (never in ``--check`` mode), after one libcst parse of the
-  file shared by all rules; they get the concrete node with everything inside it already
-  edited and return its replacement. They need no libcst metadata: positions come from ``ast``.
+  run only when the file is rewritten (never in ``--check`` mode), on concrete nodes that
+  libcst parsed from the slices of the file that change (:mod:`migrator.slices`), shared by
+  all rules; they get the concrete node with everything inside it already edited and return
+  its replacement, built from that node, never from the original text. They need no libcst
+  metadata: positions come from ``ast``.
 - ``READS`` names the rules whose planned fixes this rule takes into account
   (``context.facts[code]``); the engine runs rules in code order, so a rule only reads
   earlier codes. NPU102 adds ``combine_grad=True`` for optimizers that NPU101 *will* make
@@ -128,10 +130,30 @@ class FileContext:
     facts: dict[str, Any] = field(default_factory=dict)
     # False in the soundness test: candidate filters (calls_to) return every candidate.
     fast: bool = True
+    released: bool = False  # see release()
+    _text: str = ""
 
     @property
     def source(self) -> Source:
         return self.index.source
+
+    @property
+    def source_text(self) -> str:
+        """The file's text; still there after :meth:`release`."""
+        return self._text if self.released else self.index.source.text
+
+    def release(self) -> None:
+        """Let go of the file's tree, index and edits (their cycles would otherwise wait for
+        the cyclic garbage collector, which is paused while a file is processed)."""
+        if self.released:
+            return
+        self._text = self.index.source.text
+        self.edits.clear()
+        self.imports.clear()
+        self.removals.clear()
+        self.facts.clear()
+        self.index.release()
+        self.released = True
 
 
 class Rule:
@@ -240,7 +262,9 @@ class Rule:
     def rebuild_block(
         self, lines: list[list[ast.stmt]], rebuild: Callable[[Any], list[cst.BaseStatement]]
     ) -> BlockEdit:
-        """An edit of a whole block, given as its statement lines (``index.lines(body)``)."""
+        """An edit of a run of consecutive statement lines of one block (from
+        ``index.lines(body)``): ``rebuild`` gets them as the other edits left them and returns
+        what takes their place."""
         keys = tuple((statement_kind(line[0]), self.source.start(line[0])) for line in lines)
         return BlockEdit(keys, rebuild)
 

@@ -72,10 +72,15 @@ class Member:
 
 @dataclass
 class Group:
-    """Files with the same bytes: analysed once."""
+    """Files with the same bytes: analysed once.
 
-    source: bytes
+    ``source`` is dropped before the group goes to a worker process, which reads the first
+    member again: the parent then never holds the whole tree's bytes, and they are not copied
+    through the pipes."""
+
+    source: bytes | None
     digest: str
+    size: int
     members: list[Member] = field(default_factory=list)
 
 
@@ -90,6 +95,8 @@ def run(
     outcomes = [*discovery.skipped, *discovery.problems]
     groups: dict[str, Group] = {}
     answered = 0
+    # Worker processes read the files again: the parent keeps only their digests.
+    keep_sources = jobs <= 1 or len(discovery.tasks) < 2 * FILES_PER_WORKER
     for task in discovery.tasks:
         read = _read(task)
         if isinstance(read, Outcome):
@@ -103,7 +110,8 @@ def run(
             outcomes.append(_act_on_hit(hit, task, source, mode_bits, job))
             answered += 1
             continue
-        group = groups.setdefault(digest, Group(source, digest))
+        kept = source if keep_sources else None
+        group = groups.setdefault(digest, Group(kept, digest, len(source)))
         group.members.append(Member(task, mode_bits))
     if advance is not None and answered:
         advance(answered)
@@ -158,7 +166,7 @@ def _process_all(
             if advance is not None:
                 advance(len(done))
         return
-    largest_first = sorted(groups, key=lambda group: len(group.source), reverse=True)
+    largest_first = sorted(groups, key=lambda group: group.size, reverse=True)
     with WorkerPool[Group](
         workers,
         _start_worker,
@@ -211,8 +219,11 @@ def _engine_for(job: Job) -> Engine:
 def process_group(group: Group, job: Job, engine: Engine) -> list[Outcome]:
     """Migrate one content and act on it for each file that has it. Never raises."""
     first = group.members[0].task.path
+    source = group.source if group.source is not None else _reread(group)
+    if isinstance(source, str):
+        return [error_outcome(m.task.path, source) for m in group.members]
     try:
-        result = engine.migrate(group.source, first, apply=job.mode is not Mode.CHECK)
+        result = engine.migrate(source, first, apply=job.mode is not Mode.CHECK)
     except Exception as error:  # a failure on one file must not stop the run
         message = f"internal error: {type(error).__name__}: {error}"
         return [error_outcome(m.task.path, message) for m in group.members]
@@ -224,6 +235,19 @@ def process_group(group: Group, job: Job, engine: Engine) -> list[Outcome]:
             message = f"internal error: {type(error).__name__}: {error}"
             outcomes.append(error_outcome(member.task.path, message))
     return outcomes
+
+
+def _reread(group: Group) -> bytes | str:
+    """The group's content read again (in a worker), or why it cannot be used."""
+    path = group.members[0].task.path
+    try:
+        with open(path, "rb") as stream:
+            source = stream.read()
+    except OSError as error:
+        return f"cannot read file: {error.strerror}"
+    if content_digest(source) != group.digest:
+        return "the file changed while npu-migrate was running: left as it is; run again"
+    return source
 
 
 def _act(member: Member, result: FileResult, digest: str, job: Job) -> Outcome:

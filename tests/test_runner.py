@@ -190,3 +190,27 @@ def test_unified_diff_marks_a_missing_final_newline() -> None:
         "--- a.py\n+++ a.py\n@@ -1 +1 @@\n-x = 1\n\\ No newline at end of file\n"
         "+x = 2\n\\ No newline at end of file\n"
     )
+
+
+def test_a_worker_reads_the_file_again_and_refuses_one_that_changed(tmp_path: Path) -> None:
+    from migrator.cache import content_digest
+    from migrator.engine import Engine
+    from migrator.runner import Group, Member, process_group
+
+    path = tmp_path / "train.py"
+    path.write_bytes(UNMIGRATED)
+    job = Job(Mode.WRITE, ("NPU102",), Settings())
+    engine = Engine(job.rules(), job.settings)
+    group = Group(
+        None, content_digest(UNMIGRATED), len(UNMIGRATED), [Member(Task(str(path)), 0o644)]
+    )
+    [outcome] = process_group(group, job, engine)
+    assert outcome.status is Status.CHANGED and b"combine_grad=True" in path.read_bytes()
+
+    path.write_bytes(UNMIGRATED)
+    group.digest = content_digest(b"what the parent read before someone edited the file\n")
+    [outcome] = process_group(group, job, engine)
+    assert outcome.status is Status.ERROR and "changed while npu-migrate was running" in (
+        outcome.diagnostics[0].message
+    )
+    assert path.read_bytes() == UNMIGRATED
