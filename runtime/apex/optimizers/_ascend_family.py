@@ -22,6 +22,7 @@ from apex.optimizers._fused_base import (
     bias_correction,
     check_adam_hyperparameters,
     check_hyperparameter,
+    float_math,
     group_grad_norm,
 )
 
@@ -81,20 +82,21 @@ class _LambCore(NpuFusedOptimizerBase):
     def _update(self, group: ParamGroup, slabs: list[Slab]) -> None:
         beta1, beta2 = group["betas"]
         divisor = self._gradient_divisor()
-        for slab in slabs:
-            _advance(slab)
-            grad = slab.grad
-            if divisor is not None and divisor.item() > 1:
-                grad = grad / divisor.to(grad.device, grad.dtype)
-            exp_avg, exp_avg_sq = slab.state["exp_avg"], slab.state["exp_avg_sq"]
-            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            adam_step = exp_avg / exp_avg_sq.sqrt().add_(group["eps"])
-            if group["weight_decay"] != 0:
-                adam_step.add_(slab.param, alpha=group["weight_decay"])
-            if not self.adam:
-                self._apply_trust_ratios(slab, adam_step)
-            slab.param.add_(adam_step, alpha=-group["lr"])
+        for original in slabs:
+            with float_math(original) as slab:
+                _advance(slab)
+                grad = slab.grad
+                if divisor is not None and divisor.item() > 1:
+                    grad = grad / divisor.to(grad.device, grad.dtype)
+                exp_avg, exp_avg_sq = slab.state["exp_avg"], slab.state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                adam_step = exp_avg / exp_avg_sq.sqrt().add_(group["eps"])
+                if group["weight_decay"] != 0:
+                    adam_step.add_(slab.param, alpha=group["weight_decay"])
+                if not self.adam:
+                    self._apply_trust_ratios(slab, adam_step)
+                slab.param.add_(adam_step, alpha=-group["lr"])
 
     @staticmethod
     def _apply_trust_ratios(slab: Slab, adam_step: torch.Tensor) -> None:
@@ -211,32 +213,35 @@ class NpuFusedRMSpropTF(NpuFusedOptimizerBase):
 
     def _update(self, group: ParamGroup, slabs: list[Slab]) -> None:
         one_minus_alpha = 1.0 - group["alpha"]
-        for slab in slabs:
-            _advance(slab)
-            param, grad = slab.param, slab.grad
-            if group["weight_decay"] != 0:
-                if group.get("decoupled_decay", False):
-                    param.mul_(1.0 - group["weight_decay"])
+        for original in slabs:
+            with float_math(original) as slab:
+                _advance(slab)
+                param, grad = slab.param, slab.grad
+                if group["weight_decay"] != 0:
+                    if group.get("decoupled_decay", False):
+                        param.mul_(1.0 - group["weight_decay"])
+                    else:
+                        grad = grad.add(param, alpha=group["weight_decay"])
+                square_avg = slab.state["square_avg"]
+                square_avg.add_(grad * grad - square_avg, alpha=one_minus_alpha)
+                if group["centered"]:
+                    grad_avg = slab.state["grad_avg"]
+                    grad_avg.add_(grad - grad_avg, alpha=one_minus_alpha)
+                    avg = (
+                        square_avg.addcmul(grad_avg, grad_avg, value=-1).add_(group["eps"]).sqrt_()
+                    )
                 else:
-                    grad = grad.add(param, alpha=group["weight_decay"])
-            square_avg = slab.state["square_avg"]
-            square_avg.add_(grad * grad - square_avg, alpha=one_minus_alpha)
-            if group["centered"]:
-                grad_avg = slab.state["grad_avg"]
-                grad_avg.add_(grad - grad_avg, alpha=one_minus_alpha)
-                avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).add_(group["eps"]).sqrt_()
-            else:
-                avg = square_avg.add(group["eps"]).sqrt_()
-            if group["momentum"] > 0:
-                buffer = slab.state["momentum_buffer"]
-                if group.get("lr_in_momentum", True):
-                    buffer.mul_(group["momentum"]).addcdiv_(grad, avg, value=group["lr"])
-                    param.sub_(buffer)
+                    avg = square_avg.add(group["eps"]).sqrt_()
+                if group["momentum"] > 0:
+                    buffer = slab.state["momentum_buffer"]
+                    if group.get("lr_in_momentum", True):
+                        buffer.mul_(group["momentum"]).addcdiv_(grad, avg, value=group["lr"])
+                        param.sub_(buffer)
+                    else:
+                        buffer.mul_(group["momentum"]).addcdiv_(grad, avg)
+                        param.add_(buffer, alpha=-group["lr"])
                 else:
-                    buffer.mul_(group["momentum"]).addcdiv_(grad, avg)
-                    param.add_(buffer, alpha=-group["lr"])
-            else:
-                param.addcdiv_(grad, avg, value=-group["lr"])
+                    param.addcdiv_(grad, avg, value=-group["lr"])
 
 
 class NpuFusedAdamP(NpuFusedOptimizerBase):
@@ -277,28 +282,29 @@ class NpuFusedAdamP(NpuFusedOptimizerBase):
 
     def _update(self, group: ParamGroup, slabs: list[Slab]) -> None:
         beta1, beta2 = group["betas"]
-        for slab in slabs:
-            step = _advance(slab)
-            grad, param = slab.grad, slab.param
-            exp_avg, exp_avg_sq = slab.state["exp_avg"], slab.state["exp_avg_sq"]
-            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = exp_avg_sq.sqrt().div_(math.sqrt(bias_correction(beta2, step)))
-            denom.add_(group["eps"])
-            if group["nesterov"]:
-                perturb = (exp_avg * beta1 + grad * (1 - beta1)).div_(denom)
-            else:
-                perturb = exp_avg / denom
-            decay_ratios = self._project(slab, perturb, group)
-            if group["weight_decay"] > 0:
-                decay = torch.ones_like(param) if decay_ratios else None
-                if decay is not None:
-                    for view, ratio in zip(slab.views(decay), decay_ratios, strict=True):
-                        view.fill_(ratio)
-                    param.mul_(decay.mul_(-group["lr"] * group["weight_decay"]).add_(1))
+        for original in slabs:
+            with float_math(original) as slab:
+                step = _advance(slab)
+                grad, param = slab.grad, slab.param
+                exp_avg, exp_avg_sq = slab.state["exp_avg"], slab.state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                denom = exp_avg_sq.sqrt().div_(math.sqrt(bias_correction(beta2, step)))
+                denom.add_(group["eps"])
+                if group["nesterov"]:
+                    perturb = (exp_avg * beta1 + grad * (1 - beta1)).div_(denom)
                 else:
-                    param.mul_(1 - group["lr"] * group["weight_decay"])
-            param.add_(perturb, alpha=-group["lr"] / bias_correction(beta1, step))
+                    perturb = exp_avg / denom
+                decay_ratios = self._project(slab, perturb, group)
+                if group["weight_decay"] > 0:
+                    decay = torch.ones_like(param) if decay_ratios else None
+                    if decay is not None:
+                        for view, ratio in zip(slab.views(decay), decay_ratios, strict=True):
+                            view.fill_(ratio)
+                        param.mul_(decay.mul_(-group["lr"] * group["weight_decay"]).add_(1))
+                    else:
+                        param.mul_(1 - group["lr"] * group["weight_decay"])
+                param.add_(perturb, alpha=-group["lr"] / bias_correction(beta1, step))
 
     def _project(self, slab: Slab, perturb: torch.Tensor, group: ParamGroup) -> list[float]:
         """Project each matrix-like parameter's slot of ``perturb`` in place; per-slot wd ratio."""
@@ -444,18 +450,19 @@ class NpuFusedBertAdam(NpuFusedOptimizerBase):
             if clip_coefficient < 1.0:
                 for slab in slabs:
                     slab.grad.mul_(clip_coefficient)
-        for slab in slabs:
-            assert slab.step is not None
-            steps_taken = float(slab.step.item())
-            grad, param = slab.grad, slab.param
-            exp_avg, exp_avg_sq = slab.state["exp_avg"], slab.state["exp_avg_sq"]
-            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            update = exp_avg / exp_avg_sq.sqrt().add_(group["e"])
-            if group["weight_decay"] > 0.0:
-                update.add_(param, alpha=group["weight_decay"])
-            param.add_(update, alpha=-self._scheduled_lr(group, steps_taken))
-            slab.step.add_(1)
+        for original in slabs:
+            with float_math(original) as slab:
+                assert slab.step is not None
+                steps_taken = float(slab.step.item())
+                grad, param = slab.grad, slab.param
+                exp_avg, exp_avg_sq = slab.state["exp_avg"], slab.state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                update = exp_avg / exp_avg_sq.sqrt().add_(group["e"])
+                if group["weight_decay"] > 0.0:
+                    update.add_(param, alpha=group["weight_decay"])
+                param.add_(update, alpha=-self._scheduled_lr(group, steps_taken))
+                slab.step.add_(1)
 
     @staticmethod
     def _scheduled_lr(group: ParamGroup, steps_taken: float) -> float:

@@ -23,8 +23,10 @@ Rules that keep the buffers and what users see consistent:
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -183,6 +185,7 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._refuse_sparse_gradients()
         self.pack()
         for index, group in enumerate(self.param_groups):
             slabs = self._slabs_for_step(index, group)
@@ -192,6 +195,36 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
             for slab in slabs:
                 self._publish_pending_state(slab)
         return loss
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's ``add_param_group``, refusing a parameter listed twice in one group.
+
+        torch only warns there and then updates such a parameter twice per step; a flat buffer
+        has one slot per parameter, so the duplicate would be updated once, silently unlike
+        torch. Parameters shared between groups are refused by torch itself.
+        """
+        super().add_param_group(param_group)
+        params = self.param_groups[-1]["params"]
+        first_seen: dict[int, int] = {}
+        for position, p in enumerate(params):
+            if id(p) in first_seen:
+                self.param_groups.pop()
+                raise ValueError(
+                    f"{type(self).__name__}: parameter group {len(self.param_groups)} lists the "
+                    f"same parameter twice (positions {first_seen[id(p)]} and {position}); "
+                    "a fused optimizer holds each parameter once"
+                )
+            first_seen[id(p)] = position
+
+    def _refuse_sparse_gradients(self) -> None:
+        """Ascend's fused optimizers have no sparse path: refuse before anything is updated."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.grad.is_sparse:
+                    raise RuntimeError(
+                        f"{self._ascend_name} does not support sparse gradients, "
+                        "please consider SparseAdam instead"
+                    )
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Zero the gradients; in place in the packed buffers.
@@ -234,6 +267,7 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         return state_dict
 
     def load_state_dict(self, state_dict: StateDict) -> None:
+        check_state_dict_layout(self, state_dict)
         super().load_state_dict(state_dict)
         with torch.no_grad():
             for index in range(len(self._slabs_by_group)):
@@ -461,6 +495,55 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         self.__dict__.setdefault("_packed_params", set())
 
 
+def check_state_dict_layout(optimizer: torch.optim.Optimizer, state_dict: StateDict) -> None:
+    """Refuse a state dict saved with other parameter groups, saying what differs.
+
+    torch checks only the number of groups and of parameters per group; a state saved for
+    parameters in another order passes that check and then loads ``exp_avg`` of one parameter
+    into another, which for a flat buffer can even broadcast silently. Shapes of per-parameter
+    state tensors are therefore checked too.
+    """
+    saved_groups = state_dict.get("param_groups")
+    if not isinstance(saved_groups, list) or not isinstance(state_dict.get("state"), dict):
+        raise ValueError(
+            "Not an optimizer state dict: expected the keys 'state' and 'param_groups' "
+            "(as returned by optimizer.state_dict())"
+        )
+    name = type(optimizer).__name__
+    groups = optimizer.param_groups
+    if len(saved_groups) != len(groups):
+        raise ValueError(
+            f"Cannot load this state into {name}: it was saved with {len(saved_groups)} "
+            f"parameter group(s), this optimizer has {len(groups)}"
+        )
+    saved_state = state_dict["state"]
+    for index, (saved, group) in enumerate(zip(saved_groups, groups, strict=True)):
+        saved_ids = list(saved.get("params", []))
+        if len(saved_ids) != len(group["params"]):
+            sizes = [len(g.get("params", [])) for g in saved_groups]
+            here = [len(g["params"]) for g in groups]
+            raise ValueError(
+                f"Cannot load this state into {name}: parameter group {index} has "
+                f"{len(group['params'])} parameter(s) here and {len(saved_ids)} in the state dict "
+                f"(parameters per group: saved {sizes}, here {here})"
+            )
+        for position, (saved_id, p) in enumerate(zip(saved_ids, group["params"], strict=True)):
+            for key, value in saved_state.get(saved_id, {}).items():
+                if not _is_elementwise_state(key, value) or value.shape == p.shape:
+                    continue
+                raise ValueError(
+                    f"Cannot load this state into {name}: parameter {position} of group {index} "
+                    f"has shape {tuple(p.shape)}, but its saved '{key}' has shape "
+                    f"{tuple(value.shape)} (was the state saved with the parameters in another "
+                    "order or grouped differently?)"
+                )
+
+
+def _is_elementwise_state(key: str, value: Any) -> bool:
+    # 'step' is a scalar counter; a 0-d value (NovoGrad's per-tensor norm) has no layout.
+    return isinstance(value, torch.Tensor) and key != "step" and value.dim() > 0
+
+
 def _lives_at(tensor: torch.Tensor, flat: torch.Tensor, offset: int) -> bool:
     """True while ``tensor`` is still the view of ``flat`` that packing made at ``offset``."""
     # Compared by storage and offset, not data_ptr: an empty tensor's data_ptr is always 0.
@@ -483,6 +566,32 @@ def group_grad_norm(slabs: list[Slab]) -> torch.Tensor:
     """L2 norm of all gradients in ``slabs`` (padding is zero, so flat buffers are exact)."""
     squares = [slab.grad.detach().float().pow(2).sum() for slab in slabs]
     return torch.stack([s.to(squares[0].device) for s in squares]).sum().sqrt()
+
+
+_REDUCED_PRECISION = (torch.float16, torch.bfloat16)
+
+
+@contextmanager
+def float_math(slab: Slab) -> Iterator[Slab]:
+    """The slab itself, or for fp16/bf16 an fp32 copy whose results are rounded back after.
+
+    torch's fused kernels compute reduced-precision updates in fp32 and round only what they
+    store; doing the same here keeps these optimizers from dividing by an ``eps`` that fp16
+    cannot hold (``1e-8`` is 0 in fp16, and a ``sqrt(v) + eps`` of 0 blows the step up).
+    """
+    if slab.dtype not in _REDUCED_PRECISION:
+        yield slab
+        return
+    wide = dataclasses.replace(
+        slab,
+        param=slab.param.float(),
+        grad=slab.grad.float(),
+        state={name: value.float() for name, value in slab.state.items()},
+    )
+    yield wide
+    slab.param.copy_(wide.param)
+    for name, value in slab.state.items():
+        value.copy_(wide.state[name])
 
 
 def check_hyperparameter(condition: bool, message: str) -> None:

@@ -24,6 +24,7 @@ from apex.optimizers._fused_base import (
     Slab,
     check_adam_hyperparameters,
     check_hyperparameter,
+    float_math,
     fused_kernels_available,
 )
 
@@ -243,21 +244,26 @@ class NpuFusedAdadelta(NpuFusedOptimizerBase):
         return ["square_avg", "acc_delta"]
 
     def _update(self, group: ParamGroup, slabs: list[Slab]) -> None:
-        for slab in slabs:
-            assert slab.step is not None
-            torch_adadelta(
-                [slab.param],
-                [slab.grad],
-                [slab.state["square_avg"]],
-                [slab.state["acc_delta"]],
-                [slab.step],
-                foreach=False,
-                lr=group["lr"],
-                rho=group["rho"],
-                eps=group["eps"],
-                weight_decay=group["weight_decay"],
-                maximize=False,
-            )
+        for original in slabs:
+            with float_math(original) as slab:
+                self._adadelta(group, slab)
+
+    @staticmethod
+    def _adadelta(group: ParamGroup, slab: Slab) -> None:
+        assert slab.step is not None
+        torch_adadelta(
+            [slab.param],
+            [slab.grad],
+            [slab.state["square_avg"]],
+            [slab.state["acc_delta"]],
+            [slab.step],
+            foreach=False,
+            lr=group["lr"],
+            rho=group["rho"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            maximize=False,
+        )
 
 
 class NpuFusedRMSprop(NpuFusedOptimizerBase):
@@ -305,20 +311,25 @@ class NpuFusedRMSprop(NpuFusedOptimizerBase):
         return names
 
     def _update(self, group: ParamGroup, slabs: list[Slab]) -> None:
-        for slab in slabs:
-            assert slab.step is not None
-            torch_rmsprop(
-                [slab.param],
-                [slab.grad],
-                [slab.state["square_avg"]],
-                [slab.state["grad_avg"]] if group["centered"] else [],
-                [slab.state["momentum_buffer"]] if group["momentum"] > 0 else [],
-                [slab.step],
-                foreach=False,
-                lr=group["lr"],
-                alpha=group["alpha"],
-                eps=group["eps"],
-                weight_decay=group["weight_decay"],
-                momentum=group["momentum"],
-                centered=group["centered"],
-            )
+        for original in slabs:
+            with float_math(original) as slab:
+                self._rmsprop(group, slab)
+
+    @staticmethod
+    def _rmsprop(group: ParamGroup, slab: Slab) -> None:
+        assert slab.step is not None
+        torch_rmsprop(
+            [slab.param],
+            [slab.grad],
+            [slab.state["square_avg"]],
+            [slab.state["grad_avg"]] if group["centered"] else [],
+            [slab.state["momentum_buffer"]] if group["momentum"] > 0 else [],
+            [slab.step],
+            foreach=False,
+            lr=group["lr"],
+            alpha=group["alpha"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            momentum=group["momentum"],
+            centered=group["centered"],
+        )
