@@ -14,10 +14,19 @@ from migrator.diagnostics import Diagnostic, Severity
 from migrator.engine import Status
 from migrator.files import write_atomic
 from migrator.jobs import Job, Outcome, reason_of
+from migrator.notebooks import is_notebook
+from migrator.shell import is_shell_script
 
 
-def content_digest(source: bytes) -> str:
-    return hashlib.sha256(source).hexdigest()
+def content_digest(source: bytes, path: str = "") -> str:
+    """The hash of a file's bytes as the kind of file ``path`` names: a notebook's result is
+    not a Python file's, whatever the bytes (an empty file is both)."""
+    digest = hashlib.sha256(source)
+    if is_notebook(path):
+        digest.update(b"\0notebook")
+    elif is_shell_script(path):
+        digest.update(b"\0shell")
+    return digest.hexdigest()
 
 
 def default_cache_dir() -> Path:
@@ -34,6 +43,10 @@ def source_fingerprint() -> str:
         for source in sorted(folder.glob("*.py")):
             digest.update(source.name.encode())
             digest.update(source.read_bytes())
+    # The rules' data (the torch_npu API tables) decides findings as much as their code.
+    for data in sorted((Path(migrator.__file__).parent / "data").rglob("*.toml")):
+        digest.update(data.name.encode())
+        digest.update(data.read_bytes())
     return digest.hexdigest()
 
 
@@ -44,6 +57,8 @@ def cache_key(job: Job) -> str:
         "target": str(job.settings.target),
         "unsafe_fixes": job.settings.unsafe_fixes,
         "rule_options": job.settings.rule_options,
+        "torch_npu_version": job.settings.torch_npu_version,
+        "torch_npu_api": job.settings.torch_npu_api,
     }
     encoded = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:32]
@@ -66,6 +81,13 @@ class ResultCache:
         self.entries: dict[str, Any] = self._load()
         self.added: dict[str, Any] = {}
 
+    def narrowed(self, facts: str) -> ResultCache:
+        """The cache for the same settings and these project facts (:mod:`migrator.project`):
+        a file's findings may depend on what other files define."""
+        key = self.file.stem.removeprefix("results-")
+        narrowed = hashlib.sha256(f"{key}:{facts}".encode()).hexdigest()[:32]
+        return ResultCache(self.file.parent, narrowed)
+
     def _load(self) -> dict[str, Any]:
         try:
             data = json.loads(self.file.read_text())
@@ -80,8 +102,8 @@ class ResultCache:
         try:
             status = Status(entry["status"])
             diagnostics = [
-                Diagnostic(path, line, column, code, Severity(severity), message)
-                for line, column, code, severity, message in entry["diagnostics"]
+                Diagnostic(path, line, column, code, Severity(severity), message, *cell)
+                for line, column, code, severity, message, *cell in entry["diagnostics"]
             ]
         except (KeyError, TypeError, ValueError):
             return None
@@ -94,7 +116,10 @@ class ResultCache:
         self.added[outcome.digest] = {
             "status": str(outcome.status),
             "diagnostics": [
-                [d.line, d.column, d.code, str(d.severity), d.message] for d in outcome.diagnostics
+                # A notebook diagnostic carries its cell as a sixth value.
+                [d.line, d.column, d.code, str(d.severity), d.message]
+                + ([d.cell] if d.cell is not None else [])
+                for d in outcome.diagnostics
             ],
         }
 

@@ -26,10 +26,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import migrator
-from migrator import report
+from migrator import api_tables, formats, report
 from migrator.config import ConfigError, FileConfig, common_folder, find_pyproject, load_config
 from migrator.diagnostics import Severity
 from migrator.engine import Status
+from migrator.formats import github, msfmk_csv, sarif
 from migrator.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
 from migrator.rule import Rule, Settings, Target
 from migrator.runner import (
@@ -44,6 +45,8 @@ from migrator.runner import (
     discover,
 )
 from migrator.runner import run as run_tasks
+from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
+from migrator.shell import shell_scripts
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 PROGRESS_MIN_FILES = 200  # below this a run is short enough without a progress bar
@@ -79,7 +82,8 @@ def default_jobs() -> int:
 @click.command(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog="Exit codes: 0 nothing to do or done cleanly; 1 files changed (default mode) or would "
-    "change / need manual review (--diff, --check); 2 usage, configuration or file errors.",
+    "change / need manual review (--diff, --check); 2 usage, configuration or file errors. "
+    "npu-migrate verify --help: check on CPU that a migrated program trains like the original.",
 )
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=str))
 @click.option("--diff", "show_diff", is_flag=True, help="Write nothing; print a unified diff.")
@@ -97,16 +101,23 @@ def default_jobs() -> int:
 @click.option(
     "--format",
     "output_format",
-    type=click.Choice(["text", "json"]),
+    type=click.Choice(["text", "json", *formats.FORMATS]),
     default="text",
     show_default=True,
-    help="json: one document on stdout (schema in docs/cli.md).",
+    help="json: one document on stdout (schema in docs/cli.md); sarif: a SARIF 2.1.0 log on "
+    "stdout; github: workflow annotations on stdout; csv: text output, and msFmkTransplt's "
+    "change_list.csv and unsupported_api.csv in --csv-dir (default: the current folder).",
 )
 @click.option(
     "--report",
     "report_file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write the JSON document to FILE.",
+)
+@click.option(
+    "--csv-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write change_list.csv and unsupported_api.csv into DIR.",
 )
 @click.option(
     "-j", "--jobs", type=click.IntRange(min=1), help="Worker processes [default: CPU count]."
@@ -121,6 +132,18 @@ def default_jobs() -> int:
     "--unsafe-fixes/--no-unsafe-fixes",
     default=None,
     help="Apply the fixes of unsafe rules instead of reporting them.",
+)
+@click.option(
+    "--torch-npu-version",
+    metavar="VERSION",
+    help="torch_npu release whose API table NPU930/NPU931 use, e.g. 2.7.1 [default: the newest "
+    f"table, {api_tables.newest_release()}].",
+)
+@click.option(
+    "--include-shell/--no-include-shell",
+    default=None,
+    help="Also scan shell launch scripts (*.sh, *.bash) for CUDA settings; report only, never "
+    "rewritten [config: include-shell = true or a list of patterns].",
 )
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option(
@@ -158,10 +181,13 @@ class Options:
     explain: str | None
     output_format: str
     report_file: Path | None
+    csv_dir: Path | None
     jobs: int | None
     exclude: tuple[str, ...]
     target: str | None
     unsafe_fixes: bool | None
+    torch_npu_version: str | None
+    include_shell: bool | None
     no_cache: bool
     cache_dir: Path | None
     config_file: Path | None
@@ -202,12 +228,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
+    arguments = list(argv) if argv is not None else sys.argv[1:]
+    entry_point, prog_name = command, "npu-migrate"
+    if arguments[:1] == ["verify"]:  # the one subcommand; a folder named verify: pass ./verify
+        from migrator.verify.command import verify_command  # loaded only when asked for
+
+        entry_point, prog_name, arguments = verify_command, "npu-migrate verify", arguments[1:]
     try:
-        code = command.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="npu-migrate",
-            standalone_mode=False,
-        )
+        code = entry_point.main(args=arguments, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
         click.echo("npu-migrate: interrupted; files already written are complete", err=True)
         return 130
@@ -244,6 +272,15 @@ def execute(options: Options) -> int:
     with progress_bar(options, len(discovery.tasks)) as advance:
         result = run_tasks(discovery, job, options.jobs or default_jobs(), cache, advance)
     exit_code = exit_code_of(result, mode)
+    paths = formats.ProjectPaths.at(config.root)
+    lists = None
+    folder = csv_folder(options)
+    if folder is not None:
+        try:
+            lists = msfmk_csv.write_lists(folder, result, paths)
+        except OSError as error:
+            click.echo(f"error: cannot write the CSV lists into {folder}: {error}", err=True)
+            exit_code = EXIT_ERROR
     document = report.json_document(result, mode, job.codes, job.settings, exit_code)
     if options.report_file is not None:
         try:
@@ -256,9 +293,40 @@ def execute(options: Options) -> int:
         click.echo(json.dumps(document, indent=2))
         for line in report.error_lines(result):
             click.echo(line, err=True)
+    elif options.output_format in ("sarif", "github"):
+        print_for_tools(result, mode, job, paths, exit_code, options.output_format)
     else:
         print_text(result, mode, options)
+        if lists is not None and not options.quiet:
+            click.echo(
+                f"wrote {lists.change_list} ({lists.changes} edits) and "
+                f"{lists.unsupported_api} ({lists.unsupported} unsupported-API findings)",
+                err=mode is Mode.DIFF,
+            )
     return exit_code
+
+
+def csv_folder(options: Options) -> Path | None:
+    """Where msFmkTransplt's CSV lists go: ``--csv-dir``, else the current folder for
+    ``--format csv``; ``None``: not written."""
+    if options.csv_dir is not None:
+        return options.csv_dir
+    return Path(".") if options.output_format == "csv" else None
+
+
+def print_for_tools(
+    result: RunResult, mode: Mode, job: Job, paths: formats.ProjectPaths, exit_code: int, kind: str
+) -> None:
+    """``--format sarif`` / ``github``: only the document on stdout; errors also on stderr."""
+    rules = formats.rule_infos(job.codes)
+    if kind == "sarif":
+        log = sarif.sarif_log(result, mode, rules, job.settings, paths, exit_code)
+        click.echo(json.dumps(log, indent=2))
+    else:
+        for line in github.annotation_lines(result, mode, rules, paths):
+            click.echo(line)
+    for line in report.error_lines(result):
+        click.echo(line, err=True)
 
 
 def read_config(options: Options) -> FileConfig:
@@ -278,14 +346,26 @@ def make_job(options: Options, config: FileConfig, mode: Mode) -> Job:
         raise UsageError(str(error)) from None
     target = Target(options.target) if options.target else config.target or Target.NPU
     unsafe = options.unsafe_fixes if options.unsafe_fixes is not None else config.unsafe_fixes
-    settings = Settings(target, bool(unsafe), config.rule_options)
+    version = options.torch_npu_version or config.torch_npu_version
+    try:
+        api_tables.release_line(version)
+    except api_tables.TableError as error:
+        raise UsageError(f"--torch-npu-version: {error}") from None
+    settings = Settings(
+        target,
+        bool(unsafe),
+        config.rule_options,
+        torch_npu_version=version,
+        torch_npu_api=config.torch_npu_api,
+    )
     return Job(mode, tuple(rule.CODE for rule in rules), settings)
 
 
 def find_files(options: Options, config: FileConfig) -> Discovery:
     excluder = Excluder((*config.exclude, *options.exclude), config.root)
+    shell = shell_scripts(shell_patterns(options, config), config.root)
     if options.output is None:
-        return discover(options.paths, excluder)
+        return discover(options.paths, excluder, shell=shell)
     output_dir = options.output.resolve()
     folders = [Path(p).resolve() for p in options.paths if os.path.isdir(p)]
     for folder in folders:
@@ -298,7 +378,14 @@ def find_files(options: Options, config: FileConfig) -> Discovery:
     )
     if output_dir == base:
         raise UsageError(f"--output {options.output} is the input folder itself")
-    return discover(options.paths, excluder, output_dir, base)
+    return discover(options.paths, excluder, output_dir, base, shell=shell)
+
+
+def shell_patterns(options: Options, config: FileConfig) -> tuple[str, ...]:
+    """``--include-shell`` scans every shell script; else the ``include-shell`` patterns."""
+    if options.include_shell is not None:
+        return DEFAULT_SHELL_PATTERNS if options.include_shell else ()
+    return config.include_shell or ()
 
 
 def exit_code_of(result: RunResult, mode: Mode) -> int:

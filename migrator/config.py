@@ -17,11 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from migrator import api_tables
 from migrator.rule import Target
+from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
 
 SECTION = "npu-migrate"
 LIST_KEYS = ("select", "ignore", "exclude")
-KNOWN_KEYS = (*LIST_KEYS, "target", "unsafe-fixes", "rules")
+KNOWN_KEYS = (
+    *LIST_KEYS,
+    "target",
+    "unsafe-fixes",
+    "rules",
+    "torch-npu-version",
+    "torch-npu-api",
+    "include-shell",
+)
 
 
 class ConfigError(ValueError):
@@ -39,6 +49,10 @@ class FileConfig:
     target: Target | None = None
     unsafe_fixes: bool | None = None
     rule_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    torch_npu_version: str | None = None
+    torch_npu_api: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Shell scripts a folder walk scans (`include-shell`): patterns; () off; None: key absent.
+    include_shell: tuple[str, ...] | None = None
 
     @property
     def root(self) -> Path:
@@ -83,6 +97,9 @@ def load_config(path: Path | None) -> FileConfig:
         target=_target(path, table),
         unsafe_fixes=_boolean(path, table, "unsafe-fixes"),
         rule_options=_rule_options(path, table),
+        torch_npu_version=_torch_npu_version(path, table),
+        torch_npu_api=_torch_npu_api(path, table),
+        include_shell=_include_shell(path, table),
     )
 
 
@@ -119,12 +136,51 @@ def _target(path: Path, table: Mapping[str, Any]) -> Target | None:
         raise ConfigError(f"{path}: `target` must be one of {choices}") from None
 
 
+def _include_shell(path: Path, table: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """``include-shell = true`` (every ``*.sh`` / ``*.bash``), ``false``, or a list of
+    gitignore-style patterns (``["scripts/*.sh"]``)."""
+    if "include-shell" not in table:
+        return None
+    value = table["include-shell"]
+    if isinstance(value, bool):
+        return DEFAULT_SHELL_PATTERNS if value else ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{path}: `include-shell` must be true, false or a list of patterns")
+    return tuple(item.strip() for item in value if item.strip())
+
+
 def _boolean(path: Path, table: Mapping[str, Any], key: str) -> bool | None:
     if key not in table:
         return None
     if not isinstance(table[key], bool):
         raise ConfigError(f"{path}: `{key}` must be true or false")
     return table[key]
+
+
+def _torch_npu_version(path: Path, table: Mapping[str, Any]) -> str | None:
+    if "torch-npu-version" not in table:
+        return None
+    version = table["torch-npu-version"]
+    if not isinstance(version, str):
+        raise ConfigError(f'{path}: `torch-npu-version` must be a string such as "2.7.1"')
+    try:
+        api_tables.release_line(version)
+    except api_tables.TableError as error:
+        raise ConfigError(f"{path}: `torch-npu-version`: {error}") from None
+    return version
+
+
+def _torch_npu_api(path: Path, table: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """``[tool.npu-migrate.torch-npu-api."torch.nn.GRU"]`` entries, validated here so that a
+    mistake stops the run before any file is read."""
+    raw = table.get("torch-npu-api", {})
+    try:
+        api_tables.parse_overrides(raw, f"{path}: [tool.{SECTION}.torch-npu-api]")
+    except api_tables.TableError as error:
+        raise ConfigError(str(error)) from None
+    return {name: dict(entry) for name, entry in raw.items()}
 
 
 def _rule_options(path: Path, table: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -135,8 +191,13 @@ def _rule_options(path: Path, table: Mapping[str, Any]) -> dict[str, dict[str, A
         )
     from migrator.registry import all_rules  # importing the rules is only needed here
 
-    known = {rule.CODE for rule in all_rules()}
+    known = {rule.CODE: rule for rule in all_rules()}
     unknown = sorted(code for code in rules if code.upper() not in known)
     if unknown:
         raise ConfigError(f"{path}: options for unknown rule(s): {', '.join(unknown)}")
+    for code, options in rules.items():
+        try:
+            known[code.upper()].validate_options(options)
+        except ValueError as error:
+            raise ConfigError(f"{path}: [tool.{SECTION}.rules.{code}]: {error}") from None
     return {code.upper(): dict(options) for code, options in rules.items()}

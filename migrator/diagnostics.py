@@ -25,7 +25,10 @@ class Severity(enum.StrEnum):
 
 @dataclass(frozen=True, order=True)
 class Diagnostic:
-    """One finding at one place. ``line`` and ``column`` are 1-based."""
+    """One finding at one place. ``line`` and ``column`` are 1-based.
+
+    In a notebook, ``cell`` is the cell's position (1-based, every cell counted) and ``line``
+    the line in that cell; ``cell`` is None in a Python file."""
 
     path: str
     line: int
@@ -33,10 +36,19 @@ class Diagnostic:
     code: str
     severity: Severity
     message: str
+    cell: int | None = None
+
+    @property
+    def location(self) -> str:
+        """``path:line:column``, or ``path:cell N:line:column`` in a notebook."""
+        cell = f"cell {self.cell}:" if self.cell is not None else ""
+        return f"{self.path}:{cell}{self.line}:{self.column}"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["severity"] = self.severity.value
+        if self.cell is None:
+            del data["cell"]  # only notebook diagnostics have one
         return data
 
     @classmethod
@@ -48,9 +60,8 @@ class Diagnostic:
             code=data["code"],
             severity=Severity(data["severity"]),
             message=data["message"],
+            cell=data.get("cell"),
         )
 
     def render(self) -> str:
-        return (
-            f"{self.path}:{self.line}:{self.column}: {self.code} [{self.severity}] {self.message}"
-        )
+        return f"{self.location}: {self.code} [{self.severity}] {self.message}"

@@ -1,5 +1,6 @@
 """Turning the command-line paths into the files to process.
 
+A folder walk collects Python files (``.py``, ``.pyi``) and Jupyter notebooks (``.ipynb``).
 Folders are walked recursively in sorted order. Skipped while walking (but processed when named
 on the command line): the default folders below, virtual environments (any folder with a
 ``pyvenv.cfg``), and what ``.gitignore`` files ignore, read with git's matching rules (pathspec),
@@ -19,8 +20,13 @@ import pathspec
 from migrator.engine import Status
 from migrator.files import TEMP_SUFFIX
 from migrator.jobs import Outcome, Task, error_outcome
+from migrator.notebooks import NOTEBOOK_SUFFIX
+from migrator.project import NATIVE_SUFFIXES
+from migrator.shell import ShellScripts
 
 PYTHON_SUFFIXES = (".py", ".pyi")
+# What a folder walk migrates: Python files and Jupyter notebooks (migrator.notebooks).
+MIGRATED_SUFFIXES = (*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)
 # Folders never walked into unless named on the command line (a venv is also recognised by its
 # pyvenv.cfg, whatever its name).
 DEFAULT_EXCLUDED_DIRS = frozenset(
@@ -41,6 +47,7 @@ DEFAULT_EXCLUDED_DIRS = frozenset(
         "build",
         "dist",
         "node_modules",
+        ".ipynb_checkpoints",  # Jupyter's autosaved copies of the notebooks next to it
     }
 )
 
@@ -52,6 +59,7 @@ class Discovery:
     problems: list[Outcome] = field(default_factory=list)  # unreadable folders
     copies: list[tuple[str, str]] = field(default_factory=list)  # --output: other files
     links: list[tuple[str, str]] = field(default_factory=list)  # --output: (link, target)
+    native: list[str] = field(default_factory=list)  # C/C++/CUDA sources, for project facts
 
 
 @dataclass(frozen=True)
@@ -176,8 +184,12 @@ def discover(
     excluder: Excluder,
     output_dir: Path | None = None,
     output_base: Path | None = None,
+    shell: ShellScripts | None = None,
 ) -> Discovery:
     """Expand the command-line paths (files and folders, recursively) into tasks.
+
+    ``shell`` (``--include-shell``): the shell scripts a folder walk also picks up
+    (:mod:`migrator.shell`); a shell script named on the command line is always scanned.
 
     A file named on the command line is always processed unless an exclude pattern matches it;
     default folders and ``.gitignore`` only apply while walking folders. Symlinks are never
@@ -215,10 +227,15 @@ def discover(
             if kind == "link":
                 if output_dir is not None:
                     found.links.append((real_path, str(destination(real_path))))
-            elif shown.endswith(PYTHON_SUFFIXES):
+            elif shown.endswith(MIGRATED_SUFFIXES):
                 add_file(shown, real_path)
-            elif output_dir is not None:
-                found.copies.append((real_path, str(destination(real_path))))
+            elif shell is not None and shell.matches(real_path):
+                add_file(shown, real_path)  # reported on, and copied as it is with --output
+            else:
+                if shown.endswith(NATIVE_SUFFIXES):
+                    found.native.append(shown)
+                if output_dir is not None:
+                    found.copies.append((real_path, str(destination(real_path))))
     found.tasks.sort(key=lambda task: task.path)
     return found
 
@@ -275,7 +292,7 @@ def _symlink(
     inside = any(target == root or target.startswith(root + os.sep) for root in roots)
     if inside:
         yield shown, real_path, "link"
-    elif shown.endswith(PYTHON_SUFFIXES) or os.path.isdir(real_path):
+    elif shown.endswith(MIGRATED_SUFFIXES) or os.path.isdir(real_path):
         found.skipped.append(
             Outcome(
                 shown,

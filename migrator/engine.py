@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import enum
+import functools
 import gc
 import sys
 from collections.abc import Iterator, Sequence
@@ -94,10 +95,12 @@ class Engine:
     fast: bool = True
     force_rewrite: bool = False
 
-    @property
+    @functools.cached_property
     def trigger(self) -> tuple[str, ...]:
-        """Every selected rule's ``TRIGGER`` strings, each once."""
-        return _combined_trigger(tuple(self.rules))
+        """Every selected rule's trigger strings, each once (one substring search per string
+        and file)."""
+        words = (word for rule in self.rules for word in rule.triggers(self.settings))
+        return tuple(dict.fromkeys(words))
 
     def migrate(self, source: bytes, path: str, *, apply: bool = True) -> FileResult:
         """Run the rules over ``source``; ``apply=False`` (``--check``) writes no edit."""
@@ -157,10 +160,17 @@ class Engine:
 
     def analyse(self, index: ModuleIndex, path: str, suppressions: Suppressions) -> FileContext:
         """Every selected rule's ``check``, in code order, over one shared context."""
-        context = FileContext(path, self.settings, suppressions, index, fast=self.fast)
+        context = FileContext(
+            path,
+            self.settings,
+            suppressions,
+            index,
+            fast=self.fast,
+            selected=frozenset(rule.CODE for rule in self.rules),
+        )
         trigger_text = index.source.text
         for rule in self.rules:
-            if self.fast and not rule.triggered_by(trigger_text):
+            if self.fast and not rule.triggered_by(trigger_text, self.settings):
                 continue
             try:
                 rule(context).check()
@@ -331,15 +341,14 @@ def _parse(text: str, path: str) -> ModuleIndex:
         raise _ParseError("cannot parse file: it is nested too deeply") from error
 
 
+def parse_for_summary(source: bytes, path: str) -> ModuleIndex | None:
+    """The index of a file that rules summarise for the project (:mod:`migrator.project`), or
+    None when it does not decode or parse (the file's own stage reports why)."""
+    try:
+        return _parse(decode(source), path)
+    except (_ParseError, SyntaxError, UnicodeDecodeError, LookupError):
+        return None
+
+
 def _order(diagnostic: Diagnostic) -> tuple[int, int, str]:
     return diagnostic.line, diagnostic.column, diagnostic.code
-
-
-_TRIGGERS: dict[tuple[type[Rule], ...], tuple[str, ...]] = {}
-
-
-def _combined_trigger(rules: tuple[type[Rule], ...]) -> tuple[str, ...]:
-    """The rules' trigger strings, each once (one substring search per string and file)."""
-    if rules not in _TRIGGERS:
-        _TRIGGERS[rules] = tuple(dict.fromkeys(word for rule in rules for word in rule.TRIGGER))
-    return _TRIGGERS[rules]

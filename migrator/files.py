@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 
+from migrator.notebooks import is_notebook, notebook_diff
 from migrator.source import decode
 
 TEMP_SUFFIX = ".npu-migrate-tmp"
@@ -35,6 +36,14 @@ def write_atomic(path: str, data: bytes, mode_bits: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def file_diff(path: str, before: bytes, after: bytes) -> str:
+    """What ``--diff`` shows for one file: a patch, or for a notebook one diff per changed
+    cell (a diff of its JSON would show escaped strings)."""
+    if is_notebook(path):
+        return notebook_diff(path, before, after)
+    return unified_diff(path, before, after)
 
 
 def unified_diff(path: str, before: bytes, after: bytes) -> str:

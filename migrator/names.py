@@ -90,7 +90,9 @@ def _value_alias(index: ModuleIndex, node: ast.AST, following: frozenset[str]) -
         if binding.kind is BindingKind.BUILTIN:
             continue
         value = binding.assigned_value
-        if not isinstance(value, (ast.Name, ast.Attribute)) or full_name(value) == base.id:
+        # Only a dotted name is an alias: `code = GraphModule(...).code` holds a value that a
+        # call made, not the class attribute (and ModuleIndex.names_reaching agrees).
+        if value is None or base_name(value) is None or full_name(value) == base.id:
             continue
         target = resolve(index, value, following | {base.id})
         if isinstance(target, str):

@@ -42,7 +42,10 @@ def select_rules(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
 ) -> tuple[type[Rule], ...]:
-    """Rules whose code starts with a selected prefix (all when none) and with no ignored one."""
+    """Rules whose code starts with a selected prefix (all when none) and with no ignored one.
+
+    An opt-in rule (``Rule.OPT_IN``) is in only when a selected entry is its full code.
+    """
     select = [code.strip().upper() for code in select if code.strip()]
     ignore = [code.strip().upper() for code in ignore if code.strip()]
     for prefix in (*select, *ignore):
@@ -52,6 +55,7 @@ def select_rules(
         rule
         for rule in rules
         if (not select or any(rule.CODE.startswith(p) for p in select))
+        and (not rule.OPT_IN or rule.CODE in select)
         and not any(rule.CODE.startswith(p) for p in ignore)
     )
 

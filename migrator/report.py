@@ -76,11 +76,10 @@ def fixed_label(mode: Mode) -> str:
 
 
 def render_diagnostic(diagnostic: Diagnostic, mode: Mode) -> str:
+    """``path:line:column: CODE [label] message``; in a notebook ``path:cell N:line:column``
+    (the line in the cell), as ruff writes it."""
     label = fixed_label(mode) if diagnostic.severity is Severity.FIXED else diagnostic.severity
-    return (
-        f"{diagnostic.path}:{diagnostic.line}:{diagnostic.column}: "
-        f"{diagnostic.code} [{label}] {diagnostic.message}"
-    )
+    return f"{diagnostic.location}: {diagnostic.code} [{label}] {diagnostic.message}"
 
 
 def codes_of(outcome: Outcome) -> str:

@@ -74,6 +74,7 @@ from migrator.diagnostics import Diagnostic, Severity
 from migrator.edits import BlockEdit, Change, Edit, NodeEdit, statement_kind
 from migrator.imports import ImportRemoval, ImportRequest
 from migrator.index import ModuleIndex, resolution_base
+from migrator.project import Facts, Linking, Module, ProjectFacts
 from migrator.source import Source
 from migrator.suppressions import Suppressions
 
@@ -102,6 +103,12 @@ class Settings:
     target: Target = Target.NPU
     unsafe_fixes: bool = False
     rule_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Facts about the other files of the run (migrator.project), filled in by the runner.
+    project: ProjectFacts = field(default_factory=ProjectFacts)
+    # The torch_npu release whose API table NPU930/NPU931 read (None: the newest), and the
+    # project's validated [tool.npu-migrate.torch-npu-api] entries (migrator.api_tables).
+    torch_npu_version: str | None = None
+    torch_npu_api: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def options_for(self, code: str) -> Mapping[str, Any]:
         return self.rule_options.get(code, {})
@@ -130,6 +137,9 @@ class FileContext:
     facts: dict[str, Any] = field(default_factory=dict)
     # False in the soundness test: candidate filters (calls_to) return every candidate.
     fast: bool = True
+    # The codes of the rules selected for this run, for a rule whose plan depends on what a
+    # later rule will do (NPU101 follows NPU102's `opt-level` switch only when NPU102 runs).
+    selected: frozenset[str] = frozenset()
     released: bool = False  # see release()
     _text: str = ""
 
@@ -165,6 +175,17 @@ class Rule:
     FIX_SAFETY: ClassVar[FixSafety]
     TRIGGER: ClassVar[tuple[str, ...]]
     READS: ClassVar[tuple[str, ...]] = ()
+    # An opt-in rule runs only when a --select (or config `select`) entry names its full code:
+    # a prefix such as "NPU1", or no selection at all, leaves it out (see registry.select_rules).
+    OPT_IN: ClassVar[bool] = False
+    # Cross-file facts (migrator.project): Python files containing one of these strings are
+    # summarised by summarize(), native sources containing one by summarize_native(), before
+    # any file is checked. Most rules need neither.
+    PROJECT_TRIGGER: ClassVar[tuple[str, ...]] = ()
+    NATIVE_TRIGGER: ClassVar[tuple[str, ...]] = ()
+    # Rules that share one cross-file analysis give the same key (NPU101 and NPU102: "NPU1"):
+    # each file is summarised, and the summaries linked, once per key. Empty: the rule's CODE.
+    PROJECT_KEY: ClassVar[str] = ""
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
@@ -172,26 +193,81 @@ class Rule:
         self.source = context.index.source
 
     @classmethod
-    def triggered_by(cls, text: str) -> bool:
-        """Whether ``text`` mentions one of the rule's ``TRIGGER`` strings."""
-        return any(word in text for word in cls.TRIGGER)
+    def triggers(cls, settings: Settings) -> tuple[str, ...]:
+        """The strings a file must contain for the rule to run on it: ``TRIGGER``, unless they
+        depend on the run (a rule about the names that other files define derives them from
+        ``settings.project``)."""
+        return cls.TRIGGER
+
+    @classmethod
+    def triggered_by(cls, text: str, settings: Settings | None = None) -> bool:
+        """Whether ``text`` mentions one of the rule's trigger strings."""
+        return any(word in text for word in cls.triggers(settings or Settings()))
 
     def check(self) -> None:
         """Examine the file and record findings (see the module docstring)."""
         raise NotImplementedError
 
+    @classmethod
+    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
+        """What other files' checks need to know about this Python file (JSON values), or
+        None. Called before any check, for files that contain a ``PROJECT_TRIGGER`` string."""
+        return None
+
+    @classmethod
+    def summarize_native(cls, text: str, path: str) -> Facts | None:
+        """The same for a C, C++ or CUDA source containing a ``NATIVE_TRIGGER`` string."""
+        return None
+
+    @classmethod
+    def project_key(cls) -> str:
+        """Where the rule's project facts are kept (``PROJECT_KEY``, else ``CODE``)."""
+        return cls.PROJECT_KEY or cls.CODE
+
+    @classmethod
+    def wants_summary(cls, source: bytes) -> bool:
+        """The text test a Python file must pass to be parsed and summarised: by default, it
+        contains a ``PROJECT_TRIGGER`` string. A rule may require more (all of several words)
+        to parse fewer files; every file it could summarise must still pass."""
+        return any(word.encode() in source for word in cls.PROJECT_TRIGGER)
+
+    @classmethod
+    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
+        """Facts by path that follow what the summaries name into other files of the run
+        (:class:`~migrator.project.ProjectFiles` resolves names and parses files on demand);
+        called once per key after every file is summarised, kept in ``project.links(key)``."""
+        return None
+
+    @property
+    def project(self) -> ProjectFacts:
+        """Every rule's facts about the files of the run (:mod:`migrator.project`)."""
+        return self.context.settings.project
+
     # -- documentation ---------------------------------------------------------------------------
 
     @classmethod
     def documentation(cls) -> str:
-        """The docstring, dedented: What it does / Why / Example / Use instead / Fix safety."""
-        return inspect.cleandoc(cls.__doc__ or "")
+        """The docstring, dedented: What it does / Why / Example / Use instead / Fix safety;
+        for an opt-in rule, preceded by a line that says how to turn it on."""
+        text = inspect.cleandoc(cls.__doc__ or "")
+        if cls.OPT_IN:
+            text = (
+                f"Opt-in: runs only when selected by its full code (`--select {cls.CODE}`, or "
+                f'"{cls.CODE}" in `select` of [tool.npu-migrate]).\n\n{text}'
+            )
+        return text
 
     # -- settings --------------------------------------------------------------------------------
 
     @property
     def settings(self) -> Settings:
         return self.context.settings
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` (its message is shown to the user) for options of
+        ``[tool.npu-migrate.rules.<CODE>]`` the rule cannot use; called when the configuration
+        is read. The default accepts any table."""
 
     @property
     def options(self) -> Mapping[str, Any]:

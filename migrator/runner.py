@@ -28,9 +28,12 @@ from dataclasses import dataclass, field, replace
 from migrator.cache import ResultCache, cache_key, content_digest, default_cache_dir
 from migrator.discovery import Discovery, Excluder, discover
 from migrator.engine import Engine, FileResult, Status
-from migrator.files import TEMP_SUFFIX, copy_tree_entries, unified_diff, write_atomic
+from migrator.files import TEMP_SUFFIX, copy_tree_entries, file_diff, unified_diff, write_atomic
 from migrator.jobs import Job, Mode, Outcome, Task, error_outcome, reason_of
+from migrator.notebooks import is_notebook, migrate_notebook
 from migrator.pool import TimedOut, WorkerDied, WorkerPool
+from migrator.project import ProjectBuilder, ProjectFacts, read_native
+from migrator.shell import is_shell_script, scan_shell
 
 __all__ = [
     "TEMP_SUFFIX",
@@ -97,6 +100,8 @@ def run(
     answered = 0
     # Worker processes read the files again: the parent keeps only their digests.
     keep_sources = jobs <= 1 or len(discovery.tasks) < 2 * FILES_PER_WORKER
+    builder = ProjectBuilder(job.rules())
+    read_files: list[_ReadFile] = []
     for task in discovery.tasks:
         read = _read(task)
         if isinstance(read, Outcome):
@@ -104,15 +109,33 @@ def run(
             answered += 1
             continue
         source, mode_bits = read
-        digest = content_digest(source)
-        hit = cache.get(task.path, digest) if cache is not None else None
-        if hit is not None:
-            outcomes.append(_act_on_hit(hit, task, source, mode_bits, job))
+        problem = _summarise(builder, task.path, source)
+        if problem is not None:
+            outcomes.append(problem)
             answered += 1
             continue
         kept = source if keep_sources else None
-        group = groups.setdefault(digest, Group(kept, digest, len(source)))
-        group.members.append(Member(task, mode_bits))
+        digest = content_digest(source, task.path)
+        read_files.append(_ReadFile(task, mode_bits, digest, len(source), kept))
+    facts = _project_facts(builder, discovery.native, job)
+    if facts:
+        job = replace(job, settings=replace(job.settings, project=facts))
+        cache = cache.narrowed(facts.digest) if cache is not None else None
+    failed_links = builder.failed_links(facts)
+    for read_file in read_files:
+        task, digest = read_file.task, read_file.digest
+        if task.path in failed_links:
+            outcomes.append(error_outcome(task.path, failed_links[task.path]))
+            answered += 1
+            continue
+        hit = cache.get(task.path, digest) if cache is not None else None
+        if hit is not None:
+            outcomes.append(_act_on_hit(hit, read_file, job))
+            answered += 1
+            continue
+        group = groups.setdefault(digest, Group(read_file.source, digest, read_file.size))
+        group.members.append(Member(task, read_file.mode_bits))
+    del read_files
     if advance is not None and answered:
         advance(answered)
     for outcome in _process_all(list(groups.values()), job, jobs, advance):
@@ -138,11 +161,55 @@ def _read(task: Task) -> tuple[bytes, int] | Outcome:
         return error_outcome(task.path, f"cannot read file: {error.strerror}")
 
 
-def _act_on_hit(hit: Outcome, task: Task, source: bytes, mode_bits: int, job: Job) -> Outcome:
-    if job.mode is Mode.OUTPUT:
-        assert task.destination is not None
-        return _write_copy(hit, task.destination, source, mode_bits)
-    return hit
+@dataclass
+class _ReadFile:
+    """A file read and hashed, before the cache is asked (its key depends on every file)."""
+
+    task: Task
+    mode_bits: int
+    digest: str
+    size: int
+    source: bytes | None  # None when workers will read it again
+
+
+def _summarise(builder: ProjectBuilder, path: str, source: bytes) -> Outcome | None:
+    """Give one file to the project summaries; an error outcome when a rule fails on it."""
+    if not builder.wanted or is_notebook(path) or is_shell_script(path):  # nothing imports them
+        return None
+    try:
+        builder.add_python(path, source)
+    except Exception as error:  # a bug in one rule's summary costs one file, not the run
+        message = f"internal error in a project summary, file left untouched: {error!r}"
+        return error_outcome(path, message)
+    return None
+
+
+def _project_facts(builder: ProjectBuilder, native: Sequence[str], job: Job) -> ProjectFacts:
+    """What every rule summarised, native sources included (those are only read here), and
+    what the rules linked from it (files read again from disk, only those a link asks for)."""
+    if builder.wanted:
+        for path, text in read_native(list(native)):
+            try:
+                builder.add_native(path, text)
+            except Exception:  # a bad scan costs that source's facts only
+                continue
+    return builder.build(job.settings)
+
+
+def _act_on_hit(hit: Outcome, read_file: _ReadFile, job: Job) -> Outcome:
+    if job.mode is not Mode.OUTPUT:
+        return hit
+    task = read_file.task
+    assert task.destination is not None
+    source = read_file.source
+    if source is None:
+        read = _read(task)
+        if isinstance(read, Outcome):
+            return read
+        source = read[0]
+    if content_digest(source, task.path) != read_file.digest:
+        return error_outcome(task.path, "the file changed during the run; run again")
+    return _write_copy(hit, task.destination, source, read_file.mode_bits)
 
 
 # -- processing --------------------------------------------------------------------------------
@@ -223,7 +290,7 @@ def process_group(group: Group, job: Job, engine: Engine) -> list[Outcome]:
     if isinstance(source, str):
         return [error_outcome(m.task.path, source) for m in group.members]
     try:
-        result = engine.migrate(source, first, apply=job.mode is not Mode.CHECK)
+        result = _migrate(engine, source, first, apply=job.mode is not Mode.CHECK)
     except Exception as error:  # a failure on one file must not stop the run
         message = f"internal error: {type(error).__name__}: {error}"
         return [error_outcome(m.task.path, message) for m in group.members]
@@ -237,6 +304,15 @@ def process_group(group: Group, job: Job, engine: Engine) -> list[Outcome]:
     return outcomes
 
 
+def _migrate(engine: Engine, source: bytes, path: str, apply: bool) -> FileResult:
+    """One content through the engine; a notebook's code cells as one module."""
+    if is_notebook(path):
+        return migrate_notebook(engine, source, path, apply=apply)
+    if is_shell_script(path):  # only reported on, never rewritten
+        return scan_shell(source, path, [rule.CODE for rule in engine.rules])
+    return engine.migrate(source, path, apply=apply)
+
+
 def _reread(group: Group) -> bytes | str:
     """The group's content read again (in a worker), or why it cannot be used."""
     path = group.members[0].task.path
@@ -245,7 +321,7 @@ def _reread(group: Group) -> bytes | str:
             source = stream.read()
     except OSError as error:
         return f"cannot read file: {error.strerror}"
-    if content_digest(source) != group.digest:
+    if content_digest(source, path) != group.digest:
         return "the file changed while npu-migrate was running: left as it is; run again"
     return source
 
@@ -266,7 +342,7 @@ def _act(member: Member, result: FileResult, digest: str, job: Job) -> Outcome:
     if result.status is not Status.CHANGED:
         return outcome
     if job.mode is Mode.DIFF:
-        outcome.diff = unified_diff(task.path, result.original, result.migrated)
+        outcome.diff = file_diff(task.path, result.original, result.migrated)
     elif job.mode is Mode.WRITE:
         if not _writable(task.path, member.mode_bits):
             return error_outcome(task.path, "the file is read-only: not rewritten")

@@ -56,6 +56,27 @@ class Suppressions:
             pass
         return cls(by_line, skip_file)
 
+    @classmethod
+    def scan_comments(cls, text: str) -> Suppressions:
+        """The same comments in a file that is not Python (a shell script): ``#`` comments
+        found line by line; ``skip-file`` counts in the leading comment lines (a ``#!`` line
+        included)."""
+        if MARKER not in text:
+            return cls()
+        by_line: dict[int, frozenset[str] | None] = {}
+        skip_file = False
+        leading = True
+        for number, line in enumerate(text.splitlines(), start=1):
+            stripped = line.strip()
+            if stripped and not stripped.startswith("#"):
+                leading = False
+            if leading and _SKIP_FILE.match(stripped):
+                skip_file = True
+            match = _IGNORE.search(line)
+            if match is not None:
+                by_line[number] = _parse_codes(match.group("codes"))
+        return cls(by_line, skip_file)
+
 
 def _parse_codes(raw: str | None) -> frozenset[str] | None:
     if raw is None:

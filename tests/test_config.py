@@ -47,7 +47,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         unsafe-fixes = true
 
         [tool.npu-migrate.rules.npu102]
-        flag = 1
+        opt-level = "O2"
         """.replace("        ", ""),
     )
     config = load_config(path)
@@ -56,7 +56,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert config.exclude == ("gen/*",)
     assert config.target is Target.ACCELERATOR
     assert config.unsafe_fixes is True
-    assert config.rule_options == {"NPU102": {"flag": 1}}
+    assert config.rule_options == {"NPU102": {"opt-level": "O2"}}
     assert config.root == tmp_path
 
 

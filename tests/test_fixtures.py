@@ -4,7 +4,11 @@
 - ``<case>.diagnostics.txt``: the expected diagnostics, one ``LINE:COL SEVERITY CODE MESSAGE`` per
   line; absent means diagnostics are not compared.
 - ``<case>.options.json``: optional run settings: ``select`` (codes run in the chain, default the
-  fixture's own rule), ``target``, ``unsafe_fixes``, ``rule_options``.
+  fixture's own rule), ``target``, ``unsafe_fixes``, ``rule_options``, and for NPU930 /
+  NPU931 ``torch_npu_version`` and ``torch_npu_api`` (entries as in the pyproject table).
+- ``<case>.project/``: optional, the other files of the repository the case lives in (modules,
+  C++ sources, a ``setup.py``): the rules' project facts are built from them and from the case,
+  which runs as if it were ``<case>.project/<case>.py``.
 
 The expected output must itself be a fixed point: running the chain on ``.after.py`` changes
 nothing. ``pytest --update-fixtures`` rewrites the expectations from the current output.
@@ -14,12 +18,15 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from migrator.diagnostics import Diagnostic
+from migrator.discovery import PYTHON_SUFFIXES
 from migrator.engine import Status, migrate_source
+from migrator.project import NATIVE_SUFFIXES, ProjectBuilder, ProjectFacts
 from migrator.registry import all_rules, select_rules
 from migrator.rule import Rule, Settings, Target
 
@@ -54,8 +61,53 @@ def load_settings(before: Path) -> tuple[tuple[type[Rule], ...], Settings]:
         target=Target(options.get("target", "npu")),
         unsafe_fixes=options.get("unsafe_fixes", False),
         rule_options=options.get("rule_options", {}),
+        torch_npu_version=options.get("torch_npu_version"),
+        torch_npu_api=options.get("torch_npu_api", {}),
     )
-    return rules, settings
+    return rules, replace(settings, project=project_facts(before, rules, settings))
+
+
+@pytest.fixture(autouse=True)
+def inside_project(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case with a project folder runs from inside it, the way `npu-migrate .` is run from
+    a repository's top: paths in messages are relative to it."""
+    callspec = getattr(request.node, "callspec", None)
+    before = callspec.params.get("before") if callspec is not None else None
+    if isinstance(before, Path) and sibling(before, ".project").is_dir():
+        monkeypatch.chdir(sibling(before, ".project"))
+
+
+def case_path(before: Path) -> str:
+    """The path the case runs under: ``<case>.py`` inside its project folder when it has one
+    (the current folder then, see inside_project)."""
+    if sibling(before, ".project").is_dir():
+        return before.name.removesuffix(".before.py") + ".py"
+    return before.name
+
+
+def project_facts(
+    before: Path, rules: tuple[type[Rule], ...], settings: Settings | None = None
+) -> ProjectFacts:
+    """The facts of the case's repository (the project folder is the current folder, see
+    inside_project); a rule's link reads the case itself from ``before``."""
+    project = sibling(before, ".project")
+    if not project.is_dir():
+        return ProjectFacts()
+    builder = ProjectBuilder(rules)
+    builder.add_python(case_path(before), before.read_bytes())
+    for path in sorted(project.rglob("*")):
+        shown = str(path.relative_to(project))
+        if path.suffix in PYTHON_SUFFIXES:
+            builder.add_python(shown, path.read_bytes())
+        elif path.name.endswith(NATIVE_SUFFIXES):
+            builder.add_native(shown, path.read_bytes())
+
+    def read(path: str) -> bytes | None:
+        return before.read_bytes() if path == case_path(before) else (project / path).read_bytes()
+
+    facts = builder.build(settings, read)
+    assert not builder.link_failures, builder.link_failures
+    return facts
 
 
 def render(diagnostics: list[Diagnostic]) -> str:
@@ -66,7 +118,7 @@ def render(diagnostics: list[Diagnostic]) -> str:
 def test_fixture(before: Path, request: pytest.FixtureRequest) -> None:
     rules, settings = load_settings(before)
     source = before.read_bytes()
-    result = migrate_source(source, before.name, rules, settings)
+    result = migrate_source(source, case_path(before), rules, settings)
     assert result.status is not Status.ERROR, render(result.diagnostics)
 
     after_path = sibling(before, ".after.py")
@@ -85,7 +137,7 @@ def test_fixture(before: Path, request: pytest.FixtureRequest) -> None:
     if diagnostics_path.exists():
         assert render(result.diagnostics) == diagnostics_path.read_text()
 
-    again = migrate_source(result.migrated, before.name, rules, settings)
+    again = migrate_source(result.migrated, case_path(before), rules, settings)
     assert again.status is not Status.ERROR, render(again.diagnostics)
     assert again.migrated == result.migrated, "the rewrite is not idempotent"
 
@@ -97,11 +149,10 @@ def test_trigger_admits_every_fixture_a_rule_acts_on(before: Path) -> None:
     source = before.read_bytes()
     text = source.decode("utf-8", errors="replace")
     for rule in rules:
-        if rule.triggered_by(text):
+        if rule.triggered_by(text, settings):
             continue
-        always = Settings(settings.target, settings.unsafe_fixes, settings.rule_options)
-        forced = type(rule.__name__, (rule,), {"TRIGGER": ("",)})
-        result = migrate_source(source, before.name, (forced,), always)
+        forced = type(rule.__name__, (rule,), {"triggers": classmethod(lambda cls, s: ("",))})
+        result = migrate_source(source, case_path(before), (forced,), settings)
         assert result.migrated == source and not result.diagnostics, (
             f"{rule.CODE}'s TRIGGER does not match {case_id(before)}, but the rule acts on it"
         )

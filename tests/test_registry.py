@@ -30,7 +30,10 @@ def test_header(rule: type[Rule]) -> None:
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.NAME)
     assert rule.SUMMARY and "\n" not in rule.SUMMARY
     assert isinstance(rule.FIX_SAFETY, FixSafety)
-    assert rule.TRIGGER and all(isinstance(word, str) and word for word in rule.TRIGGER)
+    # A rule either has fixed trigger strings or derives them from the run (Rule.triggers).
+    derived = rule.triggers is not Rule.triggers.__func__.__get__(rule)  # type: ignore[attr-defined]
+    assert rule.TRIGGER or derived
+    assert all(isinstance(word, str) and word for word in rule.TRIGGER)
     assert rule.__module__.rsplit(".", 1)[-1].startswith(rule.CODE.lower() + "_")
 
 
@@ -48,3 +51,39 @@ def test_selection_by_code_and_prefix() -> None:
     with pytest.raises(UnknownRuleError):
         select_rules(RULES, ["NPU999X"])
     assert rule_by_code("npu102").CODE == "NPU102"
+
+
+class _OptIn(Rule):
+    """A stand-in opt-in rule for the selection tests (never registered)."""
+
+    CODE = "NPU1990"
+    NAME = "opt-in-example"
+    SUMMARY = "an opt-in example"
+    FIX_SAFETY = FixSafety.SAFE
+    TRIGGER = ("x",)
+    OPT_IN = True
+
+
+def test_an_opt_in_rule_runs_only_when_its_full_code_is_selected() -> None:
+    rules = (*RULES, _OptIn)
+    assert _OptIn not in select_rules(rules)  # nothing selected: every rule but the opt-in ones
+    assert _OptIn not in select_rules(rules, ["NPU1"])  # a prefix is not enough
+    assert _OptIn not in select_rules(rules, ["NPU"])
+    assert select_rules(rules, ["npu1990"]) == (_OptIn,)
+    with_others = select_rules(rules, ["NPU1", "NPU1990"])
+    assert _OptIn in with_others and "NPU102" in [r.CODE for r in with_others]
+    assert _OptIn not in select_rules(rules, ["NPU1990"], ["NPU1"])  # ignore still wins
+
+
+def test_every_opt_in_rule_says_so_in_its_documentation() -> None:
+    assert _OptIn.documentation().startswith("Opt-in: runs only when selected by its full code")
+    for rule in RULES:
+        says_so = rule.documentation().startswith("Opt-in:")
+        assert says_so == rule.OPT_IN, rule.CODE
+
+
+def test_npu104_is_opt_in() -> None:
+    combine_ddp = rule_by_code("NPU104")
+    assert combine_ddp.OPT_IN
+    assert combine_ddp not in select_rules(RULES)
+    assert combine_ddp in select_rules(RULES, ["NPU", "NPU104"])

@@ -1,0 +1,423 @@
+"""What one file's analysis may know about the other files of the run.
+
+Most findings need only the file itself. A few depend on another file: the operators that a C++
+extension defines (NPU932 reports their Python call sites), the optimizer that a helper in
+``utils/optim.py`` builds for ``amp.initialize`` in ``train.py``. Before the per-file work, the
+runner builds one :class:`ProjectFacts` for the whole run, at the cost of the cheap stage only:
+
+- every Python file is already read and hashed by the runner; a file whose text contains one of
+  a rule's ``PROJECT_TRIGGER`` strings is parsed (``ast`` only) and that rule's
+  :meth:`~migrator.rule.Rule.summarize` returns small JSON facts about it (a handful of files
+  in a real repository: those defining extensions or optimizer factories);
+- C, C++ and CUDA sources found while walking the folders of the run are read as text and given
+  to :meth:`~migrator.rule.Rule.summarize_native` when they contain a ``NATIVE_TRIGGER``.
+
+Then, once every file is summarised, a rule may **link** its summaries
+(:meth:`~migrator.rule.Rule.link`): follow what one file names into the file that defines it. It
+gets :class:`ProjectFiles`, which resolves a dotted name to any Python file of the run and reads
+and parses a file again on demand (the runner keeps no sources), so linking costs the few files it
+opens: an optimizer factory's module and the files whose text names the factory. What it returns
+is kept per path (:meth:`ProjectFacts.links`). Rules that share one analysis share one key
+(:meth:`~migrator.rule.Rule.project_key`): their files are summarised and linked once.
+
+The facts travel inside :class:`~migrator.rule.Settings` (once per worker), and their digest is
+part of the result cache's key: a changed factory re-checks the files that call it.
+
+Facts come from the files of the run: ``npu-migrate train.py`` alone does not know what
+``utils/optim.py`` builds, and rules then report what they cannot see instead of editing it.
+
+Module names. A Python file's import name is found the way Python would find it from the
+repository: up through the folders that hold an ``__init__.py``. Repositories that import
+``utils.optim`` from a script next to a ``utils/`` folder without ``__init__.py`` work too:
+:meth:`ProjectFacts.resolve` matches a dotted name against the ends of the summarised paths and
+prefers the file below the importer's own folders; two equally close candidates are ambiguous.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from migrator.index import ModuleIndex
+
+# JSON-serialisable facts about one file, produced by a rule's summarize / summarize_native.
+Facts = Mapping[str, Any]
+
+NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx")
+
+
+@dataclass(frozen=True)
+class Module:
+    """A summarised Python file: its path as shown and the dotted name Python imports it by."""
+
+    path: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a dotted name leads: the module that defines it and the rest of the name in it
+    (``("build_optimizer",)`` for ``utils.optim.build_optimizer``; ``()`` for the module)."""
+
+    module: Module
+    rest: tuple[str, ...]
+
+
+class AmbiguousModule(str):
+    """A dotted name that two summarised files could both be (the message names them)."""
+
+
+@dataclass(frozen=True)
+class ProjectFacts:
+    """Every rule's facts about the files of a run, keyed by rule code (or shared key, see
+    :meth:`~migrator.rule.Rule.project_key`), then by path."""
+
+    modules: tuple[Module, ...] = ()
+    python: Mapping[str, Mapping[str, Facts]] = field(default_factory=dict)  # code -> path -> facts
+    native: Mapping[str, Mapping[str, Facts]] = field(default_factory=dict)  # code -> path -> facts
+    linked: Mapping[str, Mapping[str, Facts]] = field(default_factory=dict)  # code -> path -> facts
+
+    def __bool__(self) -> bool:
+        return bool(self.python or self.native or self.linked)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A hash of every fact: part of the cache key (the paths are in it: moving a helper
+        changes what its callers import)."""
+        encoded = json.dumps(
+            {
+                "modules": [(m.path, m.name) for m in self.modules],
+                "python": self.python,
+                "native": self.native,
+                "linked": self.linked,
+            },
+            sort_keys=True,
+        ).encode()
+        return hashlib.sha256(encoded).hexdigest()[:32]
+
+    def summaries(self, code: str) -> Mapping[str, Facts]:
+        """The facts ``code``'s ``summarize`` returned, by path of the Python file."""
+        return self.python.get(code, {})
+
+    def native_summaries(self, code: str) -> Mapping[str, Facts]:
+        """The facts ``code``'s ``summarize_native`` returned, by path of the native source."""
+        return self.native.get(code, {})
+
+    def links(self, code: str) -> Mapping[str, Facts]:
+        """The facts ``code``'s ``link`` returned, by path of the Python file they are about."""
+        return self.linked.get(code, {})
+
+    def module_at(self, path: str) -> Module | None:
+        for module in self.modules:
+            if module.path == path:
+                return module
+        return None
+
+    def absolute(self, dotted: str, importer: str) -> str | None:
+        """``dotted`` with a leading relative part (``..models.x``) made absolute from the
+        importing file's package; None when it climbs above the top package."""
+        level = len(dotted) - len(dotted.lstrip("."))
+        if not level:
+            return dotted
+        module = self.module_at(importer)
+        name = module.name if module is not None else module_name(importer)
+        package = name.split(".")[:-1] if not importer.endswith("__init__.py") else name.split(".")
+        if level - 1 > len(package):
+            return None
+        base = package[: len(package) - (level - 1)]
+        rest = dotted[level:]
+        return ".".join([*base, rest] if rest else base) or None
+
+    def resolve(self, dotted: str, importer: str) -> Target | AmbiguousModule | None:
+        """The summarised module that ``dotted`` (a qualified name as the resolver gives it,
+        relative or absolute) names from the file ``importer``, and the rest of the name."""
+        absolute = self.absolute(dotted, importer)
+        if absolute is None:
+            return None
+        parts = absolute.split(".")
+        for cut in range(len(parts), 0, -1):
+            found = self._module_named(parts[:cut], importer)
+            if isinstance(found, AmbiguousModule):
+                return found
+            if found is not None:
+                return Target(found, tuple(parts[cut:]))
+        return None
+
+    def _module_named(self, parts: list[str], importer: str) -> Module | AmbiguousModule | None:
+        folder = os.path.dirname(os.path.abspath(importer))
+        exact = [m for m in self.modules if m.name == ".".join(parts)]
+        if len(exact) == 1:
+            return exact[0]
+        # Without a package of that name, a folder path that ends the same way counts when it
+        # hangs from the importer's folder or one of its ancestors (where a script that is run
+        # from the repository finds it on sys.path).
+        candidates = exact or [
+            m
+            for m in self.modules
+            if _path_ends_with(m.path, parts) and _distance(folder, m.path, parts) < _FAR
+        ]
+        if len(candidates) <= 1:
+            return candidates[0] if candidates else None
+        # Python takes the first on sys.path: prefer the one rooted nearest the importer.
+        ranked = sorted(candidates, key=lambda m: _distance(folder, m.path, parts))
+        if _distance(folder, ranked[0].path, parts) < _distance(folder, ranked[1].path, parts):
+            return ranked[0]
+        names = ", ".join(sorted(m.path for m in candidates))
+        return AmbiguousModule(f"`{'.'.join(parts)}` could be any of {names}")
+
+
+def module_name(path: str, packages: dict[str, tuple[str, ...]] | None = None) -> str:
+    """The dotted name Python imports ``path`` by: the file's stem, preceded by every enclosing
+    folder that is a package (holds an ``__init__.py``). ``packages`` caches each folder's
+    package name across calls (one file-system check per folder for a whole run)."""
+    folder, filename = os.path.split(os.path.abspath(path))
+    stem = os.path.splitext(filename)[0]
+    parts = [] if stem == "__init__" else [stem]
+    return ".".join([*_package_of(folder, {} if packages is None else packages), *parts])
+
+
+def _package_of(folder: str, packages: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The dotted parts of the package that ``folder`` is (empty when it has no ``__init__``)."""
+    known = packages.get(folder)
+    if known is not None:
+        return known
+    found: tuple[str, ...] = ()
+    if os.path.isfile(os.path.join(folder, "__init__.py")):
+        parent, package = os.path.split(folder)
+        found = (*_package_of(parent, packages), package) if package else ()
+    packages[folder] = found
+    return found
+
+
+def _module_parts(path: str) -> list[str]:
+    without = os.path.splitext(os.path.abspath(path))[0]
+    parts = without.split(os.sep)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def _path_ends_with(path: str, parts: list[str]) -> bool:
+    return _module_parts(path)[-len(parts) :] == parts
+
+
+def _distance(folder: str, path: str, parts: list[str]) -> int:
+    """How far above the importer's folder the root that ``path`` hangs from is (0: the same
+    folder), or a large number when that root is not one of its ancestors."""
+    root = os.sep.join(_module_parts(path)[: -len(parts)]) or os.sep
+    if folder == root:
+        return 0
+    if folder.startswith(root.rstrip(os.sep) + os.sep):
+        return folder[len(root) :].count(os.sep) + (0 if root == os.sep else 1)
+    return _FAR
+
+
+_FAR = 1 << 20
+
+
+def read_python(path: str) -> bytes | None:
+    """A file's bytes, or None when it cannot be read (it then has no facts)."""
+    try:
+        with open(path, "rb") as stream:
+            return stream.read()
+    except OSError:
+        return None
+
+
+class ProjectFiles:
+    """The Python files of a run, as a rule's :meth:`~migrator.rule.Rule.link` sees them.
+
+    Nothing is kept from the first reading: a file is read again (``read``) and parsed when a
+    rule asks for it, and its index is kept until :meth:`release`, for the other rules of the
+    same link stage. Resolution covers every Python file of the run, summarised or not; the
+    package of each folder is looked up once.
+    """
+
+    def __init__(
+        self, paths: Sequence[str], read: Callable[[str], bytes | None] = read_python
+    ) -> None:
+        self.paths = tuple(paths)
+        self._read = read
+        self._indexes: dict[str, ModuleIndex | None] = {}
+        self._containing: dict[str, list[str]] = {}
+
+    @functools.cached_property
+    def resolver(self) -> ProjectFacts:
+        """Facts that know every file's module name (and nothing else), for :meth:`resolve`."""
+        packages: dict[str, tuple[str, ...]] = {}
+        return ProjectFacts(tuple(Module(path, module_name(path, packages)) for path in self.paths))
+
+    def resolve(self, dotted: str, importer: str) -> Target | AmbiguousModule | None:
+        """Like :meth:`ProjectFacts.resolve`, over every Python file of the run."""
+        return self.resolver.resolve(dotted, importer)
+
+    def absolute(self, dotted: str, importer: str) -> str | None:
+        return self.resolver.absolute(dotted, importer)
+
+    def index(self, path: str) -> ModuleIndex | None:
+        """The ``ast`` index of a file of the run (None: unreadable, or it does not parse)."""
+        if path not in self._indexes:
+            from migrator.engine import parse_for_summary  # the engine imports rule, rule this
+
+            source = self._read(path)
+            self._indexes[path] = None if source is None else parse_for_summary(source, path)
+        return self._indexes[path]
+
+    def containing(self, words: Collection[str]) -> dict[str, list[str]]:
+        """For each word, the files whose text contains it; the files are read once for all
+        the words not asked about before."""
+        new = [word for word in dict.fromkeys(words) if word not in self._containing]
+        if new:
+            found: dict[str, list[str]] = {word: [] for word in new}
+            encoded = [(word, word.encode()) for word in new]
+            for path in self.paths:
+                data = self._read(path)
+                if data is None:
+                    continue
+                for word, pattern in encoded:
+                    if pattern in data:
+                        found[word].append(path)
+            self._containing.update(found)
+        return {word: self._containing[word] for word in words}
+
+    def release(self) -> None:
+        """Let go of every index read (see :meth:`ModuleIndex.release`)."""
+        for index in self._indexes.values():
+            if index is not None:
+                index.release()
+        self._indexes.clear()
+
+
+@dataclass(frozen=True)
+class Linking:
+    """What a rule's :meth:`~migrator.rule.Rule.link` works with."""
+
+    project: ProjectFacts  # every rule's summaries (no links yet)
+    files: ProjectFiles
+    settings: Any  # migrator.rule.Settings of the run (that module imports this one)
+    selected: frozenset[str]  # the codes of the rules that run
+
+
+@dataclass
+class ProjectBuilder:
+    """Collects facts file by file while the runner reads the run's files."""
+
+    rules: tuple[Any, ...]  # type[Rule]; Any: migrator.rule imports this module
+    modules: list[Module] = field(default_factory=list)
+    python: dict[str, dict[str, Facts]] = field(default_factory=dict)
+    native: dict[str, dict[str, Facts]] = field(default_factory=dict)
+    paths: list[str] = field(default_factory=list)  # every Python file given, for linking
+    link_failures: dict[str, str] = field(default_factory=dict)  # key -> the error
+
+    @property
+    def wanted(self) -> bool:
+        """Does any selected rule use project facts at all?"""
+        return any(rule.PROJECT_TRIGGER or rule.NATIVE_TRIGGER for rule in self.rules)
+
+    def add_python(self, path: str, source: bytes) -> None:
+        """Summarise one Python file for every rule whose ``PROJECT_TRIGGER`` it contains
+        (once per shared key)."""
+        self.paths.append(path)
+        interested: dict[str, Any] = {}
+        for rule in self.rules:
+            if rule.PROJECT_TRIGGER and rule.wants_summary(source):
+                interested.setdefault(rule.project_key(), rule)
+        if not interested:
+            return
+        from migrator.engine import parse_for_summary  # the engine imports rule, rule this
+
+        index = parse_for_summary(source, path)
+        if index is None:
+            return  # the per-file stage reports the syntax or decoding error
+        module = Module(path, module_name(path))
+        self.modules.append(module)
+        try:
+            for key, rule in interested.items():
+                facts = rule.summarize(index, module)
+                if facts:
+                    self.python.setdefault(key, {})[path] = facts
+        finally:
+            index.release()
+
+    def add_native(self, path: str, data: bytes) -> None:
+        """Summarise one C, C++ or CUDA source for every rule whose ``NATIVE_TRIGGER`` it
+        contains; undecodable bytes are replaced (scanners look for ASCII patterns only)."""
+        interested = [
+            rule
+            for rule in self.rules
+            if any(word.encode() in data for word in rule.NATIVE_TRIGGER)
+        ]
+        if not interested:
+            return
+        text = data.decode("utf-8", errors="replace")
+        for rule in interested:
+            facts = rule.summarize_native(text, path)
+            if facts:
+                self.native.setdefault(rule.CODE, {})[path] = facts
+
+    def build(
+        self, settings: Any = None, read: Callable[[str], bytes | None] = read_python
+    ) -> ProjectFacts:
+        """The summaries, then what each rule (once per key) links from them; ``settings``
+        are the run's (the defaults when None), ``read`` reads a file of the run again."""
+        facts = ProjectFacts(
+            tuple(sorted(self.modules, key=lambda m: m.path)),
+            {code: dict(sorted(by_path.items())) for code, by_path in sorted(self.python.items())},
+            {code: dict(sorted(by_path.items())) for code, by_path in sorted(self.native.items())},
+        )
+        linked = self._link(facts, settings, read)
+        return replace(facts, linked=linked) if linked else facts
+
+    def _link(
+        self, facts: ProjectFacts, settings: Any, read: Callable[[str], bytes | None]
+    ) -> dict[str, dict[str, Facts]]:
+        linkers: dict[str, Any] = {}
+        for rule in self.rules:
+            if rule.PROJECT_TRIGGER and facts.summaries(rule.project_key()):
+                linkers.setdefault(rule.project_key(), rule)
+        if not linkers:
+            return {}
+        if settings is None:
+            from migrator.rule import Settings  # that module imports this one
+
+            settings = Settings()
+        files = ProjectFiles(self.paths, read)
+        linking = Linking(facts, files, settings, frozenset(rule.CODE for rule in self.rules))
+        linked: dict[str, dict[str, Facts]] = {}
+        try:
+            for key, rule in sorted(linkers.items()):
+                try:
+                    found = rule.link(linking)
+                except Exception as error:  # a bug in one rule's link: see link_failures
+                    self.link_failures[key] = f"{type(error).__name__}: {error}"
+                    continue
+                if found:
+                    linked[key] = dict(sorted(found.items()))
+        finally:
+            files.release()
+        return linked
+
+    def failed_links(self, facts: ProjectFacts) -> dict[str, str]:
+        """Path -> message for the summarised files whose rule's link failed: the runner
+        leaves them untouched (checked without the facts, a rule could act on half of them)."""
+        return {
+            path: f"internal error while linking {key}'s project facts, file left untouched: "
+            f"{message}"
+            for key, message in self.link_failures.items()
+            for path in facts.summaries(key)
+        }
+
+
+def read_native(paths: list[str]) -> Iterator[tuple[str, bytes]]:
+    """``(path, bytes)`` of each readable native source (one that cannot be read only costs its
+    facts)."""
+    for path in paths:
+        try:
+            with open(path, "rb") as stream:
+                yield path, stream.read()
+        except OSError:
+            continue

@@ -1,0 +1,533 @@
+"""The recording probe that ``npu-migrate verify`` installs in the programs it runs.
+
+Loaded by this folder's ``sitecustomize`` in the child process only; it never edits the user's
+files and imports nothing heavy at start-up: its torch, numpy and ``apex.amp`` patches are
+applied right after the program itself imports those modules (an import hook), so the program's
+own start-up (environment variables set before ``import torch``, import order) is unchanged.
+
+What it does, driven by environment variables set by the parent (``migrator/verify/launch.py``):
+
+- seeds ``random`` at start-up, ``numpy`` and ``torch`` as they are imported, and runs torch on one
+  thread; data-loader workers are seeded by torch from the seeded main process;
+- records the value of every scalar that ``backward()`` is called on (the unscaled loss when it
+  went through ``amp.scale_loss`` or a ``GradScaler``), and after each optimizer ``step()`` a
+  digest of that optimizer's parameters: every entry of small tensors, an evenly spread sample of
+  ``DIGEST_ENTRIES`` entries of larger ones;
+- groups them into training steps (one step of each optimizer the program steps per iteration),
+  appends each finished step to ``record-<pid>.jsonl`` and, after the requested number of steps,
+  stops the program with ``SystemExit(0)``;
+- with ``NPU_MIGRATE_VERIFY_SYNTHETIC``, replaces what each ``DataLoader`` yields with fixed random
+  batches shaped like its first real batch;
+- records an uncaught exception (and, when it is a missing file, the path) for the parent's
+  error message.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import gc
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import random
+import re
+import sys
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import ModuleType, TracebackType
+from typing import Any
+
+DIGEST_ENTRIES = 1024  # per tensor; bounds the record of a large model to a few MB per step
+WRAPPERS = frozenset({"DistributedDataParallel", "DataParallel"})  # their params are `module.*`
+DATA_CODE = (f"torch{os.sep}utils{os.sep}data", f"torchvision{os.sep}datasets")
+MISSING_FILE = re.compile(r"No such file or directory: '([^']+)'")
+
+
+class Recorder:
+    """Losses and parameter digests of this process, grouped into training steps."""
+
+    def __init__(self, folder: str, steps: int, seed: int) -> None:
+        self.path = os.path.join(folder, f"record-{os.getpid()}.jsonl")
+        self.wanted = steps
+        self.seed = seed
+        self.finished = 0  # steps written so far
+        self.current: dict[str, Any] | None = None
+        self.current_optimizers: list[int] = []  # ids of the optimizers stepped in the current step
+        self.slots: int | None = None  # optimizer steps per training step, known after the first
+        self.pending_losses: list[float] = []
+        self.step_depth = 0
+        self.backward_depth = 0
+        self.scaled: dict[int, tuple[weakref.ref[Any], float]] = {}
+        self.names: dict[int, tuple[weakref.ref[Any], str]] = {}
+        self.names_scanned_at = -1
+        self.synthetic_layouts: list[str] = []
+        self.synthetic_failure: str | None = None
+        self.synthetic_loaders = 0
+        self.error: dict[str, Any] | None = None
+        self.stopped = False
+        self.ended = False
+
+    # -- what the hooks call ---------------------------------------------------------------------
+
+    def on_backward(self, tensors: Any) -> None:
+        import torch
+
+        if self.stopped:
+            return
+        items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        for tensor in items:
+            if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
+                self.pending_losses.append(self.unscaled(tensor))
+
+    def note_scaled(self, scaled: Any, loss: Any) -> None:
+        """``scaled`` is ``loss`` times a loss scale: record ``loss`` when it is backpropagated."""
+        import torch
+
+        if isinstance(scaled, torch.Tensor) and scaled is not loss and loss.numel() == 1:
+            self.scaled[id(scaled)] = (weakref.ref(scaled), float(loss.detach().float()))
+
+    def unscaled(self, tensor: Any) -> float:
+        entry = self.scaled.pop(id(tensor), None)
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        return float(tensor.detach().float())
+
+    def on_step(self, optimizer: Any) -> None:
+        """After the outermost ``step()`` of an optimizer (nested ones are its internals)."""
+        if self.stopped:
+            return
+        process_rank()  # remember the rank while the process group is up
+        if (
+            self.current is not None
+            and self.slots is None
+            and id(optimizer) in self.current_optimizers
+        ):
+            # The first optimizer to step twice starts the second training step: now we know how
+            # many optimizer steps make one training step (two in a GAN).
+            self.slots = len(self.current_optimizers)
+            self.close_step()
+            if self.finished >= self.wanted:
+                self.stop()
+        if self.current is None:
+            self.current = {"losses": [], "optimizers": []}
+            self.current_optimizers = []
+        self.current["losses"].extend(self.pending_losses)
+        self.pending_losses = []
+        self.current["optimizers"].append(self.digest(optimizer))
+        self.current_optimizers.append(id(optimizer))
+        if self.slots is not None and len(self.current_optimizers) == self.slots:
+            self.close_step()
+            if self.finished >= self.wanted:
+                self.stop()
+
+    # -- steps and records -----------------------------------------------------------------------
+
+    def close_step(self) -> None:
+        if self.current is None:
+            return
+        rank, world_size = process_rank()
+        line = {"kind": "step", "rank": rank, "world_size": world_size, "amp": amp_facts()}
+        line.update(self.current)
+        self.append(line)
+        self.current = None
+        self.finished += 1
+        self.scaled.clear()  # scaled losses never backpropagated
+
+    def append(self, line: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as sink:
+            sink.write(json.dumps(line) + "\n")
+
+    def finish(self) -> None:
+        """At exit: the last (possibly shorter) step, and how the process ended."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.current is not None and not self.stopped:
+            self.close_step()
+        if not (self.finished or self.error or self.synthetic_failure or self.synthetic_layouts):
+            return  # a helper process (a launcher, a data-loader worker): nothing to say
+        rank, world_size = process_rank()
+        self.append(
+            {
+                "kind": "end",
+                "rank": rank,
+                "world_size": world_size,
+                "stopped": self.stopped,
+                "error": self.error,
+                "synthetic_layouts": self.synthetic_layouts,
+                "synthetic_failure": self.synthetic_failure,
+            }
+        )
+
+    def stop(self) -> None:
+        """Enough steps: end the program the way ``sys.exit(0)`` would (``finally`` blocks run)."""
+        self.stopped = True
+        self.finish()
+        distributed = sys.modules.get("torch.distributed")
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            # Every rank stops after the same step, so no collective is left waiting.
+            distributed.destroy_process_group()
+        raise SystemExit(0)
+
+    # -- parameter digests -----------------------------------------------------------------------
+
+    def digest(self, optimizer: Any) -> dict[str, Any]:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if any(self.name_of(p) is None for p in params) and self.names_scanned_at != self.finished:
+            self.scan_names(optimizer)
+        lrs = [float(group["lr"]) for group in optimizer.param_groups if "lr" in group]
+        return {
+            "class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+            "lr": max(lrs, default=0.0),
+            "params": [
+                {"name": self.name_of(p), "shape": list(p.shape), "values": sample(p)}
+                for p in params
+            ],
+        }
+
+    def name_of(self, param: Any) -> str | None:
+        entry = self.names.get(id(param))
+        return entry[1] if entry is not None and entry[0]() is param else None
+
+    def scan_names(self, optimizer: Any) -> None:
+        """Name parameters after the models that hold them (``layer1.0.conv1.weight``)."""
+        import torch
+
+        self.names_scanned_at = self.finished
+        # type(), not isinstance(): a lazy object's __class__ could run code (and warn).
+        modules = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.nn.Module)]
+        children = {id(child) for module in modules for child in module.children()}
+        for root in modules:
+            if id(root) in children:
+                continue
+            while type(root).__name__ in WRAPPERS and isinstance(
+                getattr(root, "module", None), torch.nn.Module
+            ):
+                root = root.module
+            for name, param in root.named_parameters():
+                self.names[id(param)] = (weakref.ref(param), name)
+        # amp O2 steps fp32 master copies of the model's half parameters: name them alike.
+        stash = getattr(optimizer, "_amp_stash", None)
+        for half, master in zip(
+            getattr(stash, "half_params", ()), getattr(stash, "master_params", ()), strict=False
+        ):
+            name = self.name_of(half)
+            if name is not None:
+                self.names[id(master)] = (weakref.ref(master), name)
+
+    # -- errors ----------------------------------------------------------------------------------
+
+    def on_uncaught(self, error: BaseException, trace: TracebackType | None) -> None:
+        import traceback
+
+        message = str(error)
+        missing = getattr(error, "filename", None) if isinstance(error, FileNotFoundError) else None
+        if missing is None:
+            match = MISSING_FILE.search(message)
+            missing = match.group(1) if match else None
+        self.error = {
+            "type": type(error).__name__,
+            "message": message[-3000:],
+            "traceback": "".join(traceback.format_exception(type(error), error, trace))[-4000:],
+            "missing_path": None if missing is None else str(missing),
+            "in_data_loading": in_data_loading(trace, message),
+        }
+
+
+def sample(param: Any) -> list[float]:
+    """Every entry of a small tensor; evenly spread entries (the same on both sides) of a large
+    one."""
+    import torch
+
+    flat = param.detach().reshape(-1)
+    if flat.numel() > DIGEST_ENTRIES:
+        index = torch.linspace(0, flat.numel() - 1, DIGEST_ENTRIES, dtype=torch.float64)
+        flat = flat[index.round().long()]
+    values: list[float] = flat.double().tolist()
+    return values
+
+
+def in_data_loading(trace: TracebackType | None, message: str) -> bool:
+    """Whether the error was raised while building or reading a data set."""
+    if "DataLoader worker" in message:
+        return True
+    while trace is not None:
+        frame = trace.tb_frame
+        if any(part in frame.f_code.co_filename for part in DATA_CODE):
+            return True
+        owner = frame.f_locals.get("self")
+        data = sys.modules.get("torch.utils.data")
+        if data is not None and isinstance(owner, data.Dataset | data.DataLoader):
+            return True
+        trace = trace.tb_next
+    return False
+
+
+_last_group: list[tuple[int, int]] = []  # the rank seen while a process group was up
+
+
+def process_rank() -> tuple[int, int]:
+    """This process's rank and world size: its process group's, or the one it had before it
+    destroyed the group (the last step is written at exit), else torchrun's variables."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        _last_group[:] = [(distributed.get_rank(), distributed.get_world_size())]
+    if _last_group:
+        return _last_group[0]
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def amp_facts() -> dict[str, str] | None:
+    """apex amp's opt level and the dtype it computes in, when ``amp.initialize`` was called."""
+    state_module = sys.modules.get("apex.amp._amp_state")
+    casting = sys.modules.get("apex.amp._casting")
+    if state_module is None or casting is None:
+        return None
+    state = state_module._amp_state
+    properties = state.opt_properties
+    if not state.initialized or properties is None or not properties.enabled:
+        return None
+    half = str(casting.half_dtype_for("cpu")).removeprefix("torch.")
+    return {"opt_level": str(properties.opt_level), "half_dtype": half}
+
+
+# -- synthetic data --------------------------------------------------------------------------------
+
+
+def like(value: Any, generator: Any) -> Any:
+    """A random value with the structure, shapes and dtypes of ``value`` (integers in its range)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 0 or value.is_complex():
+            return value.clone()
+        if value.dtype == torch.bool:
+            return torch.randint(0, 2, value.shape, generator=generator).bool()
+        if value.is_floating_point():
+            return torch.randn(value.shape, generator=generator).to(value.dtype)
+        low, high = int(value.min()), int(value.max())
+        return torch.randint(low, high + 1, value.shape, generator=generator).to(value.dtype)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*(like(item, generator) for item in value))
+    if isinstance(value, list | tuple):
+        return type(value)(like(item, generator) for item in value)
+    if isinstance(value, Mapping):
+        items = {key: like(item, generator) for key, item in value.items()}
+        kind: Any = type(value)  # dict, OrderedDict, a UserDict such as BatchEncoding
+        try:
+            return kind(items)
+        except TypeError:
+            return items
+    return value  # strings, numbers, None: kept as in the first batch
+
+
+def layout(value: Any) -> str:
+    """``float32[8, 3, 16, 16], int64[8]``: the tensors of a batch, for the report."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key}: {layout(item)}" for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(layout(item) for item in value)
+    return type(value).__name__
+
+
+def synthetic_iter(recorder: Recorder, real_iter: Callable[[Any], Iterator[Any]]) -> Any:
+    """A ``DataLoader.__iter__`` that reads one real batch, then yields random ones like it."""
+
+    def __iter__(loader: Any) -> Iterator[Any]:
+        real = real_iter(loader)
+        try:
+            first = next(real)
+        except StopIteration:
+            recorder.synthetic_failure = "a DataLoader yielded no batch at all"
+            raise RuntimeError(
+                "npu-migrate verify --synthetic-data: the DataLoader is empty, so there is no "
+                "batch to copy the shapes of"
+            ) from None
+        except Exception as error:
+            recorder.synthetic_failure = (
+                f"reading the first real batch failed ({type(error).__name__}: {error})"
+            )
+            raise
+        del real  # shuts its workers down
+        recorder.synthetic_layouts.append(layout(first))
+        try:
+            count: int | None = len(loader)
+        except TypeError:  # an IterableDataset without a length: until the program stops
+            count = None
+        import torch
+
+        rank, _ = process_rank()
+        seed = recorder.seed * 1_000_003 + rank * 7_919 + recorder.synthetic_loaders
+        recorder.synthetic_loaders += 1
+        generator = torch.Generator().manual_seed(seed)
+        return batches(first, generator, count)
+
+    return __iter__
+
+
+def batches(first: Any, generator: Any, count: int | None) -> Iterator[Any]:
+    produced = 0
+    while count is None or produced < count:
+        yield like(first, generator)
+        produced += 1
+
+
+# -- installing ------------------------------------------------------------------------------------
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    """Runs the wrapped loader, then a callback on the fresh module."""
+
+    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self._callback = callback
+
+    def __getattr__(self, name: str) -> Any:  # resource readers and the like
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        created: ModuleType | None = self._loader.create_module(spec)
+        return created
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._callback(module)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls back right after a module named in ``callbacks`` is first imported."""
+
+    def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.callbacks = callbacks
+        self.searching: set[str] = set()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.callbacks or fullname in self.searching:
+            return None
+        self.searching.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.searching.discard(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _CallbackLoader(spec.loader, self.callbacks.pop(fullname))
+        return spec
+
+
+def patch_torch(recorder: Recorder, synthetic: bool, torch: ModuleType) -> None:
+    import torch.optim.optimizer as optim
+
+    torch.manual_seed(recorder.seed)
+    torch.set_num_threads(1)
+
+    def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        recorder.step_depth += 1
+
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        recorder.step_depth -= 1
+        if recorder.step_depth == 0:
+            recorder.on_step(optimizer)
+
+    optim.register_optimizer_step_pre_hook(before_step)
+    optim.register_optimizer_step_post_hook(after_step)
+
+    real_backward = torch.autograd.backward
+
+    @functools.wraps(real_backward)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if recorder.backward_depth == 0:  # not a backward run inside another (checkpointing)
+            recorder.on_backward(tensors)
+        recorder.backward_depth += 1
+        try:
+            return real_backward(tensors, *args, **kwargs)
+        finally:
+            recorder.backward_depth -= 1
+
+    torch.autograd.backward = backward
+
+    real_scale = torch.amp.GradScaler.scale
+
+    @functools.wraps(real_scale)
+    def scale(self: Any, outputs: Any) -> Any:
+        scaled = real_scale(self, outputs)
+        recorder.note_scaled(scaled, outputs)
+        return scaled
+
+    torch.amp.GradScaler.scale = scale
+    if synthetic:
+        loader_class = torch.utils.data.DataLoader
+        loader_class.__iter__ = synthetic_iter(recorder, loader_class.__iter__)
+
+
+def patch_amp(recorder: Recorder, amp: ModuleType) -> None:
+    real_scale_loss = amp.scale_loss
+
+    @contextlib.contextmanager
+    @functools.wraps(real_scale_loss)
+    def scale_loss(loss: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        with real_scale_loss(loss, *args, **kwargs) as scaled:
+            recorder.note_scaled(scaled, loss)
+            yield scaled
+
+    amp.scale_loss = scale_loss  # type: ignore[attr-defined]
+
+
+def seed_numpy(seed: int, numpy: ModuleType) -> None:
+    numpy.random.seed(seed)
+
+
+def put_shim_first() -> None:
+    """Make ``import torch_npu`` import the runtime's CPU stand-in."""
+    try:
+        from apex.testing.npu_shim import npu_shim_path
+    except ImportError as error:
+        sys.stderr.write(
+            "npu-migrate verify: the migrated program needs the apex runtime's torch_npu "
+            f"stand-in, and this Python cannot import it ({error}); install the runtime "
+            "(pip install -e runtime, see README)\n"
+        )
+        sys.stderr.flush()
+        os._exit(3)
+    sys.path.insert(0, npu_shim_path())
+
+
+def install() -> None:
+    environ = os.environ
+    seed = int(environ.get("NPU_MIGRATE_VERIFY_SEED", "0"))
+    recorder = Recorder(
+        environ["NPU_MIGRATE_VERIFY_RECORDS"],
+        int(environ.get("NPU_MIGRATE_VERIFY_STEPS", "5")),
+        seed,
+    )
+    random.seed(seed)
+    if environ.get("NPU_MIGRATE_VERIFY_SHIM"):
+        put_shim_first()
+    synthetic = bool(environ.get("NPU_MIGRATE_VERIFY_SYNTHETIC"))
+    callbacks: dict[str, Callable[[ModuleType], None]] = {
+        "torch": functools.partial(patch_torch, recorder, synthetic),
+        "numpy": functools.partial(seed_numpy, seed),
+        "apex.amp": functools.partial(patch_amp, recorder),
+    }
+    sys.meta_path.insert(0, _AfterImport(callbacks))
+
+    previous_hook = sys.excepthook
+
+    def excepthook(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+        recorder.on_uncaught(error, trace)
+        previous_hook(kind, error, trace)
+
+    sys.excepthook = excepthook
+    atexit.register(recorder.finish)

@@ -1,0 +1,332 @@
+"""Step-by-step comparison of two recorded runs, and the tolerance it uses.
+
+A run is what the probe (``child/_npu_migrate_verify_probe.py``) recorded in each process: per
+training step, the losses ``backward()`` was called on and, per optimizer step, a digest of the
+optimizer's parameters. Two runs agree when every loss and every digest entry of the migrated
+run is within ``atol + rtol * |original|`` of the original's (the rule of ``numpy.allclose`` and
+``torch.testing.assert_close``).
+
+Pure Python on purpose: the migrator never imports torch or numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Optimizer pairs (original class name, migrated class name) that do the same arithmetic in the
+# runtime, so that under amp both sides round identically (docs/verify.md, "Which tolerance").
+SAME_ARITHMETIC = frozenset(
+    {("SGD", "NpuFusedSGD"), ("FusedSGD", "NpuFusedSGD"), ("Adam", "NpuFusedAdam")}
+)
+HALF_DTYPES = frozenset({"bfloat16", "float16"})
+
+
+@dataclass(frozen=True)
+class ParamDigest:
+    name: str | None  # the model's name for it (``layer1.0.conv1.weight``), when known
+    shape: tuple[int, ...]
+    values: tuple[float, ...]  # every entry, or an evenly spread sample of a large tensor
+
+
+@dataclass(frozen=True)
+class OptimizerStep:
+    class_name: str  # qualified: ``torch.optim.adam.Adam``
+    lr: float  # the largest learning rate of its groups at this step
+    params: tuple[ParamDigest, ...]
+
+    @property
+    def short_name(self) -> str:
+        return self.class_name.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Step:
+    losses: tuple[float, ...]
+    optimizers: tuple[OptimizerStep, ...]
+    amp: dict[str, str] | None  # {"opt_level": "O2", "half_dtype": "bfloat16"} under apex amp
+
+
+def step_from_json(line: dict[str, Any]) -> Step:
+    return Step(
+        losses=tuple(float(value) for value in line["losses"]),
+        optimizers=tuple(
+            OptimizerStep(
+                class_name=optimizer["class"],
+                lr=float(optimizer["lr"]),
+                params=tuple(
+                    ParamDigest(p["name"], tuple(p["shape"]), tuple(p["values"]))
+                    for p in optimizer["params"]
+                ),
+            )
+            for optimizer in line["optimizers"]
+        ),
+        amp=line.get("amp"),
+    )
+
+
+# -- tolerance -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    rule: str  # "fp32", "amp" or "amp-rounding" (docs/verify.md)
+    reason: str  # why that rule applies to these two runs, for the report
+
+    def allows(self, actual: float, expected: float) -> bool:
+        if math.isnan(actual) or math.isnan(expected):
+            return math.isnan(actual) and math.isnan(expected)
+        return abs(actual - expected) <= self.atol + self.rtol * abs(expected)
+
+    def excess(self, actual: float, expected: float) -> float:
+        """How far ``actual`` is outside the tolerance (<= 0 inside; inf for a lone NaN)."""
+        if self.allows(actual, expected):
+            return 0.0
+        if math.isnan(actual) or math.isnan(expected):
+            return math.inf
+        return abs(actual - expected) - (self.atol + self.rtol * abs(expected))
+
+    def describe(self) -> str:
+        return f"rtol={self.rtol:g} atol={self.atol:.2g} ({self.rule}: {self.reason})"
+
+
+def automatic_tolerance(original: Sequence[Step], migrated: Sequence[Step]) -> Tolerance:
+    """The rule of docs/verify.md that fits what the two runs did (amp, dtype, optimizers)."""
+    amp = next((s.amp for s in (*original[:1], *migrated[:1]) if s.amp is not None), None)
+    if amp is None or amp.get("half_dtype") not in HALF_DTYPES:
+        reason = "no mixed precision" if amp is None else "amp computes in float32"
+        return Tolerance(1e-5, 1e-7, "fp32", reason)
+    precision = f"amp {amp.get('opt_level')} in {amp.get('half_dtype')}"
+    pairs = optimizer_pairs(original, migrated)
+    differ = [(a, b) for a, b in pairs if a != b and (a, b) not in SAME_ARITHMETIC]
+    if not differ:
+        shown = ", ".join(f"{a} -> {b}" for a, b in pairs) or "no optimizer"
+        return Tolerance(1e-6, 1e-7, "amp", f"{precision}, same optimizer arithmetic ({shown})")
+    # A different rounding of one formula can flip the half-precision rounding of a weight, which
+    # moves that step's update by up to a bf16 ulp (2**-8) of the learning rate; twice that bound
+    # accumulated over the steps (docs/verify.md).
+    steps = max(len(original), len(migrated))
+    lr = max((o.lr for s in (*original, *migrated) for o in s.optimizers), default=0.0)
+    atol = max(1e-7, steps * lr * 2.0**-7)
+    shown = ", ".join(f"{a} -> {b}" for a, b in differ)
+    reason = f"{precision}, {shown} round differently: atol = {steps} steps x lr {lr:g} x 2**-7"
+    return Tolerance(1e-5, atol, "amp-rounding", reason)
+
+
+def optimizer_pairs(original: Sequence[Step], migrated: Sequence[Step]) -> list[tuple[str, str]]:
+    if not original or not migrated:
+        return []
+    pairs = zip(original[0].optimizers, migrated[0].optimizers, strict=False)
+    return list(dict.fromkeys((a.short_name, b.short_name) for a, b in pairs))
+
+
+def with_overrides(tolerance: Tolerance, rtol: float | None, atol: float | None) -> Tolerance:
+    if rtol is None and atol is None:
+        return tolerance
+    given = " and ".join(
+        name for name, value in (("rtol", rtol), ("atol", atol)) if value is not None
+    )
+    return Tolerance(
+        tolerance.rtol if rtol is None else rtol,
+        tolerance.atol if atol is None else atol,
+        tolerance.rule,
+        f"{tolerance.reason}; {given} given on the command line",
+    )
+
+
+# -- comparison ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Difference:
+    step: int  # 1-based
+    rank: int
+    what: str  # "the loss", "parameter 'conv1.weight' of optimizer 1 (Adam -> NpuFusedAdam)"
+    detail: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table (rank 0's losses; the parameter difference over every rank)."""
+
+    step: int
+    losses_original: tuple[float, ...] | None
+    losses_migrated: tuple[float, ...] | None
+    max_param_difference: float | None
+    differs: bool
+
+
+@dataclass(frozen=True)
+class Comparison:
+    rows: list[Row]
+    first_difference: Difference | None
+    ranks: int
+
+
+def compare(
+    original: dict[int, list[Step]], migrated: dict[int, list[Step]], tolerance: Tolerance
+) -> Comparison:
+    """Compare rank by rank, step by step; the first difference is the earliest step's."""
+    differences: list[Difference] = []
+    largest: dict[int, float] = {}
+    for rank in sorted(original.keys() | migrated.keys()):
+        if rank not in original or rank not in migrated:
+            side = "original" if rank not in original else "migrated"
+            differences.append(
+                Difference(1, rank, f"rank {rank}", f"the {side} run has no rank {rank}")
+            )
+            continue
+        for index in range(max(len(original[rank]), len(migrated[rank]))):
+            step = index + 1
+            if index >= len(original[rank]) or index >= len(migrated[rank]):
+                differences.append(
+                    Difference(
+                        step,
+                        rank,
+                        "the number of steps",
+                        steps_detail(original[rank], migrated[rank]),
+                    )
+                )
+                break
+            difference, worst = compare_step(
+                step, rank, original[rank][index], migrated[rank][index], tolerance
+            )
+            if worst is not None:
+                largest[step] = max(largest.get(step, 0.0), worst)
+            if difference is not None:
+                differences.append(difference)
+    first = min(differences, key=lambda d: (d.step, d.rank), default=None)
+    differing = {d.step for d in differences}
+    rows = table_rows(original.get(0, []), migrated.get(0, []), largest, differing)
+    return Comparison(rows, first, len(original.keys() | migrated.keys()))
+
+
+def steps_detail(original: Sequence[Step], migrated: Sequence[Step]) -> str:
+    return f"the original recorded {len(original)} steps, the migrated program {len(migrated)}"
+
+
+def table_rows(
+    original: Sequence[Step],
+    migrated: Sequence[Step],
+    largest: dict[int, float],
+    differing: set[int],
+) -> list[Row]:
+    rows = []
+    for index in range(max(len(original), len(migrated))):
+        step = index + 1
+        rows.append(
+            Row(
+                step,
+                original[index].losses if index < len(original) else None,
+                migrated[index].losses if index < len(migrated) else None,
+                largest.get(step),
+                step in differing,
+            )
+        )
+    return rows
+
+
+def compare_step(
+    step: int, rank: int, original: Step, migrated: Step, tolerance: Tolerance
+) -> tuple[Difference | None, float | None]:
+    """The first difference of one step (losses first, then parameters in optimizer order) and
+    the largest parameter difference of the step."""
+    found: list[Difference] = []
+    if len(original.losses) != len(migrated.losses):
+        detail = f"{len(migrated.losses)} losses, the original {len(original.losses)}"
+        found.append(Difference(step, rank, "the losses", detail))
+    else:
+        for expected_loss, loss in zip(original.losses, migrated.losses, strict=True):
+            if not tolerance.allows(loss, expected_loss):
+                detail = f"{loss:.9g}, the original {expected_loss:.9g}"
+                found.append(Difference(step, rank, "the loss", detail))
+                break
+    if len(original.optimizers) != len(migrated.optimizers):
+        counts = len(migrated.optimizers), len(original.optimizers)
+        detail = f"{counts[0]} optimizers stepped, the original {counts[1]}"
+        found.append(Difference(step, rank, "the optimizers", detail))
+        return found[0], None
+    worst: float | None = None
+    for slot, (expected, actual) in enumerate(
+        zip(original.optimizers, migrated.optimizers, strict=True), 1
+    ):
+        label = f"optimizer {slot} ({expected.short_name} -> {actual.short_name})"
+        difference, largest = compare_params(step, rank, label, expected, actual, tolerance)
+        if difference is not None:
+            found.append(difference)
+        if largest is not None:
+            worst = largest if worst is None else max(worst, largest)
+    return (found[0] if found else None), worst
+
+
+def compare_params(
+    step: int,
+    rank: int,
+    label: str,
+    original: OptimizerStep,
+    migrated: OptimizerStep,
+    tolerance: Tolerance,
+) -> tuple[Difference | None, float | None]:
+    pairs = matched_params(original.params, migrated.params)
+    if pairs is None:
+        detail = f"{len(migrated.params)} parameters, the original {len(original.params)}"
+        return Difference(step, rank, label, detail), None
+    first: Difference | None = None
+    worst = 0.0
+    for position, (expected, actual) in enumerate(pairs, 1):
+        name = (
+            f"parameter '{expected.name}'"
+            if expected.name
+            else f"parameter #{position} {list(expected.shape)}"
+        )
+        if expected.shape != actual.shape:
+            first = first or Difference(
+                step,
+                rank,
+                f"{name} of {label}",
+                f"shape {list(actual.shape)}, the original {list(expected.shape)}",
+            )
+            continue
+        largest, outside, index = tensor_difference(expected.values, actual.values, tolerance)
+        worst = max(worst, largest)
+        if outside and first is None:
+            detail = (
+                f"{outside} of {len(expected.values)} compared entries differ, the worst "
+                f"{actual.values[index]:.9g} vs the original's {expected.values[index]:.9g}"
+            )
+            first = Difference(step, rank, f"{name} of {label}", detail)
+    return first, worst
+
+
+def matched_params(
+    original: Sequence[ParamDigest], migrated: Sequence[ParamDigest]
+) -> list[tuple[ParamDigest, ParamDigest]] | None:
+    """Pair the parameters by name when both sides name all of them (a migration may regroup
+    them), else by position; None when the counts differ."""
+    if len(original) != len(migrated):
+        return None
+    names = [p.name for p in original]
+    by_name = {p.name: p for p in migrated}
+    if None not in names and len(set(names)) == len(names) and set(names) == set(by_name):
+        return [(p, by_name[p.name]) for p in original]
+    return list(zip(original, migrated, strict=True))
+
+
+def tensor_difference(
+    expected: Sequence[float], actual: Sequence[float], tolerance: Tolerance
+) -> tuple[float, int, int]:
+    """(largest absolute difference, entries outside the tolerance, index of the worst one)."""
+    largest, outside, worst_index, worst_excess = 0.0, 0, 0, 0.0
+    for index, (e, a) in enumerate(zip(expected, actual, strict=True)):
+        difference = abs(a - e)
+        largest = max(largest, difference if not math.isnan(difference) else math.inf)
+        excess = tolerance.excess(a, e)
+        if excess > 0:
+            outside += 1
+            if excess > worst_excess:
+                worst_index, worst_excess = index, excess
+    return largest, outside, worst_index

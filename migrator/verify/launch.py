@@ -1,0 +1,232 @@
+"""Running one side of a verification: its processes, their environment, what they recorded.
+
+Each side (the original, the migrated program) runs as ``python ENTRY ARGS...`` in the folder of
+its entry, in fresh processes, on CPU, with the probe of ``child/`` first on ``PYTHONPATH`` (and
+nowhere else: the user's files and the parent's environment are untouched). ``world_size=K``
+starts K processes with torchrun's environment variables; the migrated side also gets the
+runtime's ``torch_npu`` stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from migrator.verify.compare import Step, step_from_json
+
+PROBE_DIR = Path(__file__).resolve().parent / "child"
+SEED = 0
+POLL_S = 0.05
+# Inherited from a launcher the user may be running under; each side gets its own.
+DISTRIBUTED_ENV = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str  # "original" or "migrated"
+    entry: Path
+    shim: bool  # run with the runtime's torch_npu stand-in
+
+    @property
+    def folder(self) -> Path:
+        return self.entry.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    steps: int
+    world_size: int | None  # None: one plain process, as `python ENTRY`
+    synthetic_data: bool
+    timeout_s: float
+    program_args: tuple[str, ...]
+
+
+@dataclass
+class Process:
+    rank: int
+    popen: subprocess.Popen[bytes]
+    log: Path
+    exit_code: int | None = None
+
+
+@dataclass
+class Record:
+    """What one process of a side recorded (``record-<pid>.jsonl``)."""
+
+    rank: int
+    steps: list[Step]
+    end: dict[str, Any] | None  # absent when the process was killed
+
+
+@dataclass
+class Outcome:
+    side: Side
+    processes: list[Process]
+    records: list[Record]
+    timed_out: bool = False
+    failed: list[Process] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def child_env(
+    side: Side, settings: Settings, records: Path, port: int, rank: int
+) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    rest = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(PROBE_DIR) + (os.pathsep + rest if rest else "")
+    env.update(
+        NPU_MIGRATE_VERIFY_RECORDS=str(records),
+        NPU_MIGRATE_VERIFY_STEPS=str(settings.steps),
+        NPU_MIGRATE_VERIFY_SEED=str(SEED),
+        PYTHONHASHSEED=str(SEED),
+        PYTHONUNBUFFERED="1",
+        # One thread: reproducible reductions, and the two sides do not fight over the cores.
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        CUDA_VISIBLE_DEVICES="",  # the original takes its CPU path even where there is a GPU
+        # For scripts that start their own processes with init_method="env://".
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    for flag, on in (
+        ("NPU_MIGRATE_VERIFY_SHIM", side.shim),
+        ("NPU_MIGRATE_VERIFY_SYNTHETIC", settings.synthetic_data),
+    ):
+        if on:
+            env[flag] = "1"
+        else:
+            env.pop(flag, None)
+    if settings.world_size is not None:
+        size = str(settings.world_size)
+        env.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=size,
+            LOCAL_WORLD_SIZE=size,
+            GROUP_RANK="0",
+        )
+    return env
+
+
+class SideRun:
+    """The processes of one side, started at once."""
+
+    def __init__(self, side: Side, settings: Settings, workdir: Path) -> None:
+        self.side = side
+        self.records = workdir / f"records-{side.label}"
+        self.records.mkdir(parents=True)
+        port = free_port()
+        command = [sys.executable, str(side.entry), *settings.program_args]
+        self.processes: list[Process] = []
+        with ExitStack() as logs:
+            for rank in range(settings.world_size or 1):
+                log = workdir / f"{side.label}-rank{rank}.log"
+                sink = logs.enter_context(log.open("wb"))
+                popen = subprocess.Popen(
+                    command,
+                    cwd=side.folder,
+                    env=child_env(side, settings, self.records, port, rank),
+                    stdin=subprocess.DEVNULL,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
+                self.processes.append(Process(rank, popen, log))
+        self.timed_out = False
+
+    def poll(self) -> bool:
+        """True once every process has ended; one failing process ends its siblings (they would
+        wait for it in a collective)."""
+        for process in self.processes:
+            if process.exit_code is None:
+                process.exit_code = process.popen.poll()
+        if any(p.exit_code not in (None, 0) for p in self.processes):
+            self.kill()
+        return all(p.exit_code is not None for p in self.processes)
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.popen.poll() is None:
+                process.popen.kill()
+                process.exit_code = process.popen.wait()
+
+    def outcome(self) -> Outcome:
+        failed = [p for p in self.processes if p.exit_code != 0]
+        return Outcome(
+            self.side, self.processes, read_records(self.records), self.timed_out, failed
+        )
+
+
+def run_sides(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[Outcome]:
+    """Run the sides at the same time, unless they share a folder (then one after the other, so
+    that files one writes cannot be read by the other mid-run)."""
+    parallel = len({side.folder.resolve() for side in sides}) == len(sides)
+    groups = [list(sides)] if parallel else [[side] for side in sides]
+    outcomes = []
+    for group in groups:
+        outcomes.extend(run_group(group, settings, workdir))
+    return outcomes
+
+
+def run_group(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[Outcome]:
+    runs: list[SideRun] = []
+    try:
+        for side in sides:
+            runs.append(SideRun(side, settings, workdir))
+        deadline = time.monotonic() + settings.timeout_s
+        while not all([run.poll() for run in runs]):
+            if time.monotonic() > deadline:
+                for run in runs:
+                    if not run.poll():
+                        run.timed_out = True
+                        run.kill()
+                break
+            time.sleep(POLL_S)
+    finally:
+        for run in runs:
+            run.kill()  # Ctrl-C, or an error starting the other side: leave nothing behind
+    return [run.outcome() for run in runs]
+
+
+def read_records(folder: Path) -> list[Record]:
+    records = []
+    for path in sorted(folder.glob("record-*.jsonl")):
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        steps = [step_from_json(line) for line in lines if line["kind"] == "step"]
+        ends = [line for line in lines if line["kind"] == "end"]
+        end = ends[-1] if ends else None
+        rank = end["rank"] if end is not None else (lines[-1]["rank"] if lines else 0)
+        records.append(Record(int(rank), steps, end))
+    return records
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
