@@ -14,13 +14,12 @@ from migrator.rules.npu3_device import (
     Place,
     add_device_import,
     cuda_fstring_head,
-    device_positions,
+    device_flow,
     expression,
     is_accelerator,
     is_cuda_device_string,
     simple_string,
     string_body,
-    values_reaching,
 )
 
 
@@ -71,16 +70,17 @@ class DeviceString(Rule):
 
     def check(self) -> None:
         targets: dict[int, ast.AST] = {}
-        for position, place in device_positions(self):
-            for value in values_reaching(self, position):
-                if is_cuda_device_string(self, value) and _fits(self, value, place):
-                    targets.setdefault(id(value), value)
-                elif _is_concatenated_device(self, value):
-                    self.report(
-                        value,
-                        'device string built with `+` from "cuda": write "npu" (or "npu:N") '
-                        "by hand; the rest of the string cannot be checked here",
-                    )
+        flow = device_flow(self)
+        self.context.facts[self.CODE] = flow  # NPU925 reports the "cuda" literals it misses
+        for value, place in flow.reached:
+            if is_cuda_device_string(self, value) and _fits(self, value, place):
+                targets.setdefault(id(value), value)
+            elif _is_concatenated_device(self, value):
+                self.report(
+                    value,
+                    'device string built with `+` from "cuda": write "npu" (or "npu:N") '
+                    "by hand; the rest of the string cannot be checked here",
+                )
         for value in sorted(targets.values(), key=self.source.start):
             self._rewrite(value)
 

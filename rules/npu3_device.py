@@ -13,6 +13,7 @@ import ast
 import enum
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import ClassVar
 
 import libcst as cst
@@ -397,6 +398,27 @@ def assigned_values(rule: Rule, name: ast.Name) -> list[ast.expr]:
         if value is not None:
             values.append(value)
     return values
+
+
+@dataclass(frozen=True)
+class DeviceFlow:
+    """Where a module uses devices, as NPU303 sees it: every device position with its place,
+    and every expression that :func:`values_reaching` finds there (with the position's place).
+
+    NPU303 computes it and leaves it in ``context.facts["NPU303"]``; NPU925 reads it to report
+    only the ``"cuda"`` literals that NPU303 does not reach."""
+
+    positions: tuple[tuple[ast.AST, Place], ...]
+    reached: tuple[tuple[ast.AST, Place], ...]
+
+
+def device_flow(rule: Rule) -> DeviceFlow:
+    """The module's device positions and the values reaching them, in source order."""
+    positions = tuple(device_positions(rule))
+    reached = tuple(
+        (value, place) for position, place in positions for value in values_reaching(rule, position)
+    )
+    return DeviceFlow(positions, reached)
 
 
 # -- integer device indices ----------------------------------------------------------------------
