@@ -1,0 +1,304 @@
+"""``npu-migrate verify``: the comparison and tolerance rules, and the command line end to end.
+
+The comparison tests build recorded steps directly (pure Python, as the parent process sees
+them). The command-line tests run the real ``npu-migrate verify`` in a subprocess on
+``fixtures/e2e/verify_data/train.py``, a classifier that reads its data set from a folder; the
+end-to-end programs (tests/test_e2e.py) cover verify on real migrations, world size 1 and 2.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from migrator.verify.compare import (
+    OptimizerStep,
+    ParamDigest,
+    Step,
+    Tolerance,
+    automatic_tolerance,
+    compare,
+    with_overrides,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+DATA_PROGRAM = REPO / "fixtures" / "e2e" / "verify_data"
+TIMEOUT_S = 300
+FP32 = Tolerance(1e-5, 1e-7, "fp32", "test")
+
+
+def step(
+    loss: float,
+    weight: tuple[float, ...],
+    optimizer: str = "torch.optim.adam.Adam",
+    amp: dict[str, str] | None = None,
+    lr: float = 1e-3,
+    names: tuple[str | None, str | None] = ("fc.weight", "fc.bias"),
+) -> Step:
+    params = (
+        ParamDigest(names[0], (len(weight),), weight),
+        ParamDigest(names[1], (1,), (0.5,)),
+    )
+    return Step((loss,), (OptimizerStep(optimizer, lr, params),), amp)
+
+
+# -- tolerance rules -------------------------------------------------------------------------------
+
+AMP_O1 = {"opt_level": "O1", "half_dtype": "bfloat16"}
+
+
+def test_without_amp_the_fp32_rule_applies() -> None:
+    original = [step(1.0, (1.0,), "torch.optim.sgd.SGD")]
+    migrated = [step(1.0, (1.0,), "torch_npu.optim.NpuFusedSGD")]
+    tolerance = automatic_tolerance(original, migrated)
+    assert (tolerance.rule, tolerance.rtol, tolerance.atol) == ("fp32", 1e-5, 1e-7)
+
+
+def test_amp_in_float32_is_compared_like_fp32() -> None:
+    amp = {"opt_level": "O2", "half_dtype": "float32"}
+    original = [step(1.0, (1.0,), "torch.optim.sgd.SGD", amp)]
+    assert automatic_tolerance(original, original).rule == "fp32"
+
+
+def test_amp_with_the_same_optimizer_arithmetic_is_tight() -> None:
+    original = [step(1.0, (1.0,), "torch.optim.sgd.SGD", AMP_O1)]
+    migrated = [step(1.0, (1.0,), "apex.optimizers.NpuFusedSGD", AMP_O1)]
+    tolerance = automatic_tolerance(original, migrated)
+    assert (tolerance.rule, tolerance.rtol, tolerance.atol) == ("amp", 1e-6, 1e-7)
+    assert "SGD -> NpuFusedSGD" in tolerance.reason
+
+
+def test_amp_with_a_different_rounding_allows_steps_times_lr_times_two_to_the_minus_7() -> None:
+    original = [
+        step(1.0, (1.0,), "apex.optimizers.FusedAdam", AMP_O1, lr=lr) for lr in (1e-4, 5e-4)
+    ]
+    migrated = [step(1.0, (1.0,), "x.NpuFusedAdamW", AMP_O1, lr=lr) for lr in (1e-4, 5e-4)]
+    tolerance = automatic_tolerance(original, migrated)
+    assert tolerance.rule == "amp-rounding"
+    assert tolerance.atol == pytest.approx(2 * 5e-4 * 2**-7)
+    assert "FusedAdam -> NpuFusedAdamW" in tolerance.reason
+
+
+def test_given_tolerances_replace_the_rule_s_and_are_reported() -> None:
+    changed = with_overrides(FP32, None, 0.5)
+    assert (changed.rtol, changed.atol) == (1e-5, 0.5)
+    assert "atol given" in changed.reason
+    assert with_overrides(FP32, None, None) is FP32
+
+
+# -- comparison ------------------------------------------------------------------------------------
+
+
+def test_identical_runs_agree_and_every_step_gets_a_row() -> None:
+    run = {0: [step(2.0, (1.0, 2.0)), step(1.5, (1.1, 2.1))]}
+    comparison = compare(run, run, FP32)
+    assert comparison.first_difference is None
+    assert [(row.step, row.max_param_difference, row.differs) for row in comparison.rows] == [
+        (1, 0.0, False),
+        (2, 0.0, False),
+    ]
+
+
+def test_the_first_differing_step_and_tensor_are_named() -> None:
+    original = {0: [step(2.0, (1.0, 2.0)), step(1.5, (1.1, 2.1)), step(1.2, (1.2, 2.2))]}
+    migrated = {0: [step(2.0, (1.0, 2.0)), step(1.5, (1.1, 2.2)), step(1.3, (1.2, 2.4))]}
+    difference = compare(original, migrated, FP32).first_difference
+    assert difference is not None
+    assert (difference.step, difference.what) == (
+        2,
+        "parameter 'fc.weight' of optimizer 1 (Adam -> Adam)",
+    )
+    assert "1 of 2 compared entries differ" in difference.detail
+
+
+def test_a_loss_outside_the_tolerance_is_a_difference_even_with_equal_parameters() -> None:
+    original = {0: [step(2.0, (1.0,))]}
+    migrated = {0: [step(2.0001, (1.0,))]}
+    difference = compare(original, migrated, FP32).first_difference
+    assert difference is not None and difference.what == "the loss"
+
+
+def test_within_the_tolerance_is_the_same() -> None:
+    original = {0: [step(2.0, (1.0,))]}
+    migrated = {0: [step(2.0 + 1e-6, (1.0 + 5e-6,))]}
+    assert compare(original, migrated, FP32).first_difference is None
+
+
+def test_parameters_are_paired_by_name_when_a_migration_regroups_them() -> None:
+    original = {0: [step(1.0, (1.0,), names=("a", "b"))]}
+    params = tuple(reversed(original[0][0].optimizers[0].params))
+    regrouped = Step((1.0,), (OptimizerStep("torch.optim.adam.Adam", 1e-3, params),), None)
+    assert compare(original, {0: [regrouped]}, FP32).first_difference is None
+
+
+def test_unnamed_parameters_are_paired_by_position() -> None:
+    original = {0: [step(1.0, (1.0, 2.0), names=(None, None))]}
+    migrated = {0: [step(1.0, (1.0, 3.0), names=(None, None))]}
+    difference = compare(original, migrated, FP32).first_difference
+    assert difference is not None and difference.what.startswith("parameter #1 [2] of optimizer 1")
+
+
+def test_a_nan_where_the_original_has_a_number_differs() -> None:
+    original = {0: [step(1.0, (1.0,))]}
+    migrated = {0: [step(1.0, (math.nan,))]}
+    comparison = compare(original, migrated, FP32)
+    assert comparison.first_difference is not None
+    assert comparison.rows[0].max_param_difference == math.inf
+
+
+def test_a_run_that_stops_early_differs_at_its_missing_step() -> None:
+    original = {0: [step(2.0, (1.0,)), step(1.0, (1.0,))]}
+    migrated = {0: [step(2.0, (1.0,))]}
+    difference = compare(original, migrated, FP32).first_difference
+    assert difference is not None
+    assert (difference.step, difference.what) == (2, "the number of steps")
+
+
+def test_every_rank_is_compared_and_the_earliest_difference_wins() -> None:
+    original = {
+        0: [step(2.0, (1.0,)), step(1.0, (1.0,))],
+        1: [step(2.0, (1.0,)), step(1.0, (1.0,))],
+    }
+    migrated = {
+        0: [step(2.0, (1.0,)), step(1.0, (9.0,))],
+        1: [step(2.0, (7.0,)), step(1.0, (1.0,))],
+    }
+    comparison = compare(original, migrated, FP32)
+    assert comparison.ranks == 2
+    assert comparison.first_difference is not None
+    assert (comparison.first_difference.step, comparison.first_difference.rank) == (1, 1)
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def npu_migrate_verify(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "migrator", "verify", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"},
+    )
+
+
+def output(result: subprocess.CompletedProcess[str]) -> str:
+    return f"--- stdout\n{result.stdout[-5000:]}\n--- stderr\n{result.stderr[-5000:]}"
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    """A copy of the data-reading program (its folder is what --migrate copies)."""
+    folder = tmp_path / "program"
+    shutil.copytree(DATA_PROGRAM, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder / "train.py"
+
+
+def one_batch_of_data(folder: Path) -> Path:
+    """Four (image, label) files: less than one batch of the program's 8."""
+    script = (
+        "import sys, torch\n"
+        "torch.manual_seed(0)\n"
+        "for i in range(4):\n"
+        "    torch.save((torch.randn(3, 8, 8), i), f'{sys.argv[1]}/{i}.pt')\n"
+    )
+    (folder / "train").mkdir(parents=True)
+    subprocess.run(
+        [sys.executable, "-c", script, str(folder / "train")], check=True, timeout=TIMEOUT_S
+    )
+    return folder
+
+
+def test_two_entries_or_migrate_are_required(program: Path) -> None:
+    result = npu_migrate_verify(str(program))
+    assert result.returncode == 2, output(result)
+    assert "give ORIGINAL_ENTRY and MIGRATED_ENTRY (or --migrate ENTRY)" in result.stderr
+    result = npu_migrate_verify("--migrate", str(program), str(program), str(program))
+    assert result.returncode == 2, output(result)
+    assert "not both" in result.stderr
+
+
+def test_a_missing_dataset_is_named_with_what_to_pass(program: Path, tmp_path: Path) -> None:
+    absent = tmp_path / "imagenet"
+    result = npu_migrate_verify("--migrate", str(program), "--", "--data", str(absent))
+    assert result.returncode == 2, output(result)
+    expected = (
+        f"the original program cannot run: needs a dataset at {absent / 'train'}: "
+        "pass a small dataset path"
+    )
+    assert expected in result.stderr, output(result)
+    assert "FileNotFoundError" in result.stderr  # the program's own output follows
+    assert "the migrated program cannot run either, with the same error" in result.stderr
+
+
+def test_synthetic_data_says_why_it_cannot_replace_an_absent_dataset(
+    program: Path, tmp_path: Path
+) -> None:
+    absent = tmp_path / "imagenet"
+    result = npu_migrate_verify(
+        "--synthetic-data", "--migrate", str(program), "--", "--data", str(absent)
+    )
+    assert result.returncode == 2, output(result)
+    assert (
+        f"needs a dataset at {absent / 'train'}, and --synthetic-data cannot stand in for it"
+        in result.stderr
+    )
+    assert "before any DataLoader was iterated" in result.stderr, output(result)
+
+
+def test_synthetic_data_from_one_real_batch_with_a_given_tolerance(
+    program: Path, tmp_path: Path
+) -> None:
+    """--migrate works on a scratch copy (the user's folder is left as it was), the batches are
+    shaped like the first real one, and a given --atol is used and reported."""
+    data = one_batch_of_data(tmp_path / "data")
+    before = sorted(p.name for p in program.parent.iterdir()), program.read_bytes()
+    result = npu_migrate_verify(
+        "--synthetic-data", "--steps", "3", "--atol", "0.5", "--migrate", str(program),
+        "--", "--data", str(data), "--epochs", "5",
+    )  # fmt: skip
+    assert result.returncode == 0, output(result)
+    assert (
+        "synthetic data: random batches shaped like float32[4, 3, 8, 8], int64[4]\n"
+        in result.stdout
+    )
+    assert "tolerance: rtol=1e-05 atol=0.5 (fp32: no mixed precision; atol given" in result.stdout
+    assert "same: 3 step(s) agree" in result.stdout, output(result)
+    assert (sorted(p.name for p in program.parent.iterdir()), program.read_bytes()) == before
+
+
+def test_a_program_that_never_steps_has_nothing_to_compare(program: Path, tmp_path: Path) -> None:
+    data = one_batch_of_data(tmp_path / "data")
+    result = npu_migrate_verify(
+        str(program), str(program), "--", "--data", str(data), "--epochs", "0"
+    )
+    assert result.returncode == 2, output(result)
+    assert "the original program ended without an optimizer step" in result.stderr, output(result)
+
+
+def test_a_crashing_side_is_shown_with_its_error(program: Path, tmp_path: Path) -> None:
+    data = one_batch_of_data(tmp_path / "data")
+    broken = program.parent / "broken.py"
+    broken.write_text(
+        program.read_text().replace("for epoch in", "raise ValueError('no GPU here')\nfor epoch in")
+    )
+    result = npu_migrate_verify(str(program), str(broken), "--", "--data", str(data))
+    assert result.returncode == 2, output(result)
+    assert "the migrated program cannot run: ValueError: no GPU here" in result.stderr, output(
+        result
+    )
+
+
+def test_a_side_that_runs_past_the_timeout_is_stopped_and_reported(program: Path) -> None:
+    slow = program.parent / "slow.py"
+    slow.write_text("import time\ntime.sleep(60)\n")
+    result = npu_migrate_verify("--timeout", "1", str(slow), str(slow))
+    assert result.returncode == 2, output(result)
+    assert "the original program did not finish within 1 s (--timeout)" in result.stderr
