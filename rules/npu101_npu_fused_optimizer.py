@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -13,8 +13,11 @@ from migrator.callargs import append_arg, keyword, remove_arg_objects
 from migrator.calls import NOT_LITERAL, Argument, arguments, literal_value
 from migrator.diagnostics import Severity
 from migrator.edits import NodeEdit
+from migrator.index import ModuleIndex
 from migrator.names import Ambiguous
+from migrator.project import Facts, Linking, Module
 from migrator.rule import FixSafety, Rule
+from migrator.rules import npu1_project
 from migrator.rules.npu1_common import (
     APEX_HOME,
     FP16_OPTIMIZERS,
@@ -27,14 +30,17 @@ from migrator.rules.npu1_common import (
     TARGET_PARAMETERS,
     TORCH_NPU_HOME,
     UNSUPPORTED,
+    AmpOptions,
     FusedPlan,
     OptimizerFlow,
     Source,
+    amp_options,
     code_of,
     line_of,
     npu_fused_name,
     written_span,
 )
+from migrator.rules.npu1_project import CallSite, ExternalAmp, call_sites
 from migrator.scopes import Binding, BindingKind
 
 # Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
@@ -97,6 +103,8 @@ class Plan:
     added: list[tuple[str, str]] = field(default_factory=list)  # (keyword, value code)
     notes: list[str] = field(default_factory=list)
     func_style: FuncStyle = "dotted"
+    disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
+    why: str | None = None  # the reason for the home, when other files' calls decide it
 
     @property
     def qualified_target(self) -> str:
@@ -117,8 +125,18 @@ class NpuFusedOptimizer(Rule):
     ## What it does
     Replaces `torch.optim.SGD/Adam/AdamW/Adadelta/RMSprop` and apex `FusedSGD/FusedAdam`
     constructors with the NPU fused optimizers. An optimizer that reaches `amp.initialize` in the
-    same module becomes `apex.optimizers.NpuFused*` (Ascend apex); any other becomes
-    `torch_npu.optim.NpuFused*`, which works without amp. Arguments are mapped: apex FusedAdam's
+    same module (following assignments in program order: only those that run before the call
+    count) becomes `apex.optimizers.NpuFused*` (Ascend apex); any other, and one that reaches
+    only `amp.initialize(..., enabled=False)`, becomes `torch_npu.optim.NpuFused*`, which works
+    without amp. An optimizer that reaches an `amp.initialize` whose literal `opt_level` is O0 or
+    O3, or O2 with `master_weights=False`, is reported and left unfused: Ascend apex refuses NPU
+    fused optimizers of either home there. A level, master-weights flag or `enabled` computed at
+    run time is named in the message as a requirement, and NPU102's `opt-level` switch counts
+    when NPU102 runs. A constructor that a function returns to other modules of the run
+    (`create_optimizer(args, model)` called from `train.py`) is placed by every call site of
+    that function there: `apex.optimizers` when all of them pass it to `amp.initialize`,
+    `torch_npu.optim` when some do not, reported when one would be refused; the message names
+    the calls and their `amp.initialize`. Arguments are mapped: apex FusedAdam's
     `adam_w_mode` picks `NpuFusedAdamW` or `NpuFusedAdam`, and `weight_decay=0.0` is passed
     explicitly when FusedAdam relied on its default; performance-only switches (`foreach`,
     `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped.
@@ -126,7 +144,8 @@ class NpuFusedOptimizer(Rule):
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`,
-    subclasses of these optimizers and `FP16_Optimizer` wrappers.
+    subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
+    at its own line).
 
     ## Why
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
@@ -148,7 +167,8 @@ class NpuFusedOptimizer(Rule):
 
     ## Fix safety
     Safe: the NPU fused optimizers compute the same update as the optimizers they replace, and
-    any argument that would make them differ blocks the rewrite. Optimizer checkpoints keep their
+    any argument that would make them differ blocks the rewrite, as does an `amp.initialize`
+    that would refuse them. Optimizer checkpoints keep their
     per-parameter state keys.
     """
 
@@ -157,6 +177,21 @@ class NpuFusedOptimizer(Rule):
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
+    # Optimizer factories in other modules (migrator.rules.npu1_project), shared with NPU102.
+    PROJECT_TRIGGER = npu1_project.PROJECT_TRIGGER
+    PROJECT_KEY = npu1_project.KEY
+
+    @classmethod
+    def wants_summary(cls, source: bytes) -> bool:
+        return npu1_project.wants_summary(source)
+
+    @classmethod
+    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
+        return npu1_project.summarize(index, module)
+
+    @classmethod
+    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
+        return npu1_project.link(linking)
 
     def check(self) -> None:
         self.flow = OptimizerFlow.of(self)
@@ -186,8 +221,23 @@ class NpuFusedOptimizer(Rule):
                     continue
                 self.report(call, _FP16_OPTIMIZER_ADVICE)
                 for arg in arguments(call):
-                    wrapped.update(id(origin) for origin in self.flow.origins(arg.value))
+                    for origin in self.flow.origins(arg.value):
+                        wrapped.add(id(origin))
+                        self._report_wrapped(origin, call)
         return wrapped
+
+    def _report_wrapped(self, origin: ast.expr, wrapper: ast.Call) -> None:
+        """A constructor built on another line than its `FP16_Optimizer` wrapper says there
+        why it is left alone (the wrapper's line has the advice)."""
+        if not isinstance(origin, ast.Call) or line_of(origin) == line_of(wrapper):
+            return
+        name = self.qualified_name_in(origin.func, KNOWN_OPTIMIZERS)
+        if isinstance(name, str) and not self._suppressed(origin):
+            self.report(
+                origin,
+                f"`{name}` is not rewritten: it is wrapped in `FP16_Optimizer` at line "
+                f"{line_of(wrapper)}; migrate the two together (see the finding there)",
+            )
 
     def _dynamic_lookups(self) -> list[ast.Call]:
         """``getattr(torch.optim, name)(...)``, found from the ``getattr`` names."""
@@ -231,6 +281,20 @@ class NpuFusedOptimizer(Rule):
             or not name.startswith(APEX_HOME + ".")
             or id(call) in self.flow.reaches_amp
         ):
+            return
+        sites = call_sites(self, call)
+        without_amp = [site for site in sites if not site.with_amp]
+        if sites and not without_amp:
+            return  # every call of the function that returns it goes through amp.initialize
+        if without_amp:
+            self.report(
+                call,
+                f"`{name}` is returned by `{without_amp[0].factory}` to calls where it does not "
+                f"reach `amp.initialize` ({_sites_listed(without_amp)}), and "
+                "Ascend apex's fused optimizers raise in `step()` without amp: use "
+                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works with and without amp",
+                severity=Severity.INFO,
+            )
             return
         self.report(
             call,
@@ -287,19 +351,51 @@ class NpuFusedOptimizer(Rule):
         if target is None or problems:
             self.report(call, _blocked_message(source, target, problems))
             return
-        amp_call = self.flow.reaches_amp.get(id(call))
+        amp_calls = self.flow.amp_calls_reached.get(id(call), [])
+        settings = [amp_options(self, amp_call) for amp_call in amp_calls]
+        for options in settings:
+            refusal = options.refuses_fused()
+            if refusal is not None:
+                self.report(call, _refused_message(source, target, options, refusal))
+                return
+        sites = call_sites(self, call)
+        for site in sites:
+            for amp in site.amps:
+                if amp.refusal is not None:
+                    self.report(call, _refused_elsewhere_message(source, target, site, amp))
+                    return
+        enabled = [options for options in settings if not options.disabled]
+        amp_call = enabled[0].call if enabled else None
+        with_amp = [site for site in sites if site.with_amp]
+        without_amp = [site for site in sites if not site.with_amp]
+        apex = (amp_call is not None or bool(with_amp)) and not without_amp
         plan = Plan(
             call,
             args,
             source,
             target,
-            APEX_HOME if amp_call is not None else TORCH_NPU_HOME,
+            APEX_HOME if apex else TORCH_NPU_HOME,
             line_of(amp_call) if amp_call is not None else None,
         )
         problems = self._map_arguments(plan, names)
         if problems:
             self.report(call, _blocked_message(source, target, problems))
             return
+        if sites:
+            plan.why = _factory_why(plan, amp_call, with_amp, without_amp)
+        if settings and not enabled:
+            plan.disabled_amp_line = line_of(settings[0].call)
+        for options in enabled:
+            if options.switch is not None:
+                plan.notes.append(
+                    f'NPU102 sets `opt_level="{options.switch}"` at line {line_of(options.call)}'
+                )
+            plan.notes.extend(options.run_time_notes())
+        for site in with_amp:
+            for amp in site.with_amp:
+                if amp.switch is not None:
+                    plan.notes.append(f'NPU102 sets `opt_level="{amp.switch}"` at {amp.at}')
+                plan.notes.extend(f"at {amp.at}: {note}" for note in amp.notes)
         if amp_call is not None:
             condition = self.flow.condition_only_for(amp_call, call)
             if condition is not None:
@@ -695,11 +791,73 @@ def _blocked_message(source: Source, target: str | None, problems: list[str]) ->
     )
 
 
-def _fixed_message(plan: Plan) -> str:
+def _refused_message(source: Source, target: str, options: AmpOptions, refusal: str) -> str:
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: it goes through `amp.initialize` "
+        f"(line {line_of(options.call)}), and {refusal}. It still runs on NPU unfused; to fuse "
+        "it, use opt_level O1 or O2 there (by hand, or with `opt-level` in "
+        "[tool.npu-migrate.rules.NPU102])"
+    )
+
+
+def _refused_elsewhere_message(
+    source: Source, target: str, site: CallSite, amp: ExternalAmp
+) -> str:
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: `{site.factory}` returns it to the "
+        f"call at {site.at}, which passes it to `amp.initialize` at {amp.at}, and {amp.refusal}. "
+        "It still runs on NPU unfused; to fuse it, use opt_level O1 or O2 there (by hand, or "
+        "with `opt-level` in [tool.npu-migrate.rules.NPU102])"
+    )
+
+
+def _sites_listed(sites: Sequence[CallSite]) -> str:
+    return "; ".join(f"call at {site.at}" for site in sites)
+
+
+def _factory_why(
+    plan: Plan,
+    amp_call: ast.Call | None,
+    with_amp: Sequence[CallSite],
+    without_amp: Sequence[CallSite],
+) -> str:
+    """Why the home of an optimizer that functions of the module return to other files."""
+    factory = (with_amp or without_amp)[0].factory
+    reaching = [
+        f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
+        for site in with_amp
+    ]
+    if amp_call is not None:
+        reaching.insert(0, f"`amp.initialize` at line {line_of(amp_call)}")
     if plan.home == APEX_HOME:
+        return (
+            f"`{factory}` returns it and every call of it passes it to `amp.initialize` "
+            f"({'; '.join(reaching)}): Ascend apex's fused optimizers step only under amp"
+        )
+    if reaching:
+        return (
+            f"`{factory}` returns it to calls that pass it to `amp.initialize` "
+            f"({'; '.join(reaching)}) and to calls that do not ({_sites_listed(without_amp)}): "
+            "torch_npu's fused optimizers work with and without amp"
+        )
+    return (
+        f"`{factory}` returns it to calls where it reaches no enabled `amp.initialize` "
+        f"({_sites_listed(without_amp)}): torch_npu's fused optimizers work without amp"
+    )
+
+
+def _fixed_message(plan: Plan) -> str:
+    if plan.why is not None:
+        why = plan.why
+    elif plan.home == APEX_HOME:
         why = (
             f"it goes through `amp.initialize` (line {plan.amp_line}), and Ascend apex's fused "
             "optimizers step only under amp"
+        )
+    elif plan.disabled_amp_line is not None:
+        why = (
+            f"the `amp.initialize` it goes through (line {plan.disabled_amp_line}) disables amp "
+            "with `enabled=False`, and torch_npu's fused optimizers work without amp"
         )
     else:
         why = (

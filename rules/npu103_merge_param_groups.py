@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from migrator.calls import argument, arguments, literal_value
+from migrator.diagnostics import Severity
 from migrator.edits import Change
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
@@ -45,6 +46,9 @@ _PURE_NODES = (
 _MAYBE_ONE_TENSOR = (ast.Name, ast.Attribute, ast.Subscript)
 _USED_AS_IS = (cst.List, cst.ListComp)
 _LIST_MUTATORS = frozenset({"append", "extend", "insert"})
+# Parts of the names of functions that build parameter groups (`get_params_groups`,
+# `param_groups_weight_decay`, timm's `add_weight_decay`): their result is reported, not read.
+_GROUP_BUILDERS = ("group", "weight_decay")
 
 
 @dataclass
@@ -88,7 +92,9 @@ class MergeParamGroups(Rule):
     attributes, constants, arithmetic, subscripts of names); a group containing a call or
     anything else is never merged. The merged group takes the place of its first member and its
     params become `list(a) + list(b) + ...`. Groups built in loops or comprehensions, extended
-    lists and `add_param_group` calls with equal options are reported instead.
+    lists and `add_param_group` calls with equal options are reported instead; groups that
+    cannot be compared, and groups returned by a helper whose name says it builds them
+    (`get_params_groups(student)`), get an info diagnostic.
 
     ## Why
     The NPU fused optimizers fuse per parameter group: every group gets its own flat buffers and
@@ -154,9 +160,11 @@ class MergeParamGroups(Rule):
             return
         groups_list = self._groups_list(arg.value)
         if groups_list is None:
+            self._report_opaque_groups(arg.value)
             return
         groups = [self._group(index, element) for index, element in enumerate(groups_list.elts)]
         self._report_tensor_params(groups)
+        self._report_not_comparable(groups)
         merges = [Merge(members) for members in _buckets(groups) if len(members) > 1]
         if not merges:
             return
@@ -292,6 +300,44 @@ class MergeParamGroups(Rule):
                     "a single tensor, so npu-migrate cannot concatenate them safely: merge them "
                     "into one group by hand (the fused optimizer fuses per group)",
                 )
+
+    def _report_not_comparable(self, groups: list[Group]) -> None:
+        """Groups whose hyper-parameters cannot be compared (calls, ``**`` unpacking, not a
+        dict literal) are never merged: say so, since some may share them."""
+        opaque = [group for group in groups if group.signature is None]
+        if len(opaque) < 2 or self.suppressed(opaque[0].element):
+            return
+        self.report(
+            opaque[0].element,
+            f"parameter {_groups_text(opaque)} are not compared, so never merged: their "
+            "hyper-parameters involve calls, `**` unpacking or a group that is not a dict "
+            "literal, which npu-migrate does not compare; if some share all hyper-parameters, "
+            "put their parameters in one group (the fused optimizer fuses per group)",
+            Severity.INFO,
+        )
+
+    def _report_opaque_groups(self, params: ast.expr) -> None:
+        """``get_params_groups(student)``: groups built by a function npu-migrate does not look
+        into (a call whose name says it builds groups) may share hyper-parameters."""
+        value: ast.expr | None = params
+        if isinstance(params, ast.Name):
+            bindings = self.index.bindings_of(params)
+            value = bindings[0].assigned_value if len(bindings) == 1 else None
+        if not isinstance(value, ast.Call):
+            return
+        callee = value.func.attr if isinstance(value.func, ast.Attribute) else None
+        if isinstance(value.func, ast.Name):
+            callee = value.func.id
+        if callee is None or not any(word in callee.lower() for word in _GROUP_BUILDERS):
+            return
+        self.report(
+            params,
+            f"the parameter groups of this NPU fused optimizer come from "
+            f"`{code_of(self, value)}`, which npu-migrate does not look into: if several "
+            "share all hyper-parameters, put their parameters in one group there (the fused "
+            "optimizer fuses per group)",
+            Severity.INFO,
+        )
 
     def _index_blocker(self, first_merged: int) -> str | None:
         """Code that addresses parameter groups by position at or after ``first_merged``."""

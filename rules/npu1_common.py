@@ -17,14 +17,14 @@ import io
 import re
 import tokenize
 from collections.abc import Collection, Container, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
-from migrator.calls import argument
-from migrator.index import full_name
+from migrator.calls import NOT_LITERAL, Argument, argument, has_star, literal_value
+from migrator.index import ModuleIndex, full_name
 from migrator.names import Ambiguous
 from migrator.rule import Rule
-from migrator.scopes import BindingKind
+from migrator.rules.npu1_flow import ENTRY, ReachingDefinitions
 
 AMP_INITIALIZE = "apex.amp.initialize"
 AMP_OPTIMIZERS_POSITION = 1
@@ -393,6 +393,233 @@ def fused_name(rule: Rule, call: ast.Call) -> str | None:
     return npu_fused_name(rule, call.func)
 
 
+# -- amp.initialize's options and the opt-level switch -----------------------------------------
+
+NPU102 = "NPU102"
+OPT_LEVEL_OPTION = "opt-level"  # [tool.npu-migrate.rules.NPU102] opt-level = "O2"
+NPU102_OPTIONS = (OPT_LEVEL_OPTION,)
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+FUSED_LEVELS = ("O1", "O2")  # where Ascend apex accepts NPU fused optimizers and combine_grad
+DEFAULT_OPT_LEVEL = "O1"
+
+# Positions in Ascend's `initialize(models, optimizers, enabled, opt_level, cast_model_type,
+# patch_torch_functions, keep_batchnorm_fp32, master_weights, loss_scale, cast_model_outputs,
+# num_losses, verbosity, dynamic_init_scale, scale_growth_factor, scale_backoff_factor,
+# scale_window, min_loss_scale, max_loss_scale, combine_grad, combine_ddp, ddp_replica_count,
+# user_cast_preferred, check_combined_tensors)`.
+AMP_POSITIONS = {
+    "enabled": 2,
+    "opt_level": 3,
+    "cast_model_type": 4,
+    "patch_torch_functions": 5,
+    "keep_batchnorm_fp32": 6,
+    "master_weights": 7,
+    "combine_grad": 18,
+    "user_cast_preferred": 21,
+    "check_combined_tensors": 22,
+}
+# Options Ascend apex refuses with a level (set to anything but None / a false value).
+_O1_REFUSES = ("cast_model_type", "keep_batchnorm_fp32", "master_weights")
+_O1_ONLY = ("patch_torch_functions", "user_cast_preferred")
+_O1_O2_ONLY = ("combine_grad", "check_combined_tensors")
+
+
+def requested_opt_level(options: Mapping[str, object]) -> str | None:
+    """The ``opt-level`` of NPU102's options, validated; None when it is not set.
+
+    Raises ValueError with the message a user sees for an unknown key or a bad value.
+    """
+    unknown = sorted(set(options) - set(NPU102_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) for {NPU102}: {', '.join(unknown)} "
+            f"(known: {', '.join(NPU102_OPTIONS)})"
+        )
+    level = options.get(OPT_LEVEL_OPTION)
+    if level is None:
+        return None
+    if level not in OPT_LEVELS:
+        choices = ", ".join(f'"{choice}"' for choice in OPT_LEVELS)
+        raise ValueError(
+            f"{NPU102} option `{OPT_LEVEL_OPTION}` must be one of {choices} (the letter O, then "
+            f"a digit), got {level!r}"
+        )
+    assert isinstance(level, str)
+    return level
+
+
+@dataclass(frozen=True)
+class AmpOptions:
+    """What one ``amp.initialize`` call asks for, as far as it can be read from the code, with
+    NPU102's ``opt-level`` switch applied where NPU102 will apply it.
+
+    ``level`` is the opt level the call runs with (``None``: computed at run time, ``level_code``
+    says how, or hidden in ``**kwargs``); ``written_level`` the literal level as written (the
+    default O1 when absent); ``switch`` the level NPU102 sets, when it changes the call, and
+    ``switch_blocker`` why it does not, when the option asks for one it cannot set.
+    """
+
+    call: ast.Call
+    level: str | None
+    level_code: str | None
+    written_level: str | None
+    master_weights: object  # a literal value, NOT_LITERAL, or None when not passed
+    master_code: str | None
+    enabled: object  # a literal value, NOT_LITERAL, or True when not passed
+    enabled_code: str | None
+    starred: bool
+    switch: str | None = None
+    switch_blocker: str | None = None
+
+    @property
+    def disabled(self) -> bool:
+        """``enabled=False``: amp.initialize returns its arguments untouched."""
+        return self.enabled is False
+
+    def refuses_fused(self) -> str | None:
+        """Why Ascend apex refuses an NPU fused optimizer (either home) here, or None."""
+        if self.disabled or self.level is None:
+            return None
+        if self.level not in FUSED_LEVELS:
+            return (
+                f"Ascend apex refuses NPU fused optimizers (from `apex.optimizers` and "
+                f"`torch_npu.optim` alike) unless opt_level is O1 or O2, and this call uses "
+                f"{self.level!r}"
+            )
+        if self.level == "O2" and self.master_weights is False:
+            return (
+                "with opt_level O2 Ascend apex needs master weights for NPU fused optimizers, "
+                "and this call sets `master_weights=False`"
+            )
+        return None
+
+    def run_time_notes(self) -> list[str]:
+        """What must hold at run time for an NPU fused optimizer to be accepted here."""
+        if self.disabled:
+            return []
+        if self.starred and self.level is None:
+            return [
+                "the arguments passed with `**` must select opt_level O1 or O2 (and master "
+                "weights with O2), which Ascend apex requires for NPU fused optimizers"
+            ]
+        notes: list[str] = []
+        if self.enabled is NOT_LITERAL:
+            notes.append(
+                f"warning: `{self.enabled_code}` decides at run time whether amp is enabled, and "
+                "with amp disabled Ascend apex's fused optimizers refuse to step: use the "
+                "`torch_npu.optim` version on that path"
+            )
+        if self.level is None:
+            notes.append(
+                f"`{self.level_code}` must be O1 or O2 at run time, the levels at which Ascend "
+                "apex accepts NPU fused optimizers"
+            )
+        if self.level in ("O2", None) and self.master_weights is NOT_LITERAL:
+            notes.append(
+                "with opt_level O2, NPU fused optimizers need master weights: "
+                f"`{self.master_code}` must not be False at run time"
+            )
+        return notes
+
+
+def amp_options(rule: Rule, call: ast.Call) -> AmpOptions:
+    """The options of ``amp.initialize`` call ``call`` (see :class:`AmpOptions`)."""
+    cache: dict[int, AmpOptions] = rule.context.facts.setdefault(_AMP_OPTIONS_FACT, {})
+    found = cache.get(id(call))
+    if found is None:
+        found = cache[id(call)] = _read_amp_options(rule, call)
+    return found
+
+
+_AMP_OPTIONS_FACT = "npu1:amp-options"
+
+
+def _read_amp_options(rule: Rule, call: ast.Call) -> AmpOptions:
+    return amp_options_requesting(rule, call, _requested_here(rule))
+
+
+def amp_options_requesting(rule: Rule, call: ast.Call, requested: str | None) -> AmpOptions:
+    """The options of ``call`` when NPU102's ``opt-level`` switch asks for ``requested`` (None:
+    no switch), for a call in another file whose run settings are not this file's concern."""
+    options = _written_amp_options(rule, call)
+    if requested is None or (requested == options.written_level and not options.starred):
+        return options
+    blocker = _switch_blocker(rule, call, options, requested)
+    if blocker is not None:
+        return replace(options, switch_blocker=blocker)
+    return replace(options, level=requested, switch=requested)
+
+
+def requested_here(rule: Rule) -> str | None:
+    """NPU102's ``opt-level`` for the file ``rule`` checks (None: no switch, or NPU102 does not
+    run)."""
+    return _requested_here(rule)
+
+
+def _written_amp_options(rule: Rule, call: ast.Call) -> AmpOptions:
+    starred = has_star(call)
+    level_arg = _amp_argument(call, "opt_level")
+    written = DEFAULT_OPT_LEVEL if level_arg is None else literal_value(level_arg.value)
+    written_level = written if isinstance(written, str) else None
+    level_code = code_of(rule, level_arg.value) if level_arg is not None else None
+    master = _amp_argument(call, "master_weights")
+    enabled = _amp_argument(call, "enabled")
+    return AmpOptions(
+        call=call,
+        level=None if starred and level_arg is None else written_level,
+        level_code=level_code,
+        written_level=written_level,
+        master_weights=literal_value(master.value) if master is not None else None,
+        master_code=code_of(rule, master.value) if master is not None else None,
+        enabled=literal_value(enabled.value) if enabled is not None else True,
+        enabled_code=code_of(rule, enabled.value) if enabled is not None else None,
+        starred=starred,
+    )
+
+
+def _requested_here(rule: Rule) -> str | None:
+    """NPU102's ``opt-level``, when NPU102 runs on this file (otherwise nobody sets it)."""
+    if NPU102 not in rule.context.selected:
+        return None
+    return requested_opt_level(rule.settings.options_for(NPU102))
+
+
+def _amp_argument(call: ast.Call, name: str) -> Argument | None:
+    return argument(call, name, AMP_POSITIONS.get(name))
+
+
+def _switch_blocker(rule: Rule, call: ast.Call, options: AmpOptions, requested: str) -> str | None:
+    """Why NPU102 cannot set ``opt_level=requested`` on ``call``, or None."""
+    if options.starred:
+        return "arguments passed with `*`/`**` may set `opt_level` themselves"
+    if options.written_level is None:
+        return f"its level is computed at run time (`{options.level_code}`)"
+    if options.written_level not in OPT_LEVELS:
+        return f"it passes {options.written_level!r}, which is not an opt level"
+    conflicts: list[str] = []
+    for name in AMP_POSITIONS:
+        arg = _amp_argument(call, name)
+        if arg is None:
+            continue
+        value = literal_value(arg.value)
+        if value is None or value is False:
+            continue
+        written = f"`{name}={code_of(rule, arg.value)}`"
+        if requested == "O1" and name in _O1_REFUSES:
+            conflicts.append(f"{written} (Ascend apex refuses it with O1)")
+        elif requested != "O1" and name in _O1_ONLY:
+            conflicts.append(f"{written} (only allowed with O1)")
+        elif requested not in FUSED_LEVELS and name in _O1_O2_ONLY:
+            conflicts.append(f"{written} (only allowed with O1 or O2)")
+        elif requested == "O2" and name == "master_weights" and value is not True:
+            conflicts.append(f"{written} (NPU fused optimizers need master weights with O2)")
+    if requested == "O2" and options.master_weights is False:
+        conflicts = conflicts or ["`master_weights=False` (NPU fused optimizers need them)"]
+    if conflicts:
+        return f"the call also passes {', '.join(conflicts)}"
+    return None
+
+
 # -- the optimizer flow ------------------------------------------------------------------------
 
 
@@ -405,7 +632,6 @@ class AmpSink:
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_FROM_AMP = object()
 _FLOW_FACT = "npu1:optimizer-flow"  # the shared OptimizerFlow of one file's analysis
 
 
@@ -425,7 +651,8 @@ class OptimizerFlow:
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule  # the first rule that asks: names and text, never its findings
-        self.index = rule.index
+        self.index: ModuleIndex = rule.index
+        self.reaching = ReachingDefinitions(rule.index)
         self.amp_sinks: list[AmpSink] = []
         self.ambiguous_amp: list[tuple[ast.Call, Ambiguous]] = []
         # Calls whose callee may be an optimizer, `FP16_Optimizer`, `amp.initialize` or an NPU
@@ -467,13 +694,21 @@ class OptimizerFlow:
     @cached_property
     def reaches_amp(self) -> dict[int, ast.Call]:
         """id(constructor call) -> the first ``amp.initialize`` call its optimizer reaches."""
-        reached: dict[int, ast.Call] = {}
+        return {key: calls[0] for key, calls in self.amp_calls_reached.items()}
+
+    @cached_property
+    def amp_calls_reached(self) -> dict[int, list[ast.Call]]:
+        """id(constructor call) -> every ``amp.initialize`` call its optimizer reaches, in
+        source order (never one that runs only where the constructor does not)."""
+        reached: dict[int, list[ast.Call]] = {}
         for sink in self.amp_sinks:
             if sink.optimizers is None:
                 continue
             for origin in self.origins(sink.optimizers):
                 if isinstance(origin, ast.Call) and not self.exclusive(sink.call, origin):
-                    reached.setdefault(id(origin), sink.call)
+                    calls = reached.setdefault(id(origin), [])
+                    if sink.call not in calls:
+                        calls.append(sink.call)
         return reached
 
     def is_amp_initialize(self, call: ast.Call) -> bool:
@@ -549,45 +784,95 @@ class OptimizerFlow:
         elif isinstance(expr, ast.Name):
             yield from self._name_sources(expr)
         elif isinstance(expr, ast.Attribute):
-            values = self._attribute_values.get(full_name(expr) or "", [])
-            yield from values if values else (expr,)
+            yield from self._attribute_sources(expr)
         elif isinstance(expr, ast.Call):
             yield from self._call_sources(expr)
         else:
             yield expr
 
     def _name_sources(self, name: ast.Name) -> Iterator[ast.expr]:
+        """The values assigned to ``name`` that reach this read, in program order
+        (:mod:`migrator.rules.npu1_flow`); every binding of the name in its scope where order
+        cannot be used (a closure, ``global``)."""
+        definitions = self.reaching.of_name(name)
+        if definitions is None:
+            definitions = [binding.node or ENTRY for binding in self.index.bindings_of(name)]
+        yield from self._definition_sources(name, definitions)
+
+    def _definition_sources(self, read: ast.expr, definitions: list[ast.AST]) -> Iterator[ast.expr]:
         values: list[ast.expr] = []
         opaque = False
-        for binding in self.index.bindings_of(name):
-            if binding.kind is not BindingKind.ASSIGN or not isinstance(binding.node, ast.Name):
-                opaque = True  # an import, a parameter, a def, a builtin...
-                continue
-            value = self._assigned_value(binding.node)
-            if value is _FROM_AMP:
-                continue  # `model, optimizer = amp.initialize(model, optimizer)`: same object
-            if isinstance(value, ast.expr):
-                values.append(value)
+        for definition in definitions:
+            assigned = (
+                self._assigned_values(definition)
+                if isinstance(definition, (ast.Name, ast.Attribute))
+                else None
+            )
+            if assigned is None:
+                opaque = True  # a parameter, an import, a def, a `for` target, a builtin...
             else:
-                opaque = True
-        if opaque or not values:
-            yield name
+                values.extend(assigned)
+        if opaque or not definitions:
+            yield read
         yield from values
 
-    def _assigned_value(self, target: ast.Name) -> ast.expr | object | None:
+    def _assigned_values(self, target: ast.Name | ast.Attribute) -> list[ast.expr] | None:
+        """What an assignment to ``target`` stores there; ``None`` when it cannot be told.
+
+        Unpacking is followed element by element: ``a, b = x, y`` gives ``b`` the value ``y``,
+        and ``model, optimizer = amp.initialize(model, optimizer)`` (directly, or through
+        ``amp_inits = amp.initialize(...)``) gives ``optimizer`` the optimizers passed in.
+        """
         parent = self.index.parent(target)
         if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-            return parent.value
-        # `a, b = ...`: only the unpacking of amp.initialize's result is understood.
-        node = parent
-        while isinstance(node, (ast.Tuple, ast.List)):
-            node = self.index.parent(node)
-        amp_result = (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and self.is_amp_initialize(node.value)
-        )
-        return _FROM_AMP if amp_result else None
+            return [parent.value] if parent.value is not None else None
+        path: list[int] = []
+        node: ast.AST = target
+        while isinstance(parent, (ast.Tuple, ast.List)):
+            path.append(next(i for i, e in enumerate(parent.elts) if e is node))
+            node, parent = parent, self.index.parent(parent)
+        if not isinstance(parent, ast.Assign) or not path:
+            return None  # a `for` / `with` target, an augmented assignment...
+        if any(isinstance(e, ast.Starred) for e in ast.walk(node)):
+            return None
+        path.reverse()
+        return self._unpacked(parent.value, path)
+
+    def _unpacked(self, value: ast.expr, path: list[int]) -> list[ast.expr] | None:
+        """The element at ``path`` of what ``value`` gives when unpacked, or None."""
+        position, rest = path[0], path[1:]
+        if isinstance(value, (ast.Tuple, ast.List)):
+            if any(isinstance(e, ast.Starred) for e in value.elts):
+                return None
+            if position >= len(value.elts):
+                return None
+            element = value.elts[position]
+            return self._unpacked(element, rest) if rest else [element]
+        if isinstance(value, ast.Call) and self.is_amp_initialize(value):
+            # `(models, optimizers)` out, in the shape they went in: the optimizers part may
+            # be reached; the models part never holds an optimizer.
+            if position != 1:
+                return []
+            arg = argument(value, "optimizers", AMP_OPTIMIZERS_POSITION)
+            return [arg.value] if arg is not None else []
+        if isinstance(value, ast.Name):
+            definitions = self.reaching.of_name(value)
+            if definitions is None or not definitions:
+                return None
+            found: list[ast.expr] = []
+            for definition in definitions:
+                if not isinstance(definition, ast.Name):
+                    return None
+                assigned = self._assigned_values(definition)
+                if assigned is None:
+                    return None
+                for item in assigned:
+                    unpacked = self._unpacked(item, path)
+                    if unpacked is None:
+                        return None
+                    found.extend(unpacked)
+            return found
+        return None
 
     def _call_sources(self, call: ast.Call) -> Iterator[ast.expr]:
         if self.is_amp_initialize(call):
@@ -623,20 +908,57 @@ class OptimizerFlow:
                 returns.setdefault(function.name, []).append(statement.value)
         return returns
 
+    def _attribute_sources(self, read: ast.Attribute) -> Iterator[ast.expr]:
+        """``self.optimizer``: the assignments of its own function that reach the read, in
+        program order; when the value may come from before the function started, also every
+        assignment to an attribute spelled so in the rest of the module (another method)."""
+        dotted = full_name(read)
+        function = self._function_of(read)
+        local = self.reaching.of_attribute(read, function) if dotted else None
+        if local is None:
+            local = [ENTRY]
+        definitions = [d for d in local if d is not ENTRY]
+        if ENTRY in local:
+            definitions += [
+                target
+                for target in self._attribute_targets.get(dotted or "", [])
+                if self._function_of(target) is not function
+            ]
+        if not definitions:
+            yield read
+            return
+        yield from self._definition_sources(read, definitions)
+
+    def _function_of(self, node: ast.AST) -> ast.AST:
+        """The innermost function around ``node``, or the module."""
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, _FUNCTIONS):
+                return ancestor
+        return self.index.tree
+
     @cached_property
-    def _attribute_values(self) -> dict[str, list[ast.expr]]:
-        """``self.optimizer`` -> every value assigned to an attribute spelled so, in order."""
+    def _attribute_targets(self) -> dict[str, list[ast.Attribute]]:
+        """``self.optimizer`` -> every attribute spelled so that is assigned to (unpacking
+        included), in source order."""
+        targets: dict[str, list[ast.Attribute]] = {}
+        for attribute in self._stored_attributes():
+            dotted = full_name(attribute)
+            if dotted is not None:
+                targets.setdefault(dotted, []).append(attribute)
+        return targets
+
+    def _stored_attributes(self) -> Iterator[ast.Attribute]:
         assignments: list[ast.Assign | ast.AnnAssign] = [*self.index.nodes(ast.Assign)]
         assignments += self.index.nodes(ast.AnnAssign)
         assignments.sort(key=source_order)
-        values: dict[str, list[ast.expr]] = {}
         for statement in assignments:
             if statement.value is None:
                 continue
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            for target in targets:
+            stack = list(reversed(targets))
+            while stack:
+                target = stack.pop()
                 if isinstance(target, ast.Attribute):
-                    dotted = full_name(target)
-                    if dotted is not None:
-                        values.setdefault(dotted, []).append(statement.value)
-        return values
+                    yield target
+                elif isinstance(target, (ast.Tuple, ast.List)):
+                    stack.extend(reversed(target.elts))
