@@ -30,6 +30,7 @@ from migrator.index import ModuleIndex, full_name
 from migrator.names import Ambiguous
 from migrator.rule import Rule
 from migrator.rules.npu1_common import planned_fused
+from migrator.rules.npu203_functions import FunctionSummary, ModuleFunctions
 
 DDP_CLASSES = frozenset(
     {
@@ -140,6 +141,7 @@ class Wrap:
     source: Path | None  # None when the wrapped value is not a plain name or attribute
     call: ast.Call
     data_parallel: bool = False
+    moved: ast.Call | None = None  # `DDP(...).cuda()`: the device move of the wrapper
 
 
 class CallNames:
@@ -147,6 +149,15 @@ class CallNames:
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
+        self._functions: ModuleFunctions | None = None
+
+    def function_summary(self, call: ast.Call) -> FunctionSummary | None:
+        """The summary of a pure function of this module that ``call`` calls, else None."""
+        if not isinstance(call.func, ast.Name):
+            return None
+        if self._functions is None:
+            self._functions = ModuleFunctions(self.rule.index)
+        return self._functions.summary_of_call(call)
 
     def is_amp_initialize(self, node: ast.AST) -> bool:
         return (
@@ -180,9 +191,19 @@ class CallNames:
         return tuple(plan.qualified_target.split("."))
 
     def wrap_of(self, node: ast.Assign) -> Wrap | None:
+        """``target = DDP(source, ...)``, also followed by a device move of the wrapper
+        (``DataParallel(model).cuda()``: the method returns the wrapper itself)."""
         if len(node.targets) != 1 or not isinstance(node.value, ast.Call):
             return None
         call = node.value
+        moved: ast.Call | None = None
+        func = call.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in DEVICE_METHODS
+            and isinstance(func.value, ast.Call)
+        ):
+            moved, call = call, func.value
         name = self.rule.qualified_name_in(call.func, DDP_CLASSES)
         target = dotted_path(node.targets[0])
         if not isinstance(name, str) or target is None:
@@ -192,7 +213,7 @@ class CallNames:
         if module is None and given and given[0].keyword is None and not given[0].star:
             module = given[0]
         source = dotted_path(module.value) if module is not None else None
-        return Wrap(target, source, call, data_parallel=name in DATA_PARALLEL)
+        return Wrap(target, source, call, data_parallel=name in DATA_PARALLEL, moved=moved)
 
 
 @dataclass
@@ -277,6 +298,10 @@ class EffectsCollector:
             self.effects.wrap_sources.add(wrap.source)
         for argument in arguments(wrap.call)[1:]:
             self.visit(argument.value)
+        if wrap.moved is not None:  # the wrapper keeps the module's Parameter objects
+            for argument in arguments(wrap.moved):
+                self.visit(argument.value)
+            self.effects.device_moves.add(wrap.target)
         self.effects.wrap_targets.add(wrap.target)
         if len(wrap.target) == 1:
             self.effects.binds.add(wrap.target[0])
@@ -430,6 +455,11 @@ class EffectsCollector:
             callee = self.calls.callee(node)
             if callee is not None:
                 self.read(callee)
+        elif (summary := self.calls.function_summary(node)) is not None:
+            # A pure function of this module: it reads its arguments and its free names.
+            self.read((summary.name,))
+            for free in sorted(summary.free_names):
+                self.read((free,))
         elif isinstance(name, str) and name in READING_FUNCTIONS:
             self.effects.unknown_calls.append(node)  # prints: visible, so never moved
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
@@ -30,6 +30,9 @@ from migrator.rules.npu203_effects import (
     walk_line,
 )
 
+NOT_MOVABLE = "it is built inside a loop or a block this rule does not move statements out of"
+NPU104 = "NPU104"  # the key of NPU104's facts: the wraps it removes
+
 Line = list[ast.stmt]  # one statement line: `a = 1; b = 2` is one line of two statements
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -53,6 +56,17 @@ class Target:
     index: int
     call: ast.Call  # where the diagnostic points
     movable: bool
+
+
+@dataclass
+class BlockPlan:
+    """The lines of a block to move above the wrap at line ``start``, and the targets refused."""
+
+    start: int
+    wrap_call: ast.Call
+    targets: list[Target]
+    moved: list[int] = field(default_factory=list)
+    refused: list[tuple[Target, ast.Call, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -93,7 +107,16 @@ class OptimizerBeforeDdp(Rule):
     same object, nothing it skips over changes what it reads or reads what it sets, and it
     calls nothing unknown. A DDP model has the same Parameter objects as the module it wraps,
     and moving a module to a device keeps them; `amp.initialize` is never moved above a device
-    move. Everything else is reported.
+    move. Accepted in between: device moves and casts (`model.cuda(gpu)`, `model.to(device)`,
+    `model = DataParallel(model).cuda()`), and calls of any kind (prints, loaders, the loss)
+    that are given nothing the moved statements read. Accepted in the moved statements: pure
+    functions of the same module (see `npu203_functions`), also with the DDP-wrapped model as
+    an argument when they give the same result for it as for the model inside; a name test
+    such as `name.endswith(".bias")`, which differs for a parameter of the model's own named
+    `bias` only, is accepted with that assumption spelled out in the message. When nothing
+    can move above the first wrap of a block, the statements go above a later one, if they
+    read nothing wrapped before it (DINO's teacher, then its student). Everything else is
+    reported.
     """
 
     CODE = "NPU203"
@@ -103,8 +126,9 @@ class OptimizerBeforeDdp(Rule):
     # Every wrap the rule acts on is a call that may be one of DDP_CLASSES (an ambiguous
     # `DataParallel` counts as a possible DDP), and each of those names contains this.
     TRIGGER = ("DataParallel",)
-    # NPU101's respelling of optimizer classes: a moved statement reads its callee as rewritten.
-    READS = (NPU101,)
+    # NPU101's respelling of optimizer classes: a moved statement reads its callee as rewritten;
+    # NPU104's removed wraps (replaced by combine_ddp) are no wraps to move above.
+    READS = (NPU101, NPU104)
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
@@ -228,33 +252,100 @@ class OptimizerBeforeDdp(Rule):
     def reorder(self, block: Block) -> None:
         original = self.index.lines(block.body)
         effects = [effects_of(self.calls, line) for line in original]
-        first_wrap = next((i for i, e in enumerate(effects) if self.real_wraps(e)), None)
-        if first_wrap is None:
+        wrap_lines = [i for i, e in enumerate(effects) if self.real_wraps(e)]
+        if not wrap_lines:
             self.check_hidden_wraps(original, effects)
             return
-        wrap_call = self.real_wraps(effects[first_wrap])[0].call
-        targets = self.targets_after(original, first_wrap)
-        moved: list[int] = []
-        for target in targets:
-            if not target.movable:
-                self.report_target(
-                    target,
-                    wrap_call,
-                    "it is built inside a loop or a block "
-                    "this rule does not move statements out of",
-                )
-                continue
-            candidate, reason = self.plan_move(original, effects, first_wrap, moved, target.index)
-            if reason is not None:
+        first = self.plan_block(original, effects, wrap_lines[0], [])
+        plan = first
+        # An optimizer over the student need not go above the teacher's wrap: when nothing can
+        # move above the first wrap, try just above each later one, for what reads none of the
+        # models wrapped before it.
+        for attempt in range(1, len(wrap_lines)):
+            if plan.moved:
+                break
+            plan = self.plan_block(original, effects, wrap_lines[attempt], wrap_lines[:attempt])
+        if not plan.moved:
+            plan = first
+        # Targets before the wrap the plan moves to keep the first attempt's reason.
+        refused = [r for r in first.refused if r[0].index < plan.start] if plan is not first else []
+        for target, wrap_call, reason in [*refused, *plan.refused]:
+            wraps_before = [i for i in wrap_lines if i < target.index]
+            if not self.in_place(original, effects, target.index, wraps_before):
                 self.report_target(target, wrap_call, reason)
-                continue
-            moved = candidate
-        if moved:
-            self.apply_move(original, effects, first_wrap, moved, targets, wrap_call)
+        if plan.moved:
+            self.apply_move(original, effects, plan.start, plan.moved, plan.targets, plan.wrap_call)
 
-    @staticmethod
-    def real_wraps(effects: Effects) -> list[Wrap]:
-        return [w for w in effects.wraps if not w.data_parallel]
+    def plan_block(
+        self,
+        original: Sequence[Line],
+        effects: Sequence[Effects],
+        start: int,
+        earlier_wraps: list[int],
+    ) -> BlockPlan:
+        """What moves to just above line ``start`` (a wrap), and why the rest cannot."""
+        wrap_call = self.real_wraps(effects[start])[0].call
+        plan = BlockPlan(start, wrap_call, self.targets_after(original, start))
+        for target in plan.targets:
+            if not target.movable:
+                plan.refused.append((target, wrap_call, NOT_MOVABLE))
+                continue
+            candidate, reason = self.plan_move(original, effects, start, plan.moved, target.index)
+            if reason is None:
+                reason = self.earlier_wrap_problem(original, effects, candidate, earlier_wraps)
+            if reason is not None:
+                plan.refused.append((target, wrap_call, reason))
+                continue
+            plan.moved = candidate
+        return plan
+
+    def in_place(
+        self,
+        original: Sequence[Line],
+        effects: Sequence[Effects],
+        target: int,
+        wraps_before: list[int],
+    ) -> bool:
+        """The optimizer at ``target`` and what it needs after the first wrap concern none of
+        the models wrapped before it (the student's optimizer after the teacher's wrap, as a
+        first run of this rule leaves it): nothing to do."""
+        needed = [target]
+        for index in needed:
+            for dependency in self.dependencies(effects, wraps_before[0], index, needed):
+                if dependency not in needed:
+                    needed.append(dependency)
+        return self.earlier_wrap_problem(original, effects, needed, wraps_before) is None
+
+    def earlier_wrap_problem(
+        self,
+        original: Sequence[Line],
+        effects: Sequence[Effects],
+        moved: list[int],
+        earlier_wraps: list[int],
+    ) -> str | None:
+        """Lines moved to above a later wrap must not concern a model wrapped before it."""
+        for index in earlier_wraps:
+            for wrap in self.real_wraps(effects[index]):
+                if wrap.source is None:
+                    line = self.line(original[index][0])
+                    return f"line {line} wraps a model npu-migrate cannot name in DDP before"
+                wrapped = {wrap.target, wrap.source}
+                for line in moved:
+                    read = next(
+                        (r for r in sorted(effects[line].reads) for w in wrapped if related(r, w)),
+                        None,
+                    )
+                    if read is not None:
+                        return (
+                            f"it reads `{show(read)}`, which line "
+                            f"{self.line(original[index][0])} wraps in DDP before"
+                        )
+        return None
+
+    def real_wraps(self, effects: Effects) -> list[Wrap]:
+        """The DDP wraps of a line, but those NPU104 removes (combine_ddp replaces them)."""
+        removed = self.context.facts.get(NPU104, {}).get("removed_wraps", frozenset())
+        return [w for w in effects.wraps if not w.data_parallel and id(w.call) not in removed]
 
     def targets_after(self, original: Sequence[Line], start: int) -> list[Target]:
         targets: list[Target] = []
@@ -458,6 +549,10 @@ class OptimizerBeforeDdp(Rule):
             for use in found:
                 if use.path != wrap.target or self.is_rewritable(use.kind, use.call, wrap):
                     continue
+                if use.kind is UseKind.ARGUMENT and use.call is not None:
+                    problem = self.argument_problem(use.call, wrap)
+                    if problem is not None:
+                        return problem
                 return (
                     f"it uses the DDP-wrapped `{show(wrap.target)}` itself (parameter names of "
                     "a wrapped model start with `module.`); use its `.module` or the unwrapped "
@@ -470,11 +565,71 @@ class OptimizerBeforeDdp(Rule):
             return False
         if kind in (UseKind.MODULE, UseKind.PARAMETERS):
             return True
+        if kind is UseKind.ARGUMENT and call is not None and self.invariant_argument(call, wrap):
+            return True
         if wrap.source == wrap.target and kind is UseKind.ARGUMENT:
             return call is not None and self.calls.is_amp_initialize(call)
         # A part of a longer path (`model.module.x` when the wrap target is `model`): the
         # longer path decides; or a name being assigned (amp rebinding the model).
         return kind in (UseKind.ELEMENT, UseKind.ASSIGNED)
+
+    def invariant_argument(self, call: ast.Call, wrap: Wrap) -> bool:
+        """``call`` is a pure function of this module that gives the same result for the DDP
+        wrapper ``wrap.target`` as for the module it wraps (see npu203_functions)."""
+        summary = self.calls.function_summary(call)
+        if summary is None:
+            return False
+        given = [*call.args, *(k.value for k in call.keywords)]
+        for value in given:
+            if dotted_path(value) != wrap.target:
+                continue
+            parameter = summary.parameter_for(call, value)
+            if parameter is None or summary.invariance[parameter].problem is not None:
+                return False
+        return True
+
+    def argument_problem(self, call: ast.Call, wrap: Wrap) -> str | None:
+        """Why a function of this module may give another result for the DDP wrapper."""
+        summary = self.calls.function_summary(call)
+        if summary is None:
+            return None
+        for value in [*call.args, *(k.value for k in call.keywords)]:
+            parameter = summary.parameter_for(call, value)
+            if dotted_path(value) != wrap.target:
+                continue
+            if parameter is None:
+                return (
+                    f"`{summary.name}` gets the DDP-wrapped `{show(wrap.target)}` through `*`/`**`"
+                )
+            problem = summary.invariance[parameter].problem
+            if problem is not None:
+                return (
+                    f"`{summary.name}` may give another result for the DDP-wrapped "
+                    f"`{show(wrap.target)}` than for the model it wraps: {problem}"
+                )
+        return None
+
+    def assumptions(self, line: Line, wraps: Sequence[Wrap]) -> list[str]:
+        """What a moved line's pure-function calls assume about the models they get."""
+        found: list[str] = []
+        for node in walk_line(line):
+            if not isinstance(node, ast.Call):
+                continue
+            summary = self.calls.function_summary(node)
+            if summary is None:
+                continue
+            for wrap in wraps:
+                for value in [*node.args, *(k.value for k in node.keywords)]:
+                    parameter = summary.parameter_for(node, value)
+                    if dotted_path(value) != wrap.target or parameter is None:
+                        continue
+                    model = show(wrap.source or wrap.target)
+                    found += [
+                        f"`{model}` {assumption} (`{summary.name}` tests its parameter names, "
+                        "which DDP prefixes with `module.`)"
+                        for assumption in summary.invariance[parameter].assumptions
+                    ]
+        return list(dict.fromkeys(found))
 
     def contains_amp(self, line: Line) -> bool:
         return any(self.calls.is_amp_initialize(node) for node in walk_line(line))
@@ -539,6 +694,8 @@ class OptimizerBeforeDdp(Rule):
             edits.extend(self.unwrapped_uses(original[index], wraps))
         target_indexes = {t.index for t in targets}
         wrap_line = self.line(wrap_call)
+        assumed = [a for index in moved for a in self.assumptions(original[index], wraps)]
+        assuming = f", assuming {'; and '.join(dict.fromkeys(assumed))}" if assumed else ""
         for index in moved:
             if index not in target_indexes:
                 continue
@@ -547,7 +704,7 @@ class OptimizerBeforeDdp(Rule):
             if self.fix(
                 original[index][0],
                 f"moved above the DDP wrap at line {wrap_line}{extra}: an optimizer created or "
-                "changed after DDP wraps the model only takes effect on the main card",
+                f"changed after DDP wraps the model only takes effect on the main card{assuming}",
                 *edits,
             ):
                 edits = []  # the block is rebuilt once, with the first diagnostic
@@ -559,6 +716,8 @@ class OptimizerBeforeDdp(Rule):
         if not sourced:
             return
         for node in walk_line(line):
+            if isinstance(node, ast.Call) and self.calls.function_summary(node) is not None:
+                yield from self.unwrapped_arguments(node, sourced)
             if not isinstance(node, ast.Attribute):
                 continue
             path = dotted_path(node)
@@ -573,6 +732,16 @@ class OptimizerBeforeDdp(Rule):
                     and node.attr == "parameters"
                 ):
                     yield self.replace(node, cst.Attribute, _receiver_becomes(wrap.source))
+                    break
+
+    def unwrapped_arguments(self, call: ast.Call, wraps: Sequence[Wrap]) -> Iterator[Edit]:
+        """``get_params_groups(ddp_model)`` -> ``get_params_groups(model)``."""
+        for value in [*call.args, *(k.value for k in call.keywords)]:
+            path = dotted_path(value)
+            for wrap in wraps:
+                if path == wrap.target and wrap.source is not None and wrap.source != path:
+                    kind = cst.Name if isinstance(value, ast.Name) else cst.Attribute
+                    yield self.replace(value, kind, _becomes(wrap.source))
                     break
 
     # -- messages --------------------------------------------------------------------------------

@@ -1,0 +1,389 @@
+"""Functions of the same module that NPU203 may call earlier than written. Not a rule.
+
+DINO builds its parameter groups with a helper, ``params_groups = get_params_groups(student)``,
+after ``student`` is wrapped in DDP. Moving that call above the wrap is safe when
+
+- the function is *pure*: it binds only its own local names, calls only side-effect-free
+  builtins, read-only methods (``named_parameters()``, ``endswith()``), ``append`` / ``extend``
+  on its own lists and other pure functions of the module, and reads no other module-level
+  name than what the call site can check (its *free names*);
+- and, for an argument that is the DDP-wrapped model, the function gives the same result for
+  the wrapper and for the module it wraps. DDP has no parameters of its own: its
+  ``parameters()`` are the module's, in the same order, and its ``named_parameters()`` names are
+  the module's with ``module.`` in front. So the function may call ``parameters()`` and iterate
+  over ``named_parameters()``, and use a name only in tests that this prefix cannot change:
+  ``"bias" in name`` (a text without a dot that is not part of ``module``) and
+  ``name.endswith("weight")``. ``name.endswith(".bias")`` differs for one name only: a parameter
+  called exactly ``bias`` (``module.bias`` ends with ``.bias``, ``bias`` does not); the function is
+  accepted with that stated as an assumption, which NPU203's message repeats.
+
+Everything else (attribute assignment, an unknown call, a name stored or returned, ``startswith``)
+makes the function impure or the argument not wrapper-invariant, and NPU203 reports as before.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from migrator.index import ModuleIndex
+from migrator.scopes import BindingKind
+
+DDP_PREFIX = "module."
+# Every non-empty end of "module.": a text that starts with one of them can match across the
+# prefix DDP adds to parameter names.
+_PREFIX_ENDS = tuple(DDP_PREFIX[i:] for i in range(len(DDP_PREFIX)))
+
+_PURE_BUILTINS = frozenset(
+    {
+        "list", "dict", "tuple", "set", "frozenset", "filter", "map", "sorted", "reversed", "len",
+        "float", "int", "bool", "str", "min", "max", "sum", "zip", "enumerate", "any", "all",
+        "range", "isinstance", "hasattr", "abs", "round",
+    }
+)  # fmt: skip
+_READ_ONLY_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "keys", "values", "items", "get", "endswith",
+        "startswith", "numel", "dim", "size", "format", "lower", "split", "join",
+    }
+)  # fmt: skip
+_LOCAL_BUILDING_METHODS = frozenset({"append", "extend", "update", "insert"})
+_REFUSED = (
+    ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await, ast.FunctionDef,
+    ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Raise,
+    ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.While, ast.Match,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Invariance:
+    """Whether a function gives the same result for a DDP wrapper as for the module inside."""
+
+    problem: str | None = None  # why it may not; None when it does
+    assumptions: tuple[str, ...] = ()  # what must hold for it to (see the module docstring)
+
+
+@dataclass
+class FunctionSummary:
+    """A pure module-level function: what its call reads, and how it treats each parameter."""
+
+    name: str
+    parameters: tuple[str, ...]
+    free_names: frozenset[str]
+    invariance: dict[str, Invariance] = field(default_factory=dict)
+
+    def parameter_for(self, call: ast.Call, argument: ast.expr) -> str | None:
+        """The parameter ``argument`` of ``call`` binds, or None (``*args``, an unknown name)."""
+        for position, given in enumerate(call.args):
+            if given is argument and not isinstance(given, ast.Starred):
+                return self.parameters[position] if position < len(self.parameters) else None
+        for keyword in call.keywords:
+            if keyword.value is argument and keyword.arg in self.parameters:
+                return keyword.arg
+        return None
+
+
+class ModuleFunctions:
+    """The pure functions of one module, found once per file and only when asked for."""
+
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self.summaries: dict[str, FunctionSummary | None] = {}
+        self.in_progress: set[str] = set()
+        self.definitions = {
+            statement.name: statement
+            for statement in index.tree.body
+            if isinstance(statement, ast.FunctionDef)
+        }
+
+    def is_constant(self, name: str) -> bool:
+        """``name`` is bound once in the whole module, by a module-level ``name = (...)``."""
+        stored = [node for node in self.index.names(name) if not isinstance(node.ctx, ast.Load)]
+        if len(stored) != 1:
+            return False
+        statement = self.index.parent(stored[0])
+        return (
+            isinstance(statement, ast.Assign)
+            and statement in self.index.tree.body
+            and isinstance(statement.value, ast.Tuple)
+            and not any(
+                isinstance(n, ast.Global) and name in n.names for n in self.index.nodes(ast.Global)
+            )
+        )
+
+    def summary_of_call(self, call: ast.Call) -> FunctionSummary | None:
+        """The summary of the function ``call`` calls, when it is a pure function of the module
+        that the name at the call can only mean."""
+        func = call.func
+        if not isinstance(func, ast.Name) or func.id not in self.definitions:
+            return None
+        bindings = self.index.bindings_of(func)
+        definition = self.definitions[func.id]
+        if len(bindings) != 1 or bindings[0].kind is not BindingKind.FUNCTION:
+            return None
+        if bindings[0].node is not definition:
+            return None
+        return self.summary(func.id)
+
+    def summary(self, name: str) -> FunctionSummary | None:
+        if name in self.summaries:
+            return self.summaries[name]
+        if name in self.in_progress:  # recursion: not shown to terminate, so not pure
+            return None
+        self.in_progress.add(name)
+        try:
+            found = _Summarizer(self, self.definitions[name]).summary()
+        finally:
+            self.in_progress.discard(name)
+        self.summaries[name] = found
+        return found
+
+
+class _Summarizer:
+    """Checks one function for purity and summarises it."""
+
+    def __init__(self, functions: ModuleFunctions, definition: ast.FunctionDef) -> None:
+        self.functions = functions
+        self.definition = definition
+        arguments = definition.args
+        self.parameters = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args])
+        every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+        self.all_parameters = {a.arg for a in every}
+        self.locals = self._local_names()
+
+    def summary(self) -> FunctionSummary | None:
+        if self.definition.decorator_list or not self._is_pure():
+            return None
+        free = {
+            node.id
+            for node in self._walk()
+            if isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id not in self.locals
+            and node.id not in self.all_parameters
+            and node.id not in _PURE_BUILTINS
+        }
+        summary = FunctionSummary(self.definition.name, self.parameters, frozenset(free))
+        for parameter in self.parameters:
+            summary.invariance[parameter] = self._invariance(parameter)
+        return summary
+
+    def _walk(self) -> Iterator[ast.AST]:
+        for statement in self.definition.body:
+            yield from ast.walk(statement)
+
+    def _local_names(self) -> set[str]:
+        found: set[str] = set()
+        for node in self._walk():
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                found.add(node.id)
+            elif isinstance(node, ast.Lambda):
+                found.update(a.arg for a in node.args.args)
+        return found - self.all_parameters
+
+    # -- purity ----------------------------------------------------------------------------------
+
+    def _is_pure(self) -> bool:
+        for node in self._walk():
+            if isinstance(node, _REFUSED):
+                return False
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if not all(self._is_local_target(t) for t in targets):
+                    return False
+            if isinstance(node, ast.For) and not self._is_local_target(node.target):
+                return False
+            if isinstance(node, ast.Call) and not self._is_pure_call(node):
+                return False
+        return True
+
+    def _is_local_target(self, target: ast.expr) -> bool:
+        if isinstance(target, ast.Tuple | ast.List):
+            return all(self._is_local_target(e) for e in target.elts)
+        if isinstance(target, ast.Starred):
+            return self._is_local_target(target.value)
+        if isinstance(target, ast.Subscript):
+            return isinstance(target.value, ast.Name) and target.value.id in self.locals
+        return isinstance(target, ast.Name) and target.id in self.locals
+
+    def _is_pure_call(self, call: ast.Call) -> bool:
+        func = call.func
+        if isinstance(func, ast.Name):
+            if func.id in self.locals or func.id in self.all_parameters:
+                return False
+            if func.id in _PURE_BUILTINS:
+                return True
+            return self.functions.summary_of_call(call) is not None
+        if isinstance(func, ast.Attribute):
+            if func.attr in _READ_ONLY_METHODS:
+                return True
+            receiver = func.value
+            return (
+                func.attr in _LOCAL_BUILDING_METHODS
+                and isinstance(receiver, ast.Name)
+                and receiver.id in self.locals
+            )
+        return False
+
+    # -- wrapper invariance ----------------------------------------------------------------------
+
+    def _invariance(self, parameter: str) -> Invariance:
+        assumptions: list[str] = []
+        for node in self._walk():
+            if not (isinstance(node, ast.Name) and node.id == parameter):
+                continue
+            problem = self._parameter_use(node, assumptions)
+            if problem is not None:
+                return Invariance(problem)
+        return Invariance(None, tuple(dict.fromkeys(assumptions)))
+
+    def _parameter_use(self, name: ast.Name, assumptions: list[str]) -> str | None:
+        index = self.functions.index
+        attribute = index.parent(name)
+        call = index.parent(attribute) if attribute is not None else None
+        is_method = (
+            isinstance(attribute, ast.Attribute)
+            and isinstance(call, ast.Call)
+            and call.func is attribute
+            and not call.args
+            and not call.keywords
+        )
+        if not is_method:
+            return f"it uses `{name.id}` other than through `parameters()`/`named_parameters()`"
+        assert isinstance(attribute, ast.Attribute) and isinstance(call, ast.Call)
+        if attribute.attr == "parameters":
+            return None
+        if attribute.attr != "named_parameters":
+            return f"it calls `{name.id}.{attribute.attr}()`"
+        loop = index.parent(call)
+        if isinstance(loop, ast.For | ast.comprehension) and loop.iter is call:
+            return self._names_problem(loop, assumptions)
+        return "it uses the parameter names, which DDP prefixes with `module.`"
+
+    def _names_problem(
+        self, loop: ast.For | ast.comprehension, assumptions: list[str]
+    ) -> str | None:
+        target = loop.target
+        if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+            return "it uses the parameter names, which DDP prefixes with `module.`"
+        name_var = target.elts[0]
+        if not isinstance(name_var, ast.Name):
+            return "it uses the parameter names, which DDP prefixes with `module.`"
+        # A for loop's variable outlives the loop: every use in the function counts.
+        region = self._walk() if isinstance(loop, ast.For) else ast.walk(self._holder(loop))
+        for node in region:
+            if isinstance(node, ast.Name) and node.id == name_var.id and node is not name_var:
+                problem = self._name_use(node, assumptions)
+                if problem is not None:
+                    return problem
+        return None
+
+    def _holder(self, loop: ast.comprehension) -> ast.AST:
+        holder = self.functions.index.parent(loop)
+        assert holder is not None
+        return holder
+
+    def _name_use(self, name: ast.Name, assumptions: list[str]) -> str | None:
+        index = self.functions.index
+        parent = index.parent(name)
+        grand = index.parent(parent) if parent is not None else None
+        if (
+            isinstance(parent, ast.Attribute)
+            and parent.attr == "endswith"
+            and isinstance(grand, ast.Call)
+            and grand.func is parent
+            and len(grand.args) == 1
+            and not grand.keywords
+        ):
+            texts = _strings(grand.args[0])
+            if texts is None:
+                return "it tests the parameter names with `endswith` on a value it computes"
+            for text in texts:
+                problem = _suffix_problem(text, assumptions)
+                if problem is not None:
+                    return problem
+            return None
+        if (
+            isinstance(parent, ast.Compare)
+            and len(parent.ops) == 1
+            and isinstance(parent.ops[0], ast.In | ast.NotIn)
+            and parent.comparators[0] is name
+        ):
+            texts = self._contained_texts(parent.left)
+            if texts is None:
+                return "it tests the parameter names with `in` on a value it computes"
+            bad = next((t for t in texts if not _substring_is_invariant(t)), None)
+            if bad is not None:
+                return f"`{bad!r} in name` can match the `module.` that DDP puts in front of names"
+            return None
+        return "it uses the parameter names, which DDP prefixes with `module.`"
+
+    def _contained_texts(self, node: ast.expr) -> tuple[str, ...] | None:
+        """The texts ``node`` may be: a string, or the variable of a loop over strings."""
+        direct = _strings(node)
+        if direct is not None or not isinstance(node, ast.Name):
+            return direct
+        for candidate in self._walk():
+            if (
+                isinstance(candidate, ast.comprehension | ast.For)
+                and isinstance(candidate.target, ast.Name)
+                and candidate.target.id == node.id
+            ):
+                return self._iterated_strings(candidate.iter)
+        return None
+
+    def _iterated_strings(self, node: ast.expr) -> tuple[str, ...] | None:
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            return _strings(ast.Tuple(elts=node.elts))
+        if not isinstance(node, ast.Name) or node.id in self.all_parameters:
+            return None
+        if node.id in self.locals:
+            statements: Iterator[ast.AST] = self._walk()
+        else:  # a module-level constant, bound once to a tuple (a list might be changed)
+            statements = iter(self.functions.index.tree.body)
+        values = [
+            statement.value
+            for statement in statements
+            if isinstance(statement, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == node.id for t in statement.targets)
+        ]
+        if len(values) != 1 or not isinstance(values[0], ast.List | ast.Tuple | ast.Set):
+            return None
+        if node.id not in self.locals and not self.functions.is_constant(node.id):
+            return None
+        return _strings(ast.Tuple(elts=values[0].elts))
+
+
+def _strings(node: ast.expr) -> tuple[str, ...] | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return (node.value,)
+    if isinstance(node, ast.Tuple) and all(
+        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts
+    ):
+        return tuple(e.value for e in node.elts)  # type: ignore[attr-defined]
+    return None
+
+
+def _suffix_problem(text: str, assumptions: list[str]) -> str | None:
+    """Whether ``("module." + name).endswith(text) == name.endswith(text)`` for every name.
+
+    They differ only for the name ``text[len(end):]`` when ``text`` starts with an end ``end``
+    of ``module.``; with the end ``.`` that name is a parameter of the model's own, and the
+    function is accepted under the assumption that there is none of that name.
+    """
+    for end in _PREFIX_ENDS:
+        if text.startswith(end):
+            rest = text[len(end) :]
+            if end == "." and rest and "." not in rest:
+                assumptions.append(f"has no parameter of its own named `{rest}`")
+                return None
+            return f"`name.endswith({text!r})` can match the `module.` that DDP puts in front"
+    return None
+
+
+def _substring_is_invariant(text: str) -> bool:
+    """``text in "module." + name`` equals ``text in name`` for every name: ``text`` neither
+    lies inside ``module.`` nor starts with one of its ends (so it cannot straddle it)."""
+    return bool(text) and text not in DDP_PREFIX and not text.startswith(_PREFIX_ENDS)

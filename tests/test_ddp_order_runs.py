@@ -1,0 +1,161 @@
+"""NPU203's moves keep the training the same: real torch.distributed (gloo), two processes.
+
+A program in the shape of pytorch/examples' imagenet worker crosses, on its way above the DDP
+wrap, every kind of statement NPU203 accepts in between: a device move of the model in the same
+branch as the wrap, `args` arithmetic, the other branch's `DataParallel(model).to(device)`, the
+loss, a print and a data loader; its parameter groups come from a pure function of the file that
+reads parameter names (`decay_groups(model)`, with the wrapped model). The test migrates it with
+NPU203 through the engine, checks that the optimizer moved, runs the original and the moved
+program on two gloo processes each, and compares the losses and final weights: with the same
+optimizer on both sides they must be equal bit for bit. (The DINO-shaped program of
+fixtures/e2e/dino covers the teacher/student shape the same way, through tests/test_e2e.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from migrator.diagnostics import Severity
+from migrator.engine import migrate_source
+from migrator.registry import rule_by_code
+from migrator.rule import Settings
+
+TIMEOUT_S = 180
+
+PROGRAM = """
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+class Args:
+    lr = 0.05
+    batch_size = 16
+    arch = "mlp"
+    distributed = True
+
+
+def decay_groups(model):
+    decayed, plain = [], []
+    for name, param in model.named_parameters():
+        if name.endswith("bias") or "norm" in name:
+            plain.append(param)
+        else:
+            decayed.append(param)
+    return [{"params": decayed, "weight_decay": 1e-3}, {"params": plain, "weight_decay": 0.0}]
+
+
+def main(out):
+    args = Args()
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    torch.manual_seed(rank)  # different weights on each process: DDP makes them rank 0's
+    model = nn.Sequential(nn.Linear(12, 24), nn.LayerNorm(24), nn.ReLU(), nn.Linear(24, 3))
+    if args.distributed:
+        model.to(device)
+        args.batch_size = int(args.batch_size / world_size)
+        model = DistributedDataParallel(model)
+    else:
+        model = torch.nn.DataParallel(model).to(device)
+    criterion = nn.CrossEntropyLoss().to(device)
+    print("built", args.arch, "on rank", rank)
+    generator = torch.Generator().manual_seed(7)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, 12, generator=generator), torch.randint(0, 3, (64,), generator=generator)
+    )
+    sampler = torch.utils.data.distributed.DistributedSampler(data, shuffle=False)
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, sampler=sampler)
+    groups = decay_groups(model)
+    optimizer = torch.optim.SGD(groups, lr=args.lr, momentum=0.9)
+    losses = []
+    for inputs, targets in loader:
+        loss = criterion(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    if rank == 0:
+        state = {k: v.tolist() for k, v in model.module.state_dict().items()}
+        with open(out, "w") as f:
+            json.dump({"losses": losses, "state": state}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_two_processes(script: Path, out: Path) -> dict[str, Any]:
+    port = free_port()
+    processes = []
+    for rank in range(2):
+        env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE"}}
+        env.update(
+            RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )  # fmt: skip
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(out)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    for process in processes:
+        output, _ = process.communicate(timeout=TIMEOUT_S)
+        assert process.returncode == 0, f"{script.name} failed:\n{output[-4000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_the_moved_imagenet_shaped_program_trains_identically(tmp_path: Path) -> None:
+    result = migrate_source(PROGRAM.encode(), "train.py", (rule_by_code("NPU203"),), Settings())
+    fixed = [d for d in result.diagnostics if d.severity is Severity.FIXED]
+    assert len(fixed) == 1, result.diagnostics
+    moved = result.migrated.decode()
+    # the optimizer and its groups now come before the whole `if args.distributed:` statement
+    assert moved.index("optimizer = torch.optim.SGD") < moved.index("if args.distributed:")
+    assert moved.index("groups = decay_groups(model)") < moved.index("if args.distributed:")
+
+    original_script, moved_script = tmp_path / "original.py", tmp_path / "moved.py"
+    original_script.write_text(PROGRAM)
+    moved_script.write_text(moved)
+    original = run_two_processes(original_script, tmp_path / "original.json")
+    after = run_two_processes(moved_script, tmp_path / "moved.json")
+    assert original["losses"] and original == after
+
+
+def test_the_comparison_sees_a_changed_group(tmp_path: Path) -> None:
+    """The comparison can fail: without weight decay on the decayed group the program starts
+    the same and ends with other weights."""
+    changed = PROGRAM.replace('"weight_decay": 1e-3', '"weight_decay": 0.0')
+    script = tmp_path / "changed.py"
+    script.write_text(changed)
+    original_script = tmp_path / "original.py"
+    original_script.write_text(PROGRAM)
+    original = run_two_processes(original_script, tmp_path / "original.json")
+    other = run_two_processes(script, tmp_path / "changed.json")
+    assert original["losses"][0] == other["losses"][0]  # the same start
+    assert original["state"] != other["state"]
