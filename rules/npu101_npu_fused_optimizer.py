@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -13,11 +13,8 @@ from migrator.callargs import append_arg, keyword, remove_arg_objects
 from migrator.calls import NOT_LITERAL, Argument, arguments, literal_value
 from migrator.diagnostics import Severity
 from migrator.edits import NodeEdit
-from migrator.index import ModuleIndex
 from migrator.names import Ambiguous
-from migrator.project import Facts, Linking, Module
 from migrator.rule import FixSafety, Rule
-from migrator.rules import npu1_project
 from migrator.rules.npu1_common import (
     APEX_HOME,
     FP16_OPTIMIZERS,
@@ -40,7 +37,7 @@ from migrator.rules.npu1_common import (
     npu_fused_name,
     written_span,
 )
-from migrator.rules.npu1_project import CallSite, ExternalAmp, call_sites
+from migrator.rules.npu1_project import CallSite, ExternalAmp, OptimizerFactories, call_sites
 from migrator.scopes import Binding, BindingKind
 
 # Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
@@ -120,7 +117,7 @@ class ImportRewrite:
     module: str | None = None
 
 
-class NpuFusedOptimizer(Rule):
+class NpuFusedOptimizer(OptimizerFactories, Rule):
     """
     ## What it does
     Replaces `torch.optim.SGD/Adam/AdamW/Adadelta/RMSprop` and apex `FusedSGD/FusedAdam`
@@ -177,21 +174,6 @@ class NpuFusedOptimizer(Rule):
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
-    # Optimizer factories in other modules (migrator.rules.npu1_project), shared with NPU102.
-    PROJECT_TRIGGER = npu1_project.PROJECT_TRIGGER
-    PROJECT_KEY = npu1_project.KEY
-
-    @classmethod
-    def wants_summary(cls, source: bytes) -> bool:
-        return npu1_project.wants_summary(source)
-
-    @classmethod
-    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
-        return npu1_project.summarize(index, module)
-
-    @classmethod
-    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
-        return npu1_project.link(linking)
 
     def check(self) -> None:
         self.flow = OptimizerFlow.of(self)

@@ -13,10 +13,7 @@ from migrator.callargs import argument as find_argument
 from migrator.calls import NOT_LITERAL, argument, has_star, literal_value
 from migrator.diagnostics import Severity
 from migrator.edits import Change
-from migrator.index import ModuleIndex
-from migrator.project import Facts, Linking, Module
 from migrator.rule import FixSafety, Rule
-from migrator.rules import npu1_project
 from migrator.rules.npu1_common import (
     AMP_POSITIONS,
     FUSED_LEVELS,
@@ -32,10 +29,10 @@ from migrator.rules.npu1_common import (
     line_of,
     requested_opt_level,
 )
-from migrator.rules.npu1_project import factory_verdict
+from migrator.rules.npu1_project import OptimizerFactories, factory_verdict
 
 
-class AmpCombineGrad(Rule):
+class AmpCombineGrad(OptimizerFactories, Rule):
     """
     ## What it does
     Adds `combine_grad=True` to `apex.amp.initialize(...)` calls (any alias; keyword, positional
@@ -93,21 +90,6 @@ class AmpCombineGrad(Rule):
     TRIGGER = ("initialize",)
     # Optimizers that NPU101 rewrites count as NPU fused ones (its plan, in context.facts).
     READS = (NPU101,)
-    # Optimizer factories in other modules (migrator.rules.npu1_project), shared with NPU101.
-    PROJECT_TRIGGER = npu1_project.PROJECT_TRIGGER
-    PROJECT_KEY = npu1_project.KEY
-
-    @classmethod
-    def wants_summary(cls, source: bytes) -> bool:
-        return npu1_project.wants_summary(source)
-
-    @classmethod
-    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
-        return npu1_project.summarize(index, module)
-
-    @classmethod
-    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
-        return npu1_project.link(linking)
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:

@@ -567,3 +567,23 @@ def factory_verdict(rule: Rule, call: ast.Call) -> FactoryVerdict | None:
         return None
     state = "planned" if NPU101 in rule.context.selected else "written"
     return FactoryVerdict(entry["fused"][state], entry["why"][state])
+
+
+class OptimizerFactories:
+    """What NPU101 and NPU102 declare for factories in other modules: one summary and one link
+    shared under :data:`KEY`, so that either rule selected alone still sees the factories."""
+
+    PROJECT_TRIGGER = PROJECT_TRIGGER
+    PROJECT_KEY = KEY
+
+    @classmethod
+    def wants_summary(cls, source: bytes) -> bool:
+        return wants_summary(source)
+
+    @classmethod
+    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
+        return summarize(index, module)
+
+    @classmethod
+    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
+        return link(linking)
