@@ -213,7 +213,7 @@ class WorkerPool(Generic[TaskT]):
             ),
             daemon=True,
         )
-        with _interrupts_ignored():
+        with _interrupts_held():
             process.start()
         child_end.close()
         worker = _Worker(process, parent_end)
@@ -267,18 +267,17 @@ class WorkerPool(Generic[TaskT]):
 
 
 @contextlib.contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    """Start a worker with Ctrl-C ignored from its first instruction: an ignored signal stays
-    ignored across exec, and Python keeps it so. A worker that set this itself would print a
-    ``KeyboardInterrupt`` traceback when Ctrl-C came while it was still importing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _interrupts_held() -> Iterator[None]:
+    """Start a worker with Ctrl-C blocked from its first instruction: the signal mask is
+    inherited across fork and exec, and the worker unblocks it only once it ignores Ctrl-C (a
+    worker still importing would otherwise print a ``KeyboardInterrupt`` traceback). Blocked,
+    not ignored, in this process: a Ctrl-C that comes while a worker starts is delivered here
+    as soon as the start is over, instead of being lost."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _worker_main(
@@ -291,6 +290,7 @@ def _worker_main(
     memory_limit: int | None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since the start
     signal.signal(signal.SIGTERM, _exit_on_terminate)
     _die_with_parent(parent, lifeline)
     setup(payload)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from migrator.pool import TimedOut, WorkerDied, WorkerPool
+from migrator.pool import TimedOut, WorkerDied, WorkerPool, _interrupts_held
 
 HOLD: list[bytes] = []
 
@@ -123,3 +123,13 @@ def test_a_task_past_the_time_limit_is_stopped_and_reported() -> None:
     assert time.monotonic() - started < 20
     assert isinstance(results["sleep"], TimedOut) and "1 s" in results["sleep"].describe()
     assert all(isinstance(results[t], tuple) for t in "abc")
+
+
+def test_a_ctrl_c_while_a_worker_starts_is_delivered_once_it_has_started() -> None:
+    """Ctrl-C is held (blocked), not ignored, while a worker starts: it must not be lost."""
+    reached = False
+    with pytest.raises(KeyboardInterrupt), _interrupts_held():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # held: nothing is raised inside
+        reached = True
+    assert reached
