@@ -34,8 +34,8 @@ NodeT = TypeVar("NodeT", bound=ast.AST)
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
-# Expression contexts and operators: shared singletons, never worth indexing.
-_COMPOUND_STATEMENTS = (
+# Statements with a body of their own (what libcst calls compound statements).
+COMPOUND_STATEMENTS = (
     ast.If,
     ast.For,
     ast.AsyncFor,
@@ -50,6 +50,7 @@ _COMPOUND_STATEMENTS = (
     ast.Match,
 )
 _AFTER_ALL: Position = (1 << 62, 0)
+# Expression contexts and operators: shared singletons, never worth indexing.
 _SKIPPED = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
 
 
@@ -442,7 +443,7 @@ def statement_lines(body: list[ast.stmt]) -> list[list[ast.stmt]]:
 
 
 def _is_simple(statement: ast.stmt) -> bool:
-    return not isinstance(statement, _COMPOUND_STATEMENTS)
+    return not isinstance(statement, COMPOUND_STATEMENTS)
 
 
 def _imports_under(

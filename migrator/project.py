@@ -114,10 +114,18 @@ class ProjectFacts:
         return self.linked.get(code, {})
 
     def module_at(self, path: str) -> Module | None:
+        return self._by_path.get(path)
+
+    @functools.cached_property
+    def _by_path(self) -> dict[str, Module]:
+        return {module.path: module for module in self.modules}
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, list[Module]]:
+        named: dict[str, list[Module]] = {}
         for module in self.modules:
-            if module.path == path:
-                return module
-        return None
+            named.setdefault(module.name, []).append(module)
+        return named
 
     def absolute(self, dotted: str, importer: str) -> str | None:
         """``dotted`` with a leading relative part (``..models.x``) made absolute from the
@@ -151,7 +159,7 @@ class ProjectFacts:
 
     def _module_named(self, parts: list[str], importer: str) -> Module | AmbiguousModule | None:
         folder = os.path.dirname(os.path.abspath(importer))
-        exact = [m for m in self.modules if m.name == ".".join(parts)]
+        exact = self._by_name.get(".".join(parts), [])
         if len(exact) == 1:
             return exact[0]
         # Without a package of that name, a folder path that ends the same way counts when it

@@ -35,22 +35,8 @@ from typing import NamedTuple
 import libcst as cst
 
 from migrator.edits import BlockEdit, Edit, NodeEdit, apply_edits
+from migrator.index import COMPOUND_STATEMENTS
 from migrator.source import Source
-
-_COMPOUND = (
-    ast.If,
-    ast.For,
-    ast.AsyncFor,
-    ast.While,
-    ast.With,
-    ast.AsyncWith,
-    ast.Try,
-    ast.TryStar,
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.ClassDef,
-    ast.Match,
-)
 
 
 class SliceError(Exception):
@@ -122,7 +108,7 @@ def _units(tree: ast.Module) -> list[_Unit]:
         for decorator in getattr(statement, "decorator_list", ()):
             first = min(first, decorator.lineno)
         last = statement.end_lineno or statement.lineno
-        compound = isinstance(statement, _COMPOUND)
+        compound = isinstance(statement, COMPOUND_STATEMENTS)
         if units and first <= units[-1].last_line:  # `a = 1; b = 2`: one statement line
             units[-1].last_line = max(units[-1].last_line, last)
             units[-1].compound = units[-1].compound or compound
