@@ -10,11 +10,15 @@ each worker is doing:
   :class:`WorkerDied`, a fresh worker takes its place, and the run goes on;
 - a worker whose resident memory has grown past ``memory_limit`` after a task (one huge file)
   retires and is replaced, so a large file does not pin memory for the rest of the run;
-- a worker exits within a second when its parent goes away, however it went: on Linux the
-  kernel sends it SIGTERM (``PR_SET_PDEATHSIG``); everywhere, a thread waiting on a pipe that
-  only the parent holds open wakes up when the parent's end closes and ends the process. SIGTERM
-  unwinds the worker, so a write it was in the middle of removes its temporary file; a worker
-  stuck in a long native call is ended half a second later regardless;
+- a worker exits within a second when its parent goes away, however it went, even while it is
+  still starting: on Linux the kernel sends it SIGTERM (``PR_SET_PDEATHSIG``); everywhere, a
+  thread waiting on a pipe that only the parent holds open wakes up when the parent's end
+  closes and ends the process. Both are armed before the worker imports the code it runs (the
+  set-up and work functions travel by name, the payload as bytes), so a parent killed during
+  that second of imports is noticed at once. SIGTERM unwinds the worker, so a write it was in
+  the middle of removes its temporary file, then ends it without the interpreter's finalization
+  (seconds, with a large heap on a loaded machine); a worker stuck in a long native call is
+  ended half a second later regardless;
 - workers ignore Ctrl-C (the terminal sends it to the whole process group): the parent decides,
   and on any exception (Ctrl-C included) ends its workers before it lets the exception go on
   (SIGTERM first, on which a worker unwinds and removes a half-written temporary file).
@@ -26,8 +30,10 @@ state.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -40,7 +46,7 @@ from typing import Any, Generic, TypeVar
 TaskT = TypeVar("TaskT")
 
 # Worker set-up and work: ``setup(payload)`` once per worker, then ``work(task)`` per task.
-# Both must be importable module-level functions (spawn pickles them by name).
+# Both must be importable module-level functions: they travel to the worker by name.
 Setup = Callable[[Any], None]
 Work = Callable[[Any], Any]
 
@@ -100,9 +106,9 @@ class WorkerPool(Generic[TaskT]):
     ) -> None:
         self.size = size
         self.timeout = timeout
-        self.setup = setup
-        self.payload = payload
-        self.work = work
+        self.setup = _name_of(setup)
+        self.payload = pickle.dumps(payload)
+        self.work = _name_of(work)
         self.memory_limit = memory_limit
         self.context = multiprocessing.get_context("spawn")
         # The parent keeps the writing end of this pipe and never writes: its closing (the
@@ -284,16 +290,26 @@ def _worker_main(
     tasks: Connection,
     lifeline: Connection,
     parent: int,
-    setup: Setup,
-    payload: Any,
-    work: Work,
+    setup: str,
+    payload: bytes,
+    work: str,
     memory_limit: int | None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since the start
     signal.signal(signal.SIGTERM, _exit_on_terminate)
-    _die_with_parent(parent, lifeline)
-    setup(payload)
+    try:
+        _die_with_parent(parent, lifeline)
+        # Only now the imports of the code that runs (a second or more on a loaded machine).
+        _resolve(setup)(pickle.loads(payload))
+        _serve(tasks, _resolve(work), memory_limit)
+    except _Terminated as stop:
+        # Unwound (a write in progress removed its temporary file); the interpreter's
+        # finalization would only free the heap, which the OS does at once.
+        os._exit(stop.code)
+
+
+def _serve(tasks: Connection, work: Work, memory_limit: int | None) -> None:
     while True:
         try:
             task = tasks.recv()
@@ -308,8 +324,31 @@ def _worker_main(
             return
 
 
+def _name_of(function: Callable[..., Any]) -> str:
+    name = f"{function.__module__}:{function.__qualname__}"
+    if "<" in name or _resolve(name) is not function:
+        raise ValueError(f"{name} is not reachable by its name: pass a module-level function")
+    return name
+
+
+def _resolve(name: str) -> Any:
+    module, _, path = name.partition(":")
+    value: Any = importlib.import_module(module)
+    for attribute in path.split("."):
+        value = getattr(value, attribute)
+    return value
+
+
+class _Terminated(BaseException):
+    """SIGTERM in a worker: unwind like ``SystemExit``, then exit with ``code``."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def _exit_on_terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds: an atomic write removes its temporary file
+    raise _Terminated(128 + signum)  # unwinds: an atomic write removes its temporary file
 
 
 def _die_with_parent(parent: int, lifeline: Connection) -> None:

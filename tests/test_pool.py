@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -114,6 +115,70 @@ def test_workers_die_with_a_parent_killed_without_warning(tmp_path: Path) -> Non
     parent.kill()
     parent.wait()
     assert wait_gone(pids, 1.0) == []
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The pool workers among ``pid``'s children (not multiprocessing's resource tracker)."""
+    found = []
+    with open(f"/proc/{pid}/task/{pid}/children") as stream:
+        for child in stream.read().split():
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"spawn_main" in cmdline.read():
+                    found.append(int(child))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_parent_killed_while_they_import_their_code(tmp_path: Path) -> None:
+    """A worker imports the code it runs after it has armed its death watch: importing the
+    migrator takes a second or more on a loaded machine, and a parent killed meanwhile must
+    not leave its workers behind for that long. Here the import takes 30 seconds."""
+    (tmp_path / "slow_import.py").write_text(
+        "import os, time\n"
+        "if os.environ.get('SLOW_IMPORT'):\n"
+        "    time.sleep(30)\n"
+        "def setup(payload):\n"
+        "    pass\n"
+        "def work(task):\n"
+        "    return task\n"
+    )
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from migrator.pool import WorkerPool
+        import slow_import
+        os.environ["SLOW_IMPORT"] = "1"  # in the workers only
+        pool = WorkerPool(2, slow_import.setup, None, slow_import.work)
+        for _ in pool.run(["a", "b"]):
+            pass
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 30
+    workers: list[int] = []
+    while len(workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        workers = spawned_children(parent.pid)
+    try:
+        assert len(workers) == 2
+        time.sleep(1.0)  # both are well into the slow import
+        assert all(alive(pid) for pid in workers)
+        parent.kill()
+        parent.wait()
+        assert wait_gone(workers, 1.0) == []
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_name_that_does_not_lead_back_to_the_function_is_refused() -> None:
+    def local(payload: object) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="module-level function"):
+        WorkerPool[str](1, local, None, work)
 
 
 def test_a_task_past_the_time_limit_is_stopped_and_reported() -> None:
