@@ -29,12 +29,16 @@ class IntDevice(Rule):
     `torch.device(f"npu:{args.local_rank}")`.
 
     Only expressions known to be integers are rewritten: integer literals, `int(...)`,
-    `len(...)`, `torch.distributed.get_rank()` and friends, names assigned only from those in the
-    same scope, parameters annotated `int`, `rank` / `local_rank` parameters without a default
-    (`def run(rank, world_size)`, as `torch.multiprocessing.spawn` calls it), and
-    `args.<name>` from `parser.add_argument("--<name>", type=int, default=<int>)`. An expression
-    that is named like an index (`rank`, `local_rank`, `gpu`, `gpu_id`, `device_id`, ...) but not
-    known to be an int, such as an option with `default=None`, is reported.
+    `len(...)`, `torch.distributed.get_rank()` and friends, names whose every binding in the
+    scope is one of those (an assignment from them, a parameter annotated `int`, a `rank` /
+    `local_rank` parameter without a default (`def run(rank, world_size)`, as
+    `torch.multiprocessing.spawn` calls it), the counter of `for i in range(...)` or
+    `for i, x in enumerate(...)`), and `args.<name>` from
+    `parser.add_argument("--<name>", type=int, default=<int>)`. An expression that is named like
+    an index (`rank`, `local_rank`, `gpu`, `gpu_id`, `device_id`, ...) but not known to be an
+    int, such as an option with `default=None` or a name also bound by tuple unpacking, is
+    reported. A string option (no `type`, or `type=str`, without an int default) is a device
+    already and is left alone.
 
     With `--target accelerator`: `torch.device(torch.accelerator.current_accelerator().type, i)`.
 

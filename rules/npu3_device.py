@@ -23,6 +23,7 @@ from migrator.diagnostics import Severity
 from migrator.index import full_name
 from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Location, Rule, Target
+from migrator.scopes import Binding
 
 # torch.cuda names that torch_npu mirrors under torch.npu with the same signature.
 NPU_CUDA_API = frozenset(
@@ -456,10 +457,8 @@ def int_index(rule: Rule, node: ast.AST, depth: int = 0) -> Index:
             return Index.INT
         return Index.NO
     if isinstance(node, ast.Name):
-        values = assigned_values(rule, node)
-        if values and all(int_index(rule, v, depth + 1) is Index.INT for v in values):
-            return Index.INT
-        if _is_int_parameter(rule, node):
+        bindings = rule.index.bindings_of(node)
+        if bindings and all(_binds_an_int(rule, node, b, depth) for b in bindings):
             return Index.INT
         return Index.MAYBE if INDEX_NAME.fullmatch(node.id) else Index.NO
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -470,17 +469,44 @@ def int_index(rule: Rule, node: ast.AST, depth: int = 0) -> Index:
     return Index.NO
 
 
-def _is_int_parameter(rule: Rule, name: ast.Name) -> bool:
+def _binds_an_int(rule: Rule, name: ast.Name, binding: Binding, depth: int) -> bool:
+    """Whether ``binding`` (one of those that reach ``name``) always binds an int: a whole
+    assignment of an int, an int parameter, or the counter of ``for i in range(...)`` /
+    ``for i, _ in enumerate(...)``. Any other binding (a tuple unpacking, a ``with`` target,
+    an import) may bind anything."""
+    statement = binding.statement
+    if statement is not None:
+        value = statement.value
+        return value is not None and int_index(rule, value, depth + 1) is Index.INT
+    if isinstance(binding.node, ast.arg):
+        return _is_int_parameter(rule, name, binding.node)
+    if isinstance(binding.node, ast.Name):
+        return _is_loop_counter(rule, binding.node)
+    return False
+
+
+def _is_int_parameter(rule: Rule, name: ast.Name, parameter: ast.arg) -> bool:
     """A parameter annotated ``int``, or an unannotated ``rank`` / ``local_rank`` parameter with
     no default. (A ``gpu`` parameter is not enough: the imagenet example calls
     ``main_worker(args.gpu, ...)`` with None when it does not spawn.)"""
-    for binding in rule.index.bindings_of(name):
-        parameter = binding.node
-        if isinstance(parameter, ast.arg):
-            if parameter.annotation is not None:
-                return full_name(parameter.annotation) == "int"
-            return not _has_default(rule, parameter) and RANK_NAME.fullmatch(name.id) is not None
-    return False
+    if parameter.annotation is not None:
+        return full_name(parameter.annotation) == "int"
+    return not _has_default(rule, parameter) and RANK_NAME.fullmatch(name.id) is not None
+
+
+def _is_loop_counter(rule: Rule, target: ast.Name) -> bool:
+    """``for target in range(...)`` or ``for target, _ in enumerate(...)``, with the builtin
+    ``range`` / ``enumerate``."""
+    parent = rule.index.parent(target)
+    if isinstance(parent, ast.Tuple) and parent.elts and parent.elts[0] is target:
+        loop, counting = rule.index.parent(parent), "builtins.enumerate"
+    else:
+        loop, counting = parent, "builtins.range"
+    if not isinstance(loop, (ast.For, ast.comprehension)) or not isinstance(loop.iter, ast.Call):
+        return False
+    if loop.target is not (parent if counting == "builtins.enumerate" else target):
+        return False
+    return rule.qualified_name(loop.iter.func) == counting
 
 
 def _has_default(rule: Rule, parameter: ast.arg) -> bool:
@@ -505,9 +531,16 @@ def _int_option(rule: Rule, dest: str) -> Index | None:
     if call is None:
         return None
     type_arg = keyword(call, "type")
-    if type_arg is None or full_name(type_arg.value) != "int":
-        return Index.MAYBE
     default = keyword(call, "default")
+    converter = "str" if type_arg is None else full_name(type_arg.value)
+    if converter == "str":
+        # A string from the command line ("cuda:1", "cpu"): a device, not an index; with an
+        # int default, an index when the option is not given.
+        given = default.value if default is not None else None
+        int_default = isinstance(given, ast.Constant) and type(given.value) is int
+        return Index.MAYBE if int_default else Index.NO
+    if converter != "int":
+        return None  # a converter of the user's: judged by the option's name
     required = keyword(call, "required")
     if default is not None:
         value = default.value

@@ -91,7 +91,9 @@ class CudaEnvironment(Rule):
     `os.getenv(...)`, `os.environ.get/setdefault/pop(...)`, `os.putenv/unsetenv(...)`,
     `"NCCL_DEBUG" in os.environ`, `os.environ.update(NCCL_DEBUG=...)`, any other string that is
     exactly such a name (an `env={...}` dictionary for a subprocess), and command strings that
-    set one (`os.system("CUDA_VISIBLE_DEVICES=0 python train.py")`).
+    set one (`os.system("CUDA_VISIBLE_DEVICES=0 python train.py")`), at the variable's own line
+    and column in a multi-line string. Docstrings and other bare string statements are prose and
+    are not scanned.
 
     Variables: `CUDA_VISIBLE_DEVICES` (-> `ASCEND_RT_VISIBLE_DEVICES`), `CUDA_LAUNCH_BLOCKING`
     (-> `ASCEND_LAUNCH_BLOCKING`), `PYTORCH_CUDA_ALLOC_CONF` (-> `PYTORCH_NPU_ALLOC_CONF`), and
@@ -141,6 +143,8 @@ class CudaEnvironment(Rule):
                 self._report(given, given.arg, "set")
 
     def _check_string(self, constant: ast.Constant) -> None:
+        if isinstance(self.index.parent(constant), ast.Expr):
+            return  # a docstring or a bare string: prose about the variable, not a use of it
         body = string_body(self, constant)
         if body is None:
             return
@@ -161,12 +165,17 @@ class CudaEnvironment(Rule):
             self._report(self._inside(constant, body, match.start()), name, "set in a command")
 
     def _inside(self, constant: ast.Constant, body: str, offset: int) -> ast.AST | Location:
-        """Where ``body[offset]`` of a one-line literal is (the literal's start otherwise)."""
+        """Where ``body[offset]`` is in the source (the body is the text between the quotes as
+        written, so offsets in it are offsets in the file)."""
         literal = string_literal(self.source, constant)
-        if literal is None or "\n" in self.code(constant):
+        if literal is None:
             return constant
         line, column = self.position(constant)
-        return Location(line, column + len(literal.prefix) + len(literal.quote) + offset)
+        before = body[:offset]
+        newlines = before.count("\n")
+        if newlines == 0:
+            return Location(line, column + len(literal.prefix) + len(literal.quote) + offset)
+        return Location(line + newlines, len(before) - before.rfind("\n"))  # 1-based
 
     def _report(self, at: ast.AST | Location, name: str, use: str) -> None:
         message, severity = advice_for(name)
