@@ -5,7 +5,9 @@ A rule asks what an expression refers to and gets exactly one of:
 - a qualified name (``"torch.optim.SGD"``) when every binding of the expression's base name comes
   from an import (or a builtin) and they all agree;
 - :class:`Ambiguous` when it may refer to more than one thing: ``try``/``except ImportError``
-  fallbacks, a value alias (``Opt = torch.optim.SGD``), a name that could come from a star import;
+  fallbacks (except a ``name = None`` fallback where the name is called or has an attribute
+  taken: None has neither), a value alias (``Opt = torch.optim.SGD``), a name that could come
+  from a star import;
 - ``None`` when it refers to nothing imported (a local class, a parameter, an attribute of a value).
 
 Rules edit only the first case and report the second. The bindings come from
@@ -58,6 +60,8 @@ def _resolve(
     qualified = index.qualified_names(node)
     imported = {q.name for q in qualified if q.source is not NameSource.LOCAL}
     local = {q.name for q in qualified if q.source is NameSource.LOCAL}
+    if imported and local and _only_none_besides_imports(index, node):
+        local = set()  # `except ImportError: amp = None`: None has no attributes, no call
     if imported and local:
         return Ambiguous(tuple(sorted(imported | local)), "bound both by an import and locally")
     if len(imported) > 1:
@@ -67,6 +71,42 @@ def _resolve(
     if local:
         return _value_alias(index, node, _following)
     return _star_candidate(index, node)
+
+
+def _only_none_besides_imports(index: ModuleIndex, node: ast.AST) -> bool:
+    """Whether ``node`` is an attribute of its base name or a callee, and every binding of that
+    name other than imports is ``name = None``.
+
+    The fallback of an optional import (``try: from apex import amp`` / ``except ImportError:
+    amp = None``) cannot be what ``amp.initialize(...)`` or ``FusedAdam(...)`` uses: on None the
+    attribute access or the call raises, so wherever the code does something, the name is the
+    import. A bare use of the name (``if amp is None``, an argument) stays ambiguous."""
+    base = base_name(node)
+    if base is None:
+        return False
+    parent = index.parent(node)
+    called = isinstance(parent, ast.Call) and parent.func is node
+    if base is node and not called:
+        return False
+    for binding in index.bindings_of(base):
+        if binding.kind in (BindingKind.IMPORT, BindingKind.BUILTIN):
+            continue
+        value = binding.assigned_value
+        if not (isinstance(value, ast.Constant) and value.value is None):
+            return False
+    return True
+
+
+def compared_with_none(index: ModuleIndex, node: ast.AST) -> bool:
+    """``node is None`` / ``node is not None``: a test of whether an optional import worked,
+    which needs no migration whatever ``node`` is."""
+    parent = index.parent(node)
+    if not isinstance(parent, ast.Compare) or len(parent.ops) != 1:
+        return False
+    if not isinstance(parent.ops[0], (ast.Is, ast.IsNot)):
+        return False
+    other = parent.comparators[0] if parent.left is node else parent.left
+    return isinstance(other, ast.Constant) and other.value is None
 
 
 def resolve_any(

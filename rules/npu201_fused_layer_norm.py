@@ -12,7 +12,7 @@ from migrator.callargs import append_arg, keyword, remove_arg_objects
 from migrator.calls import Argument, arguments, positional, string_literal
 from migrator.calls import keyword as keyword_argument
 from migrator.edits import Edit
-from migrator.names import Ambiguous
+from migrator.names import Ambiguous, compared_with_none
 from migrator.rule import FileContext, FixSafety, Rule
 from migrator.rules.npu2_support import (
     APEX_ROOTS,
@@ -425,6 +425,8 @@ class FusedLayerNormToTorch(Rule):
                 self.check_name(name)
 
     def check_name(self, node: ast.Name) -> None:
+        if compared_with_none(self.index, node):
+            return  # `if FusedLayerNorm is None:` tests an optional import, nothing to migrate
         name = self.apex_name_of(node)
         if name is None:
             return

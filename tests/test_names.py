@@ -114,7 +114,7 @@ def test_a_name_rebound_from_itself_ends_the_search() -> None:
         ),
         # `global` sends an assignment to the module scope
         (
-            "import torch\ndef f():\n    global torch\n    torch = None\ntorch.optim.SGD(p)\n",
+            "import torch\ndef f():\n    global torch\n    torch = load()\ntorch.optim.SGD(p)\n",
             Ambiguous(("torch.optim.SGD",), "bound both by an import and locally"),
         ),
         # `import a.b` binds the dotted name: `a.b.c` is read through it
@@ -162,3 +162,54 @@ def test_the_candidate_filter_admits_every_name_resolution_can_reach(source: str
 def test_the_candidate_filter_leaves_out_unrelated_names() -> None:
     index = index_of("import torch\nimport numpy as np\nx = np.zeros(3)\ny = x\n")
     assert index.names_reaching(frozenset({"torch"})) == {"torch"}
+
+
+OPTIONAL_AMP = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
+OPTIONAL_ADAM = (
+    "try:\n    from apex.optimizers import FusedAdam\nexcept ImportError:\n    FusedAdam = None\n"
+)
+BOTH = "bound both by an import and locally"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        # None has no attribute and cannot be called: where the code does something, the name is
+        # the import
+        (OPTIONAL_AMP + "amp.initialize(m, o)\n", "apex.amp.initialize"),
+        (OPTIONAL_ADAM + "FusedAdam(p)\n", "apex.optimizers.FusedAdam"),
+        ("FusedAdam = None\nif fused:\n    from apex.optimizers import FusedAdam\nFusedAdam(p)\n",
+         "apex.optimizers.FusedAdam"),
+        # any other fallback value keeps the ambiguity
+        (
+            "try:\n    from apex import amp\nexcept ImportError:\n    amp = load()\n"
+            "amp.initialize(m, o)\n",
+            Ambiguous(("amp.initialize", "apex.amp.initialize"), BOTH),
+        ),
+        (
+            OPTIONAL_ADAM + "def FusedAdam(p):\n    return p\nFusedAdam(p)\n",
+            Ambiguous(("FusedAdam", "apex.optimizers.FusedAdam"), BOTH),
+        ),
+    ],
+)  # fmt: skip
+def test_a_none_fallback_is_not_what_a_call_or_an_attribute_uses(
+    source: str, expected: object
+) -> None:
+    assert resolve_calls(source)[-1] == expected
+
+
+def test_a_bare_use_of_an_optional_import_stays_ambiguous() -> None:
+    index = index_of(OPTIONAL_ADAM + "make(FusedAdam)\n")
+    argument = index.nodes(ast.Call)[-1].args[0]
+    assert isinstance(names.resolve(index, argument), Ambiguous)
+    assert not names.compared_with_none(index, argument)
+
+
+@pytest.mark.parametrize(
+    ("test", "expected"),
+    [("x is None", True), ("None is not x", True), ("x == None", False), ("x is y", False)],
+)
+def test_compared_with_none(test: str, expected: bool) -> None:
+    index = index_of(test + "\n")
+    x = next(name for name in index.nodes(ast.Name) if name.id == "x")
+    assert names.compared_with_none(index, x) is expected
