@@ -40,6 +40,9 @@ class IntDevice(Rule):
     reported. A string option (no `type`, or `type=str`, without an int default) is a device
     already and is left alone.
 
+    The `device=` of `torch.cuda.*` / `torch.npu.*` calls (`memory_summary(device=i)`) is an
+    index already and is left alone.
+
     With `--target accelerator`: `torch.device(torch.accelerator.current_accelerator().type, i)`.
 
     ## Why
@@ -85,7 +88,7 @@ class IntDevice(Rule):
         if first and (is_to or (name in DEVICE_CONSTRUCTORS and len(arguments(call)) == 1)):
             found.append(first[0].value)
         device = keyword(call, "device")
-        if device is not None and name not in DEVICE_CONSTRUCTORS:
+        if device is not None and name not in DEVICE_CONSTRUCTORS and not _takes_an_index(name):
             found.append(device.value)
         return found
 
@@ -125,6 +128,12 @@ class IntDevice(Rule):
             return None  # cannot sit inside a single-line f-string on Python < 3.12
         quote = "'" if '"' in code else '"'
         return f"f{quote}npu:{{{code}}}{quote}"
+
+
+def _takes_an_index(name: object) -> bool:
+    """``torch.cuda.memory_summary(device=i)`` and the other device-runtime calls take an index
+    (NPU302 makes them ``torch.npu.*``, which takes one too)."""
+    return isinstance(name, str) and name.startswith(("torch.cuda.", "torch.npu."))
 
 
 def _kind(value: ast.expr) -> type[cst.CSTNode]:
