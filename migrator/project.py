@@ -127,6 +127,16 @@ class ProjectFacts:
             named.setdefault(module.name, []).append(module)
         return named
 
+    @functools.cached_property
+    def _by_last_part(self) -> dict[str, list[tuple[Module, list[str]]]]:
+        """Modules by the last part of their path (stem, or the folder of an ``__init__``), with
+        their path parts: a lookup by folder path touches only the modules that can match."""
+        found: dict[str, list[tuple[Module, list[str]]]] = {}
+        for module in self.modules:
+            parts = _module_parts(module.path)
+            found.setdefault(parts[-1], []).append((module, parts))
+        return found
+
     def absolute(self, dotted: str, importer: str) -> str | None:
         """``dotted`` with a leading relative part (``..models.x``) made absolute from the
         importing file's package; None when it climbs above the top package."""
@@ -167,8 +177,8 @@ class ProjectFacts:
         # from the repository finds it on sys.path).
         candidates = exact or [
             m
-            for m in self.modules
-            if _path_ends_with(m.path, parts) and _distance(folder, m.path, parts) < _FAR
+            for m, path_parts in self._by_last_part.get(parts[-1], [])
+            if path_parts[-len(parts) :] == parts and _distance(folder, m.path, parts) < _FAR
         ]
         if len(candidates) <= 1:
             return candidates[0] if candidates else None
@@ -207,10 +217,6 @@ def _module_parts(path: str) -> list[str]:
     without = os.path.splitext(os.path.abspath(path))[0]
     parts = without.split(os.sep)
     return parts[:-1] if parts[-1] == "__init__" else parts
-
-
-def _path_ends_with(path: str, parts: list[str]) -> bool:
-    return _module_parts(path)[-len(parts) :] == parts
 
 
 def _distance(folder: str, path: str, parts: list[str]) -> int:
