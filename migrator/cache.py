@@ -67,11 +67,13 @@ def cache_key(job: Job) -> str:
 class ResultCache:
     """Results of files that needed no edit, keyed by content hash, one JSON file per key.
 
-    Only ``unchanged``, ``skipped`` and engine ``error`` outcomes are stored, with their
+    ``unchanged``, ``skipped`` and engine ``error`` outcomes are stored, with their
     diagnostics: a hit means "this exact content was already processed under these exact rules
     and settings and nothing is to be written", so a write decision never rests on anything but a
-    hash match. Changed files are not stored; once migrated, their new content is. I/O errors
-    (unreadable, read-only) are facts about the file system, not the content, and are not stored.
+    hash match. A ``changed`` outcome is stored only by ``--check`` (status and diagnostics, no
+    bytes) and answers only ``--check``: every other mode needs the new bytes and computes
+    them; once migrated, the new content is stored. I/O errors (unreadable, read-only) are facts
+    about the file system, not the content, and are not stored.
     """
 
     MAX_ENTRIES = 200_000
@@ -95,12 +97,16 @@ class ResultCache:
             return {}  # absent or damaged: start over
         return data if isinstance(data, dict) else {}
 
-    def get(self, path: str, digest: str) -> Outcome | None:
+    def get(self, path: str, digest: str, *, changed: bool = False) -> Outcome | None:
+        """The stored outcome of this content; a ``changed`` one only when ``changed`` says
+        the caller needs no bytes (``--check``)."""
         entry = self.entries.get(digest)
         if entry is None:
             return None
         try:
             status = Status(entry["status"])
+            if status is Status.CHANGED and not changed:
+                return None
             diagnostics = [
                 Diagnostic(path, line, column, code, Severity(severity), message, *cell)
                 for line, column, code, severity, message, *cell in entry["diagnostics"]

@@ -128,7 +128,11 @@ def run(
             outcomes.append(error_outcome(task.path, failed_links[task.path]))
             answered += 1
             continue
-        hit = cache.get(task.path, digest) if cache is not None else None
+        hit = (
+            cache.get(task.path, digest, changed=job.mode is Mode.CHECK)
+            if cache is not None
+            else None
+        )
         if hit is not None:
             outcomes.append(_act_on_hit(hit, read_file, job))
             answered += 1
@@ -332,9 +336,10 @@ def _act(member: Member, result: FileResult, digest: str, job: Job) -> Outcome:
     diagnostics = [replace(d, path=task.path) for d in result.diagnostics]
     outcome = Outcome(task.path, result.status, diagnostics)
     outcome.reason = reason_of(result.status, diagnostics)
-    if result.status is not Status.CHANGED:
+    if result.status is not Status.CHANGED or job.mode is Mode.CHECK:
         # Unchanged, skipped, or an engine error (syntax, decoding, a rule's internal error):
-        # all facts about this content under these rules, so they may be cached.
+        # all facts about this content under these rules, so they may be cached. So is a
+        # changed file's answer in --check, which writes and shows no bytes.
         outcome.digest = digest
     if job.mode is Mode.OUTPUT:
         assert task.destination is not None

@@ -19,6 +19,7 @@ from migrator.runner import (
     Excluder,
     Job,
     Mode,
+    Outcome,
     ResultCache,
     Task,
     cache_key,
@@ -122,14 +123,28 @@ def test_cache_answers_unchanged_files_and_only_on_a_hash_match(tmp_path: Path) 
     assert [(o.status, o.cached) for o in changed] == [(Status.CHANGED, False)]
 
 
-def test_changed_files_are_not_cached(tmp_path: Path) -> None:
+def test_a_changed_file_is_answered_from_the_cache_only_in_check_mode(tmp_path: Path) -> None:
+    """--check needs a changed file's status and diagnostics, not its new bytes; --diff and a
+    write need the bytes and compute them, whatever --check stored."""
     source = tmp_path / "train.py"
     source.write_bytes(UNMIGRATED)
     discovery = discover([str(source)], Excluder((), tmp_path))
-    for _ in range(2):
-        cache = ResultCache(tmp_path / "cache", cache_key(CHECK))
-        [outcome] = run(discovery, CHECK, 1, cache).outcomes
-        assert (outcome.status, outcome.cached) == (Status.CHANGED, False)
+
+    def once(mode: Mode) -> Outcome:
+        job = Job(mode, CHECK.codes, CHECK.settings)
+        [outcome] = run(discovery, job, 1, ResultCache(tmp_path / "cache", cache_key(job))).outcomes
+        return outcome
+
+    first, again = once(Mode.CHECK), once(Mode.CHECK)
+    assert (first.status, first.cached) == (Status.CHANGED, False)
+    assert (again.status, again.cached) == (Status.CHANGED, True)
+    assert again.diagnostics == first.diagnostics and again.edits != []
+    diffed = once(Mode.DIFF)
+    assert (diffed.cached, diffed.diff is not None) == (False, True)
+    assert "combine_grad=True" in (diffed.diff or "")
+    written = once(Mode.WRITE)
+    assert (written.status, written.cached) == (Status.CHANGED, False)
+    assert b"combine_grad=True" in source.read_bytes()
 
 
 def test_files_that_fail_to_parse_are_cached_as_errors(tmp_path: Path) -> None:
