@@ -30,7 +30,8 @@ from migrator.index import ModuleIndex, full_name
 from migrator.names import Ambiguous
 from migrator.rule import Rule
 from migrator.rules.npu1_common import planned_fused
-from migrator.rules.npu203_functions import FunctionSummary, ModuleFunctions
+from migrator.rules.npu203_functions import KEY as FUNCTIONS_KEY
+from migrator.rules.npu203_functions import FunctionSummary, ModuleFunctions, linked_summary
 
 DDP_CLASSES = frozenset(
     {
@@ -150,14 +151,29 @@ class CallNames:
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
         self._functions: ModuleFunctions | None = None
+        self._linked: dict[int, FunctionSummary | None] = {}
 
     def function_summary(self, call: ast.Call) -> FunctionSummary | None:
-        """The summary of a pure function of this module that ``call`` calls, else None."""
-        if not isinstance(call.func, ast.Name):
-            return None
-        if self._functions is None:
-            self._functions = ModuleFunctions(self.rule.index)
-        return self._functions.summary_of_call(call)
+        """The summary of the pure function that ``call`` calls: one of this module, or one
+        of another module of the run per the project facts (see npu203_functions); else None."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            if self._functions is None:
+                self._functions = ModuleFunctions(self.rule.index)
+            if func.id in self._functions.definitions:
+                return self._functions.summary_of_call(call)
+        if id(call) not in self._linked:
+            self._linked[id(call)] = self.linked_summary(func)
+        return self._linked[id(call)]
+
+    def linked_summary(self, func: ast.expr) -> FunctionSummary | None:
+        links = self.rule.project.links(FUNCTIONS_KEY)
+        if not links or dotted_path(func) is None:
+            return None  # a call of no plain name or attribute path is never followed
+        name = self.rule.qualified_name(func)
+        if not isinstance(name, str):
+            return None  # unknown or ambiguous: an unknown call, as without the facts
+        return linked_summary(links, self.rule.context.path, name, self.rule.code(func))
 
     def is_amp_initialize(self, node: ast.AST) -> bool:
         return (
@@ -456,10 +472,12 @@ class EffectsCollector:
             if callee is not None:
                 self.read(callee)
         elif (summary := self.calls.function_summary(node)) is not None:
-            # A pure function of this module: it reads its arguments and its free names.
-            self.read((summary.name,))
-            for free in sorted(summary.free_names):
-                self.read((free,))
+            # A pure function (of this module, or of another per the project facts): it reads
+            # its arguments and its free names.
+            callee = dotted_path(func)
+            assert callee is not None  # function_summary follows plain paths only
+            for path in summary.reads(callee):
+                self.read(path)
         elif isinstance(name, str) and name in READING_FUNCTIONS:
             self.effects.unknown_calls.append(node)  # prints: visible, so never moved
         else:

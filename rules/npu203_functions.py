@@ -19,15 +19,43 @@ after ``student`` is wrapped in DDP. Moving that call above the wrap is safe whe
 
 Everything else (attribute assignment, an unknown call, a name stored or returned, ``startswith``)
 makes the function impure or the argument not wrapper-invariant, and NPU203 reports as before.
+
+**Functions of other modules.** In DINO's repository the helper lives in ``utils.py``
+(``import utils`` ... ``params_groups = utils.get_params_groups(student)``). Through the project
+facts of :mod:`migrator.project`, NPU203 judges such a function by the same analysis, run on its
+own module:
+
+1. **Summary** (the files NPU203 checks: their text holds ``DataParallel``): the qualified names
+   of the functions they call that may be defined in the repository (imported names, not
+   torch's, apex's or builtins), as the rule's name resolution gives them:
+   ``utils.get_params_groups`` for ``import utils`` and for ``from utils import
+   get_params_groups as groups`` alike, ``.utils.get_params_groups`` for a relative import.
+2. **Link** (once per run): each name is resolved to a file of the run and must be a function
+   bound once, by its ``def``, at the top of that module (a re-export through ``from .x import
+   f`` is followed); unresolved, ambiguous (two equally close ``utils.py``) or anything else: no
+   facts, and the call stays an unknown call. Each module named is parsed once, and the verdict
+   on each function asked for is kept as plain data under the module's path (:func:`verdict`):
+   pure or not, its parameters, its free names, and per parameter the wrapper-invariance
+   problem or the assumptions.
+3. **Check**: :meth:`CallNames.function_summary <migrator.rules.npu203_effects.CallNames>`
+   turns a call whose qualified name the facts know into the same :class:`FunctionSummary` as a
+   function of the module would give, named as the call writes it; what the call reads is the
+   callee's path, and, for ``utils.f``, the ``utils.<free name>`` it reads in its module.
+
+One module deep: a function of another module that calls a function of a third one is not pure
+(only calls of its own module's pure functions are followed).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from migrator import names
 from migrator.index import ModuleIndex
+from migrator.project import Facts, Linking, ProjectFiles, Target
 from migrator.scopes import BindingKind
 
 DDP_PREFIX = "module."
@@ -68,10 +96,20 @@ class Invariance:
 class FunctionSummary:
     """A pure module-level function: what its call reads, and how it treats each parameter."""
 
-    name: str
+    name: str  # as the call writes it (`get_params_groups`, `utils.get_params_groups`)
     parameters: tuple[str, ...]
     free_names: frozenset[str]
     invariance: dict[str, Invariance] = field(default_factory=dict)
+    home: str | None = None  # the path of the module that defines it, when not the caller's
+
+    def reads(self, callee: tuple[str, ...]) -> list[tuple[str, ...]]:
+        """What a call of the function through the path ``callee`` reads: the callee, and the
+        module-level names the function reads, as the caller reaches them (``utils.WD`` for
+        ``utils.f``; none through a name imported from the module)."""
+        module = callee[:-1] if self.home is not None else ()
+        if self.home is not None and not module:
+            return [callee]
+        return [callee, *((*module, free) for free in sorted(self.free_names))]
 
     def parameter_for(self, call: ast.Call, argument: ast.expr) -> str | None:
         """The parameter ``argument`` of ``call`` binds, or None (``*args``, an unknown name)."""
@@ -387,3 +425,134 @@ def _substring_is_invariant(text: str) -> bool:
     """``text in "module." + name`` equals ``text in name`` for every name: ``text`` neither
     lies inside ``module.`` nor starts with one of its ends (so it cannot straddle it)."""
     return bool(text) and text not in DDP_PREFIX and not text.startswith(_PREFIX_ENDS)
+
+
+# -- functions of other modules of the run (see the module docstring) ---------------------------
+
+# Where NPU203's project facts are kept (its code: Rule.project_key).
+KEY = "NPU203"
+# Names that are never a function of the repository.
+_LIBRARY_ROOTS = frozenset({"torch", "apex", "torch_npu", "builtins"})
+_MAX_REEXPORTS = 4  # `from .params import get_params_groups` in a package, followed this often
+
+
+def summarize(index: ModuleIndex) -> Facts | None:
+    """The qualified names of the calls in the module that may be functions of the run."""
+    callees = sorted({name for call in index.nodes(ast.Call) if (name := _callee(index, call))})
+    return {"callees": callees} if callees else None
+
+
+def _callee(index: ModuleIndex, call: ast.Call) -> str | None:
+    if not isinstance(call.func, ast.Name | ast.Attribute):
+        return None
+    try:
+        name = names.resolve(index, call.func)
+    except RecursionError:  # a pathological alias chain: not followed (as Rule.qualified_name)
+        return None
+    if not isinstance(name, str) or name.split(".", 1)[0] in _LIBRARY_ROOTS:
+        return None
+    return name
+
+
+def link(linking: Linking) -> Mapping[str, Facts] | None:
+    """For each summarised file, the callees that are functions at the top of a module of the
+    run (``callees``: qualified name -> path and name); for each of those modules, the verdict
+    on each function asked for (``functions``: name -> :func:`verdict`)."""
+    facts: dict[str, dict[str, Any]] = {}
+    wanted: dict[str, set[str]] = {}
+    for path, summary in linking.project.summaries(KEY).items():
+        for callee in summary["callees"]:
+            found = _locate(linking.files, callee, path)
+            if found is None:
+                continue
+            home, name = found
+            facts.setdefault(path, {}).setdefault("callees", {})[callee] = {
+                "path": home,
+                "name": name,
+            }
+            wanted.setdefault(home, set()).add(name)
+    for home, function_names in sorted(wanted.items()):
+        index = linking.files.index(home)
+        assert index is not None  # _locate parsed it
+        functions = ModuleFunctions(index)
+        facts.setdefault(home, {})["functions"] = {
+            name: verdict(functions, name) for name in sorted(function_names)
+        }
+    return facts or None
+
+
+def _locate(
+    files: ProjectFiles, dotted: str, importer: str, hops: int = 0
+) -> tuple[str, str] | None:
+    """The module (path) and name of the function ``dotted`` names from ``importer``: one
+    bound only by its ``def`` at the top of a module of the run, or re-exported by a
+    ``from ... import``; None for anything else (not in the run, ambiguous, not a function)."""
+    target = files.resolve(dotted, importer)
+    if not isinstance(target, Target) or len(target.rest) != 1:
+        return None  # outside the run, an AmbiguousModule, a module, or `utils.Class.method`
+    path, name = target.module.path, target.rest[0]
+    index = files.index(path)
+    if index is None or _star_imports(index):
+        return None  # a star import could rebind the name
+    bindings = index.module_scope.bindings.get(name, [])
+    if len(bindings) != 1:
+        return None
+    binding = bindings[0]
+    node = binding.node
+    if binding.kind is BindingKind.FUNCTION and isinstance(node, ast.FunctionDef):
+        return (path, name) if any(node is s for s in index.tree.body) else None
+    if binding.kind is BindingKind.IMPORT and isinstance(node, ast.ImportFrom):
+        if hops >= _MAX_REEXPORTS or binding.alias is None:
+            return None
+        module = "." * node.level + (node.module or "")
+        separator = "." if node.module else ""
+        return _locate(files, f"{module}{separator}{binding.alias.name}", path, hops + 1)
+    return None
+
+
+def _star_imports(index: ModuleIndex) -> bool:
+    """Does the module import with ``*`` (legal at its top only; relative ones too)?"""
+    return any(a.name == "*" for statement in index.nodes(ast.ImportFrom) for a in statement.names)
+
+
+def verdict(functions: ModuleFunctions, name: str) -> Facts:
+    """The analysis of the module-level function ``name`` as plain data: impure, or pure with
+    its parameters, its free names and, per parameter, whether it is wrapper-invariant."""
+    definition = functions.definitions[name]
+    summary = functions.summary(name)
+    if summary is None:
+        return {"line": definition.lineno, "pure": False}
+    return {
+        "line": definition.lineno,
+        "pure": True,
+        "parameters": list(summary.parameters),
+        "free": sorted(summary.free_names),
+        "invariance": {
+            parameter: {"problem": found.problem, "assumptions": list(found.assumptions)}
+            for parameter, found in summary.invariance.items()
+        },
+    }
+
+
+def summary_from_facts(name: str, facts: Facts, home: str) -> FunctionSummary | None:
+    """The :class:`FunctionSummary` of a :func:`verdict` (None: not pure), named ``name``."""
+    if not facts.get("pure"):
+        return None
+    invariance = {
+        parameter: Invariance(found["problem"], tuple(found["assumptions"]))
+        for parameter, found in facts["invariance"].items()
+    }
+    parameters = tuple(facts["parameters"])
+    return FunctionSummary(name, parameters, frozenset(facts["free"]), invariance, home)
+
+
+def linked_summary(
+    links: Mapping[str, Facts], importer: str, qualified: str, name: str
+) -> FunctionSummary | None:
+    """The summary of the function of another module that ``qualified`` names from the file
+    ``importer``, per the linked facts (``links``: NPU203's), named ``name``; else None."""
+    entry = links.get(importer, {}).get("callees", {}).get(qualified)
+    if entry is None:
+        return None
+    facts = links.get(entry["path"], {}).get("functions", {}).get(entry["name"])
+    return None if facts is None else summary_from_facts(name, facts, entry["path"])

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
 
 from migrator.edits import Edit, Lines
+from migrator.index import ModuleIndex
 from migrator.names import Ambiguous
+from migrator.project import Facts, Linking, Module
 from migrator.rule import FileContext, FixSafety, Rule
+from migrator.rules import npu203_functions as functions
 from migrator.rules.npu1_common import NPU101
 from migrator.rules.npu203_effects import (
     DATA_PARALLEL,
@@ -30,6 +33,7 @@ from migrator.rules.npu203_effects import (
     walk_line,
 )
 
+_TARGET_WORDS = (b"optim", b"add_param_group", b"initialize")
 NOT_MOVABLE = "it is built inside a loop or a block this rule does not move statements out of"
 NPU104 = "NPU104"  # the key of NPU104's facts: the wraps it removes
 
@@ -110,8 +114,10 @@ class OptimizerBeforeDdp(Rule):
     move. Accepted in between: device moves and casts (`model.cuda(gpu)`, `model.to(device)`,
     `model = DataParallel(model).cuda()`), and calls of any kind (prints, loaders, the loss)
     that are given nothing the moved statements read. Accepted in the moved statements: pure
-    functions of the same module (see `npu203_functions`), also with the DDP-wrapped model as
-    an argument when they give the same result for it as for the model inside; a name test
+    functions of the same module (see `npu203_functions`), or of another module of the files
+    given (DINO's `utils.get_params_groups(student)` with `utils.py` in the run), also with
+    the DDP-wrapped model as an argument when they give the same result for it as for the
+    model inside; a name test
     such as `name.endswith(".bias")`, which differs for a parameter of the model's own named
     `bias` only, is accepted with that assumption spelled out in the message. When nothing
     can move above the first wrap of a block, the statements go above a later one, if they
@@ -129,6 +135,24 @@ class OptimizerBeforeDdp(Rule):
     # NPU101's respelling of optimizer classes: a moved statement reads its callee as rewritten;
     # NPU104's removed wraps (replaced by combine_ddp) are no wraps to move above.
     READS = (NPU101, NPU104)
+    # The files it checks are summarised: the functions of other modules of the run they call
+    # (see npu203_functions), whose verdicts the link computes in those modules.
+    PROJECT_TRIGGER = TRIGGER
+
+    @classmethod
+    def wants_summary(cls, source: bytes) -> bool:
+        # A function of another module matters only in a file with something to move: an
+        # optimizer (every class it knows lives in a package named `*optim*`), an
+        # `add_param_group` or an `amp.initialize`.
+        return b"DataParallel" in source and any(word in source for word in _TARGET_WORDS)
+
+    @classmethod
+    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
+        return functions.summarize(index)
+
+    @classmethod
+    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
+        return functions.link(linking)
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)

@@ -9,6 +9,9 @@ NPU203 through the engine, checks that the optimizer moved, runs the original an
 program on two gloo processes each, and compares the losses and final weights: with the same
 optimizer on both sides they must be equal bit for bit. (The DINO-shaped program of
 fixtures/e2e/dino covers the teacher/student shape the same way, through tests/test_e2e.py.)
+The same program with `decay_groups` in a module of its own (`param_groups.decay_groups(model)`,
+DINO's `utils.get_params_groups(student)`) is moved through the project facts and compared the
+same way.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from migrator.diagnostics import Severity
 from migrator.engine import migrate_source
+from migrator.project import ProjectBuilder
 from migrator.registry import rule_by_code
 from migrator.rule import Settings
 
@@ -98,6 +103,14 @@ if __name__ == "__main__":
     main(sys.argv[1])
 """
 
+GROUPS_FUNCTION = PROGRAM[PROGRAM.index("def decay_groups") : PROGRAM.index("def main")]
+# The program with its parameter groups built by a function of another module.
+TWO_MODULES = (
+    PROGRAM.replace(GROUPS_FUNCTION, "")
+    .replace("\n\nclass Args:", "\nimport param_groups\n\n\nclass Args:")
+    .replace("groups = decay_groups(model)", "groups = param_groups.decay_groups(model)")
+)
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -159,3 +172,27 @@ def test_the_comparison_sees_a_changed_group(tmp_path: Path) -> None:
     other = run_two_processes(script, tmp_path / "changed.json")
     assert original["losses"][0] == other["losses"][0]  # the same start
     assert original["state"] != other["state"]
+
+
+def test_the_moved_two_module_program_trains_identically(tmp_path: Path) -> None:
+    original, moved = tmp_path / "original", tmp_path / "moved"
+    for folder in (original, moved):
+        folder.mkdir()
+        (folder / "param_groups.py").write_text(GROUPS_FUNCTION)
+    (original / "train.py").write_text(TWO_MODULES)
+    rules = (rule_by_code("NPU203"),)
+    builder = ProjectBuilder(rules)
+    for path in (original / "train.py", original / "param_groups.py"):
+        builder.add_python(str(path), path.read_bytes())
+    settings = replace(Settings(), project=builder.build(Settings()))
+    result = migrate_source(TWO_MODULES.encode(), str(original / "train.py"), rules, settings)
+    fixed = [d for d in result.diagnostics if d.severity is Severity.FIXED]
+    assert len(fixed) == 1, result.diagnostics
+    migrated = result.migrated.decode()
+    assert migrated.index("param_groups.decay_groups(model)") < migrated.index(
+        "if args.distributed:"
+    )
+    (moved / "train.py").write_text(migrated)
+    before = run_two_processes(original / "train.py", tmp_path / "original.json")
+    after = run_two_processes(moved / "train.py", tmp_path / "moved.json")
+    assert before["losses"] and before == after
