@@ -149,10 +149,13 @@ def _star_candidate(index: ModuleIndex, node: ast.AST) -> Ambiguous | None:
     dotted = full_name(node)
     if not modules or dotted is None:
         return None
-    return Ambiguous(
-        tuple(f"{module}.{dotted}" for module in modules),
-        f"`{dotted.split('.')[0]}` may come from a star import",
-    )
+    candidates = tuple(f"{module}.{dotted}" for module in modules)
+    parent = index.parent(node)
+    if "." in dotted or (isinstance(parent, ast.Attribute) and parent.value is node):
+        # A star import also re-exports the modules that module imported: `from common import *`
+        # over a file that did `import torch` gives `torch` itself, used as `torch.cuda.x`.
+        candidates += (dotted,)
+    return Ambiguous(candidates, f"`{dotted.split('.')[0]}` may come from a star import")
 
 
 def _suffix_after_base(node: ast.AST) -> str:

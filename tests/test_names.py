@@ -74,6 +74,14 @@ def test_star_import_is_ambiguous() -> None:
     assert result.candidates == ("torch.optim.SGD",)
 
 
+def test_a_module_re_exported_by_a_star_import_is_a_candidate() -> None:
+    """``from common import *`` where common did ``import torch``: ``torch.cuda.x`` may be
+    torch's, and must be reported rather than left silently."""
+    [result] = resolve_calls("from common import *\ntorch.cuda.synchronize()\n")
+    assert isinstance(result, Ambiguous)
+    assert result.candidates == ("common.torch.cuda.synchronize", "torch.cuda.synchronize")
+
+
 @pytest.mark.parametrize(
     "source",
     [
