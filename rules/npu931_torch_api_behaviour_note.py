@@ -16,7 +16,9 @@ class TorchApiBehaviourNote(ApiTableRule):
     `torch.cuda.get_device_properties(...)` (no `major` / `minor`), `nn.LSTM` arguments,
     `DataLoader` workers with NPU tensors, optimizers' `foreach`, `torch.compile` backends and
     about 70 more. The note is also given for the torch_npu spelling of the API
-    (`torch.npu.NPUGraph`), so it survives the migration. Resolution is NPU930's.
+    (`torch.npu.NPUGraph`), so it survives the migration. Resolution is NPU930's. Each note
+    is given once per file, at its first use, with the lines of the later uses it covers
+    (`init_process_group` and `new_group` share one note).
 
     ## Why
     The program runs, but not quite as on a GPU: a training step captured in a graph, a
@@ -42,6 +44,7 @@ class TorchApiBehaviourNote(ApiTableRule):
     SUMMARY = "torch API that the selected torch_npu release supports with a restriction"
     STATUS = "supported-with-note"
     SEVERITY = Severity.INFO
+    ONCE_PER_NOTE = True
 
     def describe(self, name: str, entry: ApiEntry, release: str) -> str:
         return f"`{name}` on Ascend ({source_of(entry, release)}): {entry.note}"

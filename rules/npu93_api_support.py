@@ -70,10 +70,12 @@ def lookup_for(table: ApiTable, status: str) -> Lookup:
 
 class ApiTableRule(Rule):
     """Base of NPU930 / NPU931: one diagnostic per use of a name the table lists with
-    ``STATUS``."""
+    ``STATUS`` (with ``ONCE_PER_NOTE``: per note and file, at its first use)."""
 
     STATUS: ClassVar[str]
     SEVERITY: ClassVar[Severity]
+    # An unsupported API needs a change at every use; a behaviour note is read once per file.
+    ONCE_PER_NOTE: ClassVar[bool] = False
     FIX_SAFETY = FixSafety.NONE
     # Every listed name (and every override: migrator.api_tables validates it) is under a
     # `torch*` package, so every use needs an import that spells "torch".
@@ -94,13 +96,36 @@ class ApiTableRule(Rule):
                 match = self._match(node, lookup)
                 if match is not None:
                     found[id(node)] = (node, *match)
+        uses: list[tuple[ast.AST, ApiEntry | Ambiguous, str]] = []
         for node, result, name in sorted(found.values(), key=lambda f: _start(f[0])):
             parent = self.index.parent(node)
             if isinstance(parent, ast.Attribute) and id(parent) in found:
                 continue  # `a.b.c` listed as well as `a.b`: the longer name is reported
-            if self.position(node) in taken:
+            if self.position(node) not in taken:
+                uses.append((node, result, name))
+        folded = self._fold_notes(uses) if self.ONCE_PER_NOTE else [(*u, []) for u in uses]
+        for node, result, name, later_lines in folded:
+            self._report(node, result, name, table.release, later_lines)
+
+    def _fold_notes(
+        self, uses: list[tuple[ast.AST, ApiEntry | Ambiguous, str]]
+    ) -> list[tuple[ast.AST, ApiEntry | Ambiguous, str, list[int]]]:
+        """The first use of each note (by its text: `init_process_group` and `new_group`
+        share one) with the lines of the later uses, which are not reported on their own.
+        Ambiguous uses are kept apart: each one asks its own question."""
+        kept: list[tuple[ast.AST, ApiEntry | Ambiguous, str, list[int]]] = []
+        first_of_note: dict[str, list[int]] = {}
+        for node, result, name in uses:
+            if isinstance(result, Ambiguous):
+                kept.append((node, result, name, []))
                 continue
-            self._report(node, result, name, table.release)
+            later_lines = first_of_note.get(result.note)
+            if later_lines is None:
+                first_of_note[result.note] = later_lines = []
+                kept.append((node, result, name, later_lines))
+            else:
+                later_lines.append(self.position(node).line)
+        return kept
 
     # -- finding the uses --------------------------------------------------------------------
 
@@ -143,7 +168,14 @@ class ApiTableRule(Rule):
             if d.code != self.CODE and d.severity in (Severity.MANUAL, Severity.INFO)
         }
 
-    def _report(self, node: ast.AST, result: ApiEntry | Ambiguous, name: str, release: str) -> None:
+    def _report(
+        self,
+        node: ast.AST,
+        result: ApiEntry | Ambiguous,
+        name: str,
+        release: str,
+        later_lines: list[int],
+    ) -> None:
         if isinstance(result, Ambiguous):
             entry = self._entry_of(name, release)
             self.report(
@@ -152,7 +184,12 @@ class ApiTableRule(Rule):
                 f"if it is: {self.describe(name, entry, release)}",
             )
             return
-        self.report(node, self.describe(name, result, release), self.SEVERITY)
+        message = self.describe(name, result, release)
+        if later_lines:
+            lines = sorted(set(later_lines))
+            plural = "s" if len(lines) > 1 else ""
+            message += f" The same applies at line{plural} {', '.join(map(str, lines))}."
+        self.report(node, message, self.SEVERITY)
 
     def _entry_of(self, name: str, release: str) -> ApiEntry:
         table = table_for(self.settings.torch_npu_version, self.settings.torch_npu_api)
