@@ -171,7 +171,7 @@ class TorchCudaApi(Rule):
         advice = UNSUPPORTED_HINTS.get(member or "") if member != "amp" else None
         self.report(
             at,
-            f"`{dotted}` has no torch_npu equivalent under `torch.npu`; "
+            f"`{dotted}` has no one-to-one counterpart under `torch.npu` (not rewritten): "
             + (
                 advice or "find the Ascend replacement in the torch_npu API list or remove the call"
             ),
