@@ -22,12 +22,18 @@ from migrator.rules.npu3_device import (
     add_device_import,
     expression,
     is_accelerator,
+    string_body,
     torch_name,
 )
 
 # import-time module names: torch.npu only exists once torch_npu is imported, so imports name
 # torch_npu's own module, which works wherever the line sits.
 IMPORTED_MODULES = {"torch.cuda": "torch_npu.npu", "torch.cuda.amp": "torch_npu.npu.amp"}
+
+# Functions whose first argument names what a test replaces ("torch.cuda.current_stream").
+PATCHERS = frozenset({"unittest.mock.patch", "mock.patch"})
+# pytest's fixtures, which are parameters and resolve to nothing: known by their usual names.
+FIXTURE_PATCHERS = {("mocker", "patch"), ("monkeypatch", "setattr")}
 
 
 class TorchCudaApi(Rule):
@@ -42,7 +48,9 @@ class TorchCudaApi(Rule):
     own module (which, unlike `torch.npu`, can be imported before `import torch_npu` has run):
     `from torch.cuda.amp import GradScaler as GS` becomes
     `from torch_npu.npu.amp import GradScaler as GS`, `import torch.cuda as tc` becomes
-    `import torch_npu.npu as tc`. Any other `torch.cuda` attribute is reported.
+    `import torch_npu.npu as tc`. Any other `torch.cuda` attribute is reported. Patch targets of
+    tests follow: `mock.patch("torch.cuda.current_stream")` (also `mocker.patch`,
+    `monkeypatch.setattr` with a string target) becomes `mock.patch("torch.npu.current_stream")`.
 
     With `--target accelerator`: `torch.cuda.is_available()` and the other functions that
     `torch.accelerator` has become `torch.accelerator.*` (`current_device` ->
@@ -93,6 +101,60 @@ class TorchCudaApi(Rule):
             self._check_import(plain)
         for from_import in self.index.nodes(ast.ImportFrom):
             self._check_import_from(from_import)
+        for constant in self.index.nodes(ast.Constant):
+            if isinstance(constant.value, str) and constant.value.startswith("torch.cuda."):
+                self._check_patch_target(constant)
+
+    # -- patch targets in tests --------------------------------------------------------------
+
+    def _check_patch_target(self, constant: ast.Constant) -> None:
+        """``@patch("torch.cuda.current_stream")``: once the code under test calls
+        ``torch.npu.current_stream``, a test that patches the CUDA name replaces nothing."""
+        call = self.index.parent(constant)
+        if not isinstance(call, ast.Call) or not call.args or call.args[0] is not constant:
+            return
+        patcher = self._patcher(call.func)
+        if patcher is None:
+            return
+        body = string_body(self, constant)
+        if body is None or body != constant.value:
+            return  # escapes or an implicit concatenation: not worth the risk
+        parts = body.split(".")
+        member, sub = parts[2], parts[3] if len(parts) > 3 else None
+        if member in REPORTED_BY_OTHER_RULES or self._unsupported(member, sub):
+            return  # the code keeps (and NPU302 reports) the CUDA name: so does the test
+        new = "torch.npu." + body.removeprefix("torch.cuda.")
+        if isinstance(patcher, Ambiguous):
+            self.report(
+                constant,
+                f"cannot tell whether this is `unittest.mock.patch`: {patcher.describe()}; if it "
+                f"is, patch `{new}`, which the migrated code calls instead of `{body}`",
+            )
+            return
+        if is_accelerator(self):
+            self.report(
+                constant,
+                f"this patches `{body}`, which the migrated code no longer calls: patch the "
+                "`torch.accelerator` / `torch.get_device_module()` name it calls instead",
+            )
+            return
+        edit = self.replace(
+            constant,
+            cst.SimpleString,
+            lambda string: string.with_changes(value=string.value.replace(body, new, 1)),
+        )
+        if self.fix(constant, f"patch target `{body}` -> `{new}`", edit):
+            add_device_import(self)
+
+    def _patcher(self, callee: ast.expr) -> str | Ambiguous | None:
+        """What patches, when ``callee`` may be one of the patching functions."""
+        if (
+            isinstance(callee, ast.Attribute)
+            and isinstance(callee.value, ast.Name)
+            and (callee.value.id, callee.attr) in FIXTURE_PATCHERS
+        ):
+            return f"{callee.value.id}.{callee.attr}"
+        return self.qualified_name_in(callee, PATCHERS)
 
     # -- attributes --------------------------------------------------------------------------
 
