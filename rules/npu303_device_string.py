@@ -29,10 +29,12 @@ class DeviceString(Rule):
     Rewrites the device strings `"cuda"`, `"cuda:N"`, `f"cuda:{i}"`, and the templates
     `"cuda:{}".format(i)` / `"cuda:%d" % i` to `"npu"`, `"npu:N"`, ... where they are used as
     devices: `torch.device(...)`, `.to(...)`, any `device=` / `map_location=` / `device_type=`
-    argument, `torch.autocast(...)`, `torch.amp.GradScaler(...)`, comparisons with
-    `x.device.type` or a `*device` variable, assignments to a `*device` variable or attribute,
-    `*device` parameter defaults, `torch.set_default_device(...)` and the default and choices of
-    an `--*device` command-line option. The value
+    argument, `torch.autocast(...)`, `torch.amp.GradScaler(...)`, the device type of
+    `init_device_mesh(...)`, `DeviceMesh(...)` and `DeviceMesh.from_group(...)`, comparisons with
+    `x.device.type` or a `*device` variable, assignments to a `*device` variable or attribute (in
+    any case: `_C.MODEL.DEVICE`), `*device` parameter defaults, `torch.set_default_device(...)`,
+    the default and choices of an `--*device` command-line option and the default of an absl
+    `*device` flag (`flags.DEFINE_string("base_device", "cuda", ...)`). The value
     is followed through `a if cond else b`, `a or b` and names assigned in the same scope, so
     `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")` and
     `loc = "cuda:{}".format(gpu); torch.load(path, map_location=loc)` are both covered. Strings

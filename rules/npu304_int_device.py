@@ -33,8 +33,10 @@ class IntDevice(Rule):
     scope is one of those (an assignment from them, a parameter annotated `int`, a `rank` /
     `local_rank` parameter without a default (`def run(rank, world_size)`, as
     `torch.multiprocessing.spawn` calls it), the counter of `for i in range(...)` or
-    `for i, x in enumerate(...)`), and `args.<name>` from
-    `parser.add_argument("--<name>", type=int, default=<int>)`. An expression that is named like
+    `for i, x in enumerate(...)`), `+ - * // %` of two of those, `args.<name>` from
+    `parser.add_argument("--<name>", type=int, default=<int>)`, and `self.<name>` in a method when
+    every assignment of `<x>.<name>` in the file is `self.<name> = <one of those>` in a method of
+    the same class (`self.gpu_id = int(os.environ["LOCAL_RANK"])`). An expression that is named like
     an index (`rank`, `local_rank`, `gpu`, `gpu_id`, `device_id`, ...) but not known to be an
     int, such as an option with `default=None` or a name also bound by tuple unpacking, is
     reported. A string option (no `type`, or `type=str`, without an int default) is a device
@@ -144,4 +146,6 @@ def _kind(value: ast.expr) -> type[cst.CSTNode]:
         return cst.Call
     if isinstance(value, ast.Attribute):
         return cst.Attribute
+    if isinstance(value, ast.BinOp):
+        return cst.BinaryOperation
     return cst.Name

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from migrator.calls import argument
+from migrator.calls import argument, keyword
 from migrator.index import full_name
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
@@ -19,9 +19,8 @@ from migrator.rules.npu3_device import (
     add_device_import,
     expression,
     is_accelerator,
-    is_add_argument,
     names_match,
-    option_texts,
+    option_values,
     parameter_defaults,
     simple_string,
     string_body,
@@ -29,8 +28,20 @@ from migrator.rules.npu3_device import (
     values_reaching,
 )
 
-INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
-NEW_GROUP = "torch.distributed.new_group"
+# The process-group constructors that take a backend, with the backend's position.
+_GROUP_CONSTRUCTORS = {
+    "init_process_group": 0,
+    "new_group": 2,
+    "new_subgroups": 3,
+    "new_subgroups_by_enumeration": 2,
+    "split_group": 5,
+}
+BACKEND_POSITIONS = {
+    f"{module}.{name}": position
+    for module in ("torch.distributed", "torch.distributed.distributed_c10d")
+    for name, position in _GROUP_CONSTRUCTORS.items()
+}
+LITERAL_TYPES = {"typing.Literal", "typing_extensions.Literal"}
 GET_BACKEND = "torch.distributed.get_backend"
 IS_NCCL_AVAILABLE = "torch.distributed.is_nccl_available"
 ACCELERATOR_BACKEND = f"torch.distributed.get_default_backend_for_device({ACCELERATOR_DEVICE})"
@@ -42,12 +53,15 @@ class NcclBackend(Rule):
     """
     ## What it does
     Rewrites the `"nccl"` backend to `"hccl"` where it names a backend: the `backend` of
-    `torch.distributed.init_process_group(...)` (positional or keyword) and of
-    `torch.distributed.new_group(...)`, assignments to a `*backend` variable or attribute,
-    `*backend` parameter defaults, the default of an `--*backend` command-line option, and
+    `torch.distributed.init_process_group(...)` (positional, keyword, or the `"backend"` entry of
+    a dict unpacked with `**`) and of `new_group`, `new_subgroups`,
+    `new_subgroups_by_enumeration` and `split_group`, assignments to a `*backend` variable or
+    attribute (annotated too, with the values of a `Literal[...]` annotation), `*backend`
+    parameter defaults, the default of an `--*backend` command-line option or absl flag, and
     comparisons with those or with `dist.get_backend()`. Values are followed through
-    `a if cond else b` and names assigned in the same scope. `"cuda:nccl"` inside a per-device
-    backend string (`"cpu:gloo,cuda:nccl"`) becomes `"npu:hccl"`.
+    `a if cond else b` and names assigned in the same scope. Only the backend names count:
+    `"ncclep"` compared with a `*backend` setting is not a backend. `"cuda:nccl"` inside a
+    per-device backend string (`"cpu:gloo,cuda:nccl"`) becomes `"npu:hccl"`.
     `torch.distributed.is_nccl_available()` becomes `is_hccl_available()` (torch_npu adds it).
 
     With `--target accelerator`: `"nccl"` becomes
@@ -82,9 +96,10 @@ class NcclBackend(Rule):
         targets: dict[int, ast.Constant] = {}
         for position in _backend_positions(self):
             for value in values_reaching(self, position):
-                if isinstance(value, ast.Constant) and _new_backend_text(self, value) is not None:
-                    targets.setdefault(id(value), value)
-                elif re.search(r"""["'][^"']*nccl""", self.code(value)):
+                if isinstance(value, ast.Constant):
+                    if _new_backend_text(self, value) is not None:
+                        targets.setdefault(id(value), value)
+                elif _mentions_nccl(self, value):
                     self.report(
                         value,
                         f"the backend `{self.code(value)}` is chosen at run time and may "
@@ -158,24 +173,35 @@ def _new_backend_text(rule: Rule, node: ast.AST) -> str | None:
     return None
 
 
+def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:
+    """Whether an expression computed at run time holds the backend name ``"nccl"`` (or a
+    per-device backend string with ``cuda:nccl``) somewhere inside: ``os.environ.get(KEY,
+    "nccl")``. Other strings that contain the letters (``"ncclep"``) are not backends."""
+    return any(
+        isinstance(node, ast.Constant) and _new_backend_text(rule, node) is not None
+        for node in ast.walk(value)
+    )
+
+
 def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
     index = rule.index
     for call in index.nodes(ast.Call):
-        name = torch_name(rule, call.func)
-        if name == INIT_PROCESS_GROUP:
-            found = argument(call, "backend", 0)
-        elif name == NEW_GROUP:
-            found = argument(call, "backend", 2)
-        elif is_add_argument(call):
-            yield from _backend_option(rule, call)
-            continue
+        position = BACKEND_POSITIONS.get(torch_name(rule, call.func) or "")
+        if position is not None:
+            found = argument(call, "backend", position)
+            if found is not None:
+                yield found.value
+            yield from _backend_in_kwargs(rule, call)
         else:
-            found = None
-        if found is not None:
-            yield found.value
+            yield from option_values(rule, call, BACKEND_NAME)
     for assign in index.nodes(ast.Assign):
         if any(names_match(target, BACKEND_NAME) for target in assign.targets):
             yield assign.value
+    for annotated in index.nodes(ast.AnnAssign):
+        if names_match(annotated.target, BACKEND_NAME):
+            if annotated.value is not None:
+                yield annotated.value
+            yield from _literal_choices(rule, annotated.annotation)
     for parameter, default in parameter_defaults(rule):
         if BACKEND_NAME.fullmatch(parameter.arg):
             yield default
@@ -188,17 +214,36 @@ def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
                 yield left
 
 
-def _backend_option(rule: Rule, call: ast.Call) -> Iterator[ast.AST]:
-    """``add_argument("--dist-backend", default="nccl", choices=["nccl", "gloo"])``."""
-    if not any(BACKEND_NAME.fullmatch(option) for option in option_texts(rule, call)):
+def _backend_in_kwargs(rule: Rule, call: ast.Call) -> Iterator[ast.AST]:
+    """The ``backend`` entry of a dict unpacked into a process-group constructor:
+    ``init_process_group(**{"backend": "nccl"})``, ``kwargs = dict(backend="nccl", ...)`` then
+    ``init_process_group(**kwargs)``."""
+    for unpacked in call.keywords:
+        if unpacked.arg is not None:
+            continue
+        for mapping in values_reaching(rule, unpacked.value):
+            if isinstance(mapping, ast.Dict):
+                for key, value in zip(mapping.keys, mapping.values, strict=True):
+                    if key is not None and string_body(rule, key) == "backend":
+                        yield value
+            elif (
+                isinstance(mapping, ast.Call)
+                and rule.qualified_name(mapping.func) == "builtins.dict"
+            ):
+                found = keyword(mapping, "backend")
+                if found is not None:
+                    yield found.value
+
+
+def _literal_choices(rule: Rule, annotation: ast.expr) -> Iterator[ast.AST]:
+    """The values of a ``Literal["nccl", "gloo"]`` annotation of a backend field: config
+    systems turn them into the option's choices (Megatron's dataclass configs do)."""
+    if not isinstance(annotation, ast.Subscript) or rule.qualified_name(annotation.value) not in (
+        LITERAL_TYPES
+    ):
         return
-    default = argument(call, "default", None)
-    if default is not None:
-        yield default.value
-    choices = argument(call, "choices", None)
-    if choices is not None and isinstance(choices.value, (ast.List, ast.Tuple, ast.Set)):
-        for element in choices.value.elts:
-            yield element.value if isinstance(element, ast.Starred) else element
+    elements = annotation.slice
+    yield from elements.elts if isinstance(elements, ast.Tuple) else (elements,)
 
 
 def _names_backend(rule: Rule, node: ast.AST) -> bool:

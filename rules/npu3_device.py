@@ -96,9 +96,10 @@ CUDA_DEVICE_TEXT = re.compile(r"cuda(:(\d+|%[ds]|\{[^{}]*\}))?")
 CUDA_FSTRING_HEAD = re.compile(r"cuda(:)?")
 
 # A name or attribute whose last part says it holds a device: device, self.device, args.device,
-# train_device. Also dist_backend, backend, args.backend for the backend rule.
-DEVICE_NAME = re.compile(r"(.*_)?device")
-BACKEND_NAME = re.compile(r"(.*_)?backend")
+# train_device, and in any case (yacs configs write `_C.MODEL.DEVICE = "cuda"`). Also
+# dist_backend, backend, args.backend, DIST_BACKEND for the backend rule.
+DEVICE_NAME = re.compile(r"(.*_)?device", re.IGNORECASE)
+BACKEND_NAME = re.compile(r"(.*_)?backend", re.IGNORECASE)
 # Names that conventionally hold an integer device index (ranks and GPU ids).
 RANK_NAME = re.compile(r"(local_)?rank")
 INDEX_NAME = re.compile(r"(local_)?rank|(local_)?gpu(_id|_index)?|(device|gpu)_(id|idx|index)")
@@ -213,6 +214,19 @@ DEVICE_CONSTRUCTORS = {"torch.device"}
 DEVICE_TYPE_CALLS = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"}
 DEFAULT_DEVICE_SETTERS = {"torch.set_default_device"}
 GRAD_SCALERS = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+# DeviceMesh(device_type, mesh) and init_device_mesh(device_type, shape), under every module
+# that exports them; DeviceMesh.from_group(group, device_type).
+_MESH_MODULES = (
+    "torch.distributed",
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor",
+    "torch.distributed._tensor",
+    "torch.distributed._tensor.device_mesh",
+)
+DEVICE_MESHES = {
+    f"{module}.{name}" for module in _MESH_MODULES for name in ("DeviceMesh", "init_device_mesh")
+}
+DEVICE_MESH_FROM_GROUP = {f"{module}.DeviceMesh.from_group" for module in _MESH_MODULES}
 
 
 def device_positions(rule: Rule) -> Iterator[tuple[ast.AST, Place]]:
@@ -221,11 +235,11 @@ def device_positions(rule: Rule) -> Iterator[tuple[ast.AST, Place]]:
     Calls: ``torch.device(x)``, ``.to(x)``, ``f(device=x)``, ``f(map_location=x)`` (the values of a
     dict: its keys name where a checkpoint was saved and must keep matching it),
     ``torch.autocast(x)``, ``f(device_type=x)``, ``torch.amp.GradScaler(x)``,
-    ``torch.set_default_device(x)``. Also comparisons with
-    ``<expr>.device.type`` or a ``*device`` name, assignments to a ``*device`` name or attribute,
-    ``*device`` parameter defaults, and the ``default=`` and ``choices=`` of an ``--*device``
-    command-line option.
-    """
+    ``torch.set_default_device(x)``, ``init_device_mesh(x, ...)``, ``DeviceMesh(x, ...)``,
+    ``DeviceMesh.from_group(g, x)``. Also comparisons with ``<expr>.device.type`` or a
+    ``*device`` name, assignments to a ``*device`` name or attribute (any case),
+    ``*device`` parameter defaults, and the default and choices of an ``--*device``
+    command-line option or absl flag."""
     index = rule.index
     for call in index.nodes(ast.Call):
         yield from _call_positions(rule, call)
@@ -273,14 +287,16 @@ def _call_positions(rule: Rule, call: ast.Call) -> Iterator[tuple[ast.AST, Place
     ):
         if first:
             yield first[0].value, Place.DEVICE
-    elif is_add_argument(call) and option_matches(rule, call, DEVICE_NAME):
-        default = keyword(call, "default")
-        if default is not None:
-            yield default.value, Place.DEVICE
-        choices = keyword(call, "choices")
-        if choices is not None and isinstance(choices.value, (ast.List, ast.Tuple, ast.Set)):
-            for element in choices.value.elts:
-                yield _element_value(element), Place.DEVICE
+    elif name in DEVICE_MESHES:
+        if first:
+            yield first[0].value, Place.DEVICE_TYPE
+    elif name in DEVICE_MESH_FROM_GROUP:
+        second = positional(call)[1:2]
+        if second:
+            yield second[0].value, Place.DEVICE_TYPE
+    else:
+        for value in option_values(rule, call, DEVICE_NAME):
+            yield value, Place.DEVICE
     for given in call.keywords:
         if given.arg == "device" and name not in GRAD_SCALERS:
             yield given.value, Place.DEVICE
@@ -324,6 +340,48 @@ def _is_device_type(node: ast.AST) -> bool:
 
 def is_add_argument(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"
+
+
+# absl flags that hold a string: DEFINE_string(name, default, help),
+# DEFINE_enum(name, default, enum_values, help).
+ABSL_ENUM_FLAG = "absl.flags.DEFINE_enum"
+ABSL_STRING_FLAGS = {"absl.flags.DEFINE_string", ABSL_ENUM_FLAG}
+_ABSL_FLAG_NAMES = {name.rpartition(".")[2] for name in ABSL_STRING_FLAGS}
+ABSL_ROOTS = frozenset({"absl"})
+
+
+def option_values(rule: Rule, call: ast.Call, pattern: re.Pattern[str]) -> Iterator[ast.expr]:
+    """The default and the choices of a command-line option whose name matches ``pattern``:
+    ``parser.add_argument("--device", default=..., choices=[...])`` and the absl flags
+    ``flags.DEFINE_string("base_device", <default>, ...)`` /
+    ``flags.DEFINE_enum("backend", <default>, [<values>], ...)``."""
+    if is_add_argument(call):
+        if not option_matches(rule, call, pattern):
+            return
+        default, choices = keyword(call, "default"), keyword(call, "choices")
+    elif (flag := _absl_string_flag(rule, call)) is not None:
+        name = argument(call, "name", 0)
+        body = None if name is None else _option_body(rule, name.value)
+        if body is None or not pattern.fullmatch(body):
+            return
+        default = argument(call, "default", 1)
+        choices = argument(call, "enum_values", 2) if flag == ABSL_ENUM_FLAG else None
+    else:
+        return
+    if default is not None:
+        yield default.value
+    if choices is not None and isinstance(choices.value, (ast.List, ast.Tuple, ast.Set)):
+        for element in choices.value.elts:
+            yield _element_value(element)
+
+
+def _absl_string_flag(rule: Rule, call: ast.Call) -> str | None:
+    """The qualified name of an absl ``DEFINE_string`` / ``DEFINE_enum`` call, else None."""
+    func = call.func
+    if last_name(func) not in _ABSL_FLAG_NAMES or not rule.may_name(func, ABSL_ROOTS):
+        return None
+    name = rule.qualified_name(func)
+    return name if isinstance(name, str) and name in ABSL_STRING_FLAGS else None
 
 
 def option_texts(rule: Rule, call: ast.Call) -> list[str]:
@@ -438,6 +496,10 @@ INT_RETURNING_CALLS = {
 }
 
 
+# Operators that give an int for two ints (not `/`, which gives a float).
+INT_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
+
+
 class Index(enum.Enum):
     INT = "int"  # known to be an int
     MAYBE = "maybe"  # named like an index (rank, gpu, local_rank) but not provably an int
@@ -456,17 +518,109 @@ def int_index(rule: Rule, node: ast.AST, depth: int = 0) -> Index:
         if name in INT_RETURNING_CALLS or full in {"int", "len"}:
             return Index.INT
         return Index.NO
+    if isinstance(node, ast.BinOp):  # `rank % torch.cuda.device_count()`: int op int
+        operands = (node.left, node.right)
+        if isinstance(node.op, INT_OPERATORS) and all(
+            int_index(rule, operand, depth + 1) is Index.INT for operand in operands
+        ):
+            return Index.INT
+        return Index.NO
     if isinstance(node, ast.Name):
         bindings = rule.index.bindings_of(node)
         if bindings and all(_binds_an_int(rule, node, b, depth) for b in bindings):
             return Index.INT
         return Index.MAYBE if INDEX_NAME.fullmatch(node.id) else Index.NO
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        attribute = _self_attribute(rule, node, depth)
+        if attribute is not None:
+            return attribute
         option = _int_option(rule, node.attr)
         if option is not None:
             return option
         return Index.MAYBE if INDEX_NAME.fullmatch(node.attr) else Index.NO
     return Index.NO
+
+
+def _self_attribute(rule: Rule, node: ast.Attribute, depth: int) -> Index | None:
+    """``self.gpu_id`` inside a method: INT when the file assigns ``<x>.gpu_id`` only as
+    ``self.gpu_id = <int>`` in the methods of that class (or ``gpu_id = <int>`` in its body),
+    MAYBE or NO (by its name) when some assignment may bind something else, None when the file
+    does not assign it at all (or ``node`` is not an attribute of a method's ``self``)."""
+    assert isinstance(node.value, ast.Name)
+    owner = _method_class(rule, node.value)
+    if owner is None:
+        return None
+    values = _attribute_values(rule, owner, node.attr)
+    if values is not None and not values:
+        return None
+    if values is not None and all(int_index(rule, v, depth + 1) is Index.INT for v in values):
+        return Index.INT
+    return Index.MAYBE if INDEX_NAME.fullmatch(node.attr) else Index.NO
+
+
+def _method_class(rule: Rule, name: ast.Name) -> ast.ClassDef | None:
+    """The class whose instance ``name`` is: the first parameter of a plain method (not a
+    static or class method), never rebound."""
+    bindings = rule.index.bindings_of(name)
+    if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+        return None
+    parameter = bindings[0].node
+    arguments = rule.index.parent(parameter)
+    function = rule.index.parent(arguments) if arguments is not None else None
+    if not isinstance(arguments, ast.arguments) or not isinstance(
+        function, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return None
+    plain = [*arguments.posonlyargs, *arguments.args]
+    owner = rule.index.parent(function)
+    if not plain or plain[0] is not parameter or not isinstance(owner, ast.ClassDef):
+        return None
+    decorators = {full_name(decorator) for decorator in function.decorator_list}
+    return None if decorators & {"staticmethod", "classmethod"} else owner
+
+
+def _attribute_values(rule: Rule, owner: ast.ClassDef, attr: str) -> list[ast.expr] | None:
+    """Every value the file assigns to the attribute ``attr`` of ``owner``'s instances, or None
+    when something else may set it: an assignment of ``<x>.attr`` that is not a whole
+    ``self.attr = value`` in a method of ``owner`` (another object, a tuple target, ``+=``, a
+    loop or ``with`` target), or a ``setattr`` call that may name it."""
+    values = []
+    for attribute in rule.index.attributes(attr):
+        if not isinstance(attribute.ctx, ast.Store):
+            continue
+        statement = rule.index.parent(attribute)
+        if not (
+            isinstance(attribute.value, ast.Name)
+            and _method_class(rule, attribute.value) is owner
+            and isinstance(statement, (ast.Assign, ast.AnnAssign))
+            and statement.value is not None
+            and any(attribute is target for target in _targets(statement))
+        ):
+            return None
+        values.append(statement.value)
+    for statement in owner.body:  # class attributes: `gpu_id = 0`, `gpu_id: int = 0`
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and any(
+            isinstance(target, ast.Name) and target.id == attr for target in _targets(statement)
+        ):
+            if statement.value is None:
+                continue  # `gpu_id: int`: a declaration, no value
+            values.append(statement.value)
+    if any(_may_set(rule, name, attr) for name in rule.index.names("setattr")):
+        return None
+    return values
+
+
+def _targets(statement: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+
+
+def _may_set(rule: Rule, name: ast.Name, attr: str) -> bool:
+    """Whether ``setattr(obj, <name>, value)`` may set ``attr``."""
+    call = rule.index.parent(name)
+    if not isinstance(call, ast.Call) or call.func is not name:
+        return False
+    given = positional(call)[1:2]
+    return not given or string_body(rule, given[0].value) in (None, attr)
 
 
 def _binds_an_int(rule: Rule, name: ast.Name, binding: Binding, depth: int) -> bool:
