@@ -30,8 +30,14 @@ from migrator.index import ModuleIndex, full_name
 from migrator.names import Ambiguous
 from migrator.rule import Rule
 from migrator.rules.npu1_common import planned_fused
+from migrator.rules.npu203_classes import ModuleClasses, OptimizerClass, is_optimizer_class
 from migrator.rules.npu203_functions import KEY as FUNCTIONS_KEY
-from migrator.rules.npu203_functions import FunctionSummary, ModuleFunctions, linked_summary
+from migrator.rules.npu203_functions import (
+    FunctionSummary,
+    ModuleFunctions,
+    linked_class,
+    linked_summary,
+)
 
 DDP_CLASSES = frozenset(
     {
@@ -44,7 +50,6 @@ DDP_CLASSES = frozenset(
     }
 )
 DATA_PARALLEL = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel"})
-OPTIMIZER_PACKAGES = ("torch.optim", "apex.optimizers", "torch_npu.optim")
 AMP_INITIALIZE = "apex.amp.initialize"
 ADD_PARAM_GROUP = "add_param_group"
 
@@ -104,11 +109,6 @@ def show(path: Path) -> str:
     return ".".join(path)
 
 
-def is_optimizer_class(name: str) -> bool:
-    package, _, short = name.rpartition(".")
-    return package in OPTIMIZER_PACKAGES and short[:1].isupper() and short != "Optimizer"
-
-
 def children(node: ast.AST) -> list[ast.AST]:
     """The child nodes of ``node`` in source order (the order libcst visits them in)."""
     if isinstance(node, _FUNCTIONS):  # ast lists the decorators last
@@ -152,6 +152,8 @@ class CallNames:
         self.rule = rule
         self._functions: ModuleFunctions | None = None
         self._linked: dict[int, FunctionSummary | None] = {}
+        self._classes: ModuleClasses | None = None
+        self._optimizer_classes: dict[int, OptimizerClass | None] = {}
 
     def function_summary(self, call: ast.Call) -> FunctionSummary | None:
         """The summary of the pure function that ``call`` calls: one of this module, or one
@@ -175,6 +177,38 @@ class CallNames:
             return None  # unknown or ambiguous: an unknown call, as without the facts
         return linked_summary(links, self.rule.context.path, name, self.rule.code(func))
 
+    def optimizer_class(self, call: ast.Call) -> OptimizerClass | None:
+        """The optimizer class of the repository that ``call`` builds: one of this module,
+        bound once by its ``class`` statement, or one of another module of the run per the
+        project facts (see npu203_classes); else None."""
+        if id(call) not in self._optimizer_classes:
+            self._optimizer_classes[id(call)] = self._optimizer_class(call.func)
+        return self._optimizer_classes[id(call)]
+
+    def _optimizer_class(self, func: ast.expr) -> OptimizerClass | None:
+        if isinstance(func, ast.Name):
+            if self._classes is None:
+                self._classes = ModuleClasses(self.rule.index, self.rule.qualified_name)
+            if func.id in self._classes.definitions:
+                return self.own_class(func)
+        links = self.rule.project.links(FUNCTIONS_KEY)
+        if not links or dotted_path(func) is None:
+            return None
+        name = self.rule.qualified_name(func)
+        if not isinstance(name, str):
+            return None  # unknown or ambiguous: an unknown call, as without the facts
+        return linked_class(links, self.rule.context.path, name, self.rule.code(func))
+
+    def own_class(self, func: ast.Name) -> OptimizerClass | None:
+        """The optimizer class of this module that the name at the call can only mean."""
+        assert self._classes is not None
+        definition = self._classes.definitions[func.id]
+        bindings = self.rule.index.bindings_of(func)
+        if len(bindings) != 1 or bindings[0].node is not definition:
+            return None  # shadowed where it is called (a parameter, a local of that name)
+        verdict = self._classes.verdict(func.id)
+        return None if verdict is None else OptimizerClass(func.id, verdict["problem"])
+
     def is_amp_initialize(self, node: ast.AST) -> bool:
         return (
             isinstance(node, ast.Call)
@@ -185,7 +219,14 @@ class CallNames:
         if isinstance(call.func, ast.Attribute) and call.func.attr == ADD_PARAM_GROUP:
             return True
         name = self.rule.qualified_name(call.func)
-        return isinstance(name, str) and (is_optimizer_class(name) or name == AMP_INITIALIZE)
+        if isinstance(name, str) and (is_optimizer_class(name) or name == AMP_INITIALIZE):
+            return True
+        return self.optimizer_class(call) is not None
+
+    def movable_class(self, call: ast.Call) -> bool:
+        """``call`` builds an optimizer class of the repository that does nothing else."""
+        found = self.optimizer_class(call)
+        return found is not None and found.problem is None
 
     def callee(self, call: ast.Call) -> Path | None:
         """The path of the callee as the migrated code spells it.
@@ -469,6 +510,11 @@ class EffectsCollector:
             # The callee is read too: `from torch.optim import SGD` between the wrap and
             # `SGD(...)` must move with it, or the moved call would come before the import.
             callee = self.calls.callee(node)
+            if callee is not None:
+                self.read(callee)
+        elif self.calls.movable_class(node):
+            # An optimizer class of the repository: read like torch's (see npu203_classes).
+            callee = dotted_path(func)
             if callee is not None:
                 self.read(callee)
         elif (summary := self.calls.function_summary(node)) is not None:

@@ -44,6 +44,10 @@ own module:
 
 One module deep: a function of another module that calls a function of a third one is not pure
 (only calls of its own module's pure functions are followed).
+
+A callee bound by a ``class`` statement is located the same way; the link keeps, under
+``classes``, the verdict of :mod:`migrator.rules.npu203_classes` on each optimizer class among
+them (DINO's ``utils.LARS``), and :func:`linked_class` gives it back to the check.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ from typing import Any
 from migrator import names
 from migrator.index import ModuleIndex
 from migrator.project import Facts, Linking, ProjectFiles, Target
+from migrator.rules.npu203_classes import ModuleClasses, OptimizerClass
+from migrator.rules.npu203_classes import summary_from_facts as class_from_facts
 from migrator.scopes import BindingKind
 
 DDP_PREFIX = "module."
@@ -442,51 +448,72 @@ def summarize(index: ModuleIndex) -> Facts | None:
     return {"callees": callees} if callees else None
 
 
+def _resolve(index: ModuleIndex, node: ast.AST) -> str | names.Ambiguous | None:
+    try:
+        return names.resolve(index, node)
+    except RecursionError:  # a pathological alias chain: not followed (as Rule.qualified_name)
+        return None
+
+
 def _callee(index: ModuleIndex, call: ast.Call) -> str | None:
     if not isinstance(call.func, ast.Name | ast.Attribute):
         return None
-    try:
-        name = names.resolve(index, call.func)
-    except RecursionError:  # a pathological alias chain: not followed (as Rule.qualified_name)
-        return None
+    name = _resolve(index, call.func)
     if not isinstance(name, str) or name.split(".", 1)[0] in _LIBRARY_ROOTS:
         return None
     return name
 
 
 def link(linking: Linking) -> Mapping[str, Facts] | None:
-    """For each summarised file, the callees that are functions at the top of a module of the
-    run (``callees``: qualified name -> path and name); for each of those modules, the verdict
-    on each function asked for (``functions``: name -> :func:`verdict`)."""
+    """For each summarised file, the callees that are functions or classes at the top of a
+    module of the run (``callees``: qualified name -> path and name); for each of those
+    modules, the verdict on each function asked for (``functions``: name -> :func:`verdict`)
+    and on each optimizer class (``classes``: name -> ``ModuleClasses.verdict``, see
+    npu203_classes; a class that is no optimizer class is left out)."""
     facts: dict[str, dict[str, Any]] = {}
-    wanted: dict[str, set[str]] = {}
+    wanted: dict[str, dict[BindingKind, set[str]]] = {}
     for path, summary in linking.project.summaries(KEY).items():
         for callee in summary["callees"]:
             found = _locate(linking.files, callee, path)
             if found is None:
                 continue
-            home, name = found
+            home, name, kind = found
             facts.setdefault(path, {}).setdefault("callees", {})[callee] = {
                 "path": home,
                 "name": name,
             }
-            wanted.setdefault(home, set()).add(name)
-    for home, function_names in sorted(wanted.items()):
+            wanted.setdefault(home, {}).setdefault(kind, set()).add(name)
+    for home, by_kind in sorted(wanted.items()):
         index = linking.files.index(home)
         assert index is not None  # _locate parsed it
-        functions = ModuleFunctions(index)
-        facts.setdefault(home, {})["functions"] = {
-            name: verdict(functions, name) for name in sorted(function_names)
-        }
+        function_names = by_kind.get(BindingKind.FUNCTION, set())
+        if function_names:
+            functions = ModuleFunctions(index)
+            facts.setdefault(home, {})["functions"] = {
+                name: verdict(functions, name) for name in sorted(function_names)
+            }
+        classes = _class_verdicts(index, by_kind.get(BindingKind.CLASS, set()))
+        if classes:
+            facts.setdefault(home, {})["classes"] = classes
     return facts or None
+
+
+def _class_verdicts(index: ModuleIndex, class_names: set[str]) -> dict[str, Facts]:
+    """The verdicts on the optimizer classes among ``class_names`` of the module."""
+    if not class_names:
+        return {}
+    classes = ModuleClasses(index, lambda node: _resolve(index, node))
+    found = {name: classes.verdict(name) for name in sorted(class_names)}
+    return {name: facts for name, facts in found.items() if facts is not None}
 
 
 def _locate(
     files: ProjectFiles, dotted: str, importer: str, hops: int = 0
-) -> tuple[str, str] | None:
-    """The module (path) and name of the function ``dotted`` names from ``importer``: one
-    bound only by its ``def`` at the top of a module of the run, or re-exported by a
-    ``from ... import``; None for anything else (not in the run, ambiguous, not a function)."""
+) -> tuple[str, str, BindingKind] | None:
+    """The module (path), name and kind of the function or class ``dotted`` names from
+    ``importer``: one bound only by its ``def`` or ``class`` at the top of a module of the run,
+    or re-exported by a ``from ... import``; None for anything else (not in the run,
+    ambiguous, a variable)."""
     target = files.resolve(dotted, importer)
     if not isinstance(target, Target) or len(target.rest) != 1:
         return None  # outside the run, an AmbiguousModule, a module, or `utils.Class.method`
@@ -499,8 +526,8 @@ def _locate(
         return None
     binding = bindings[0]
     node = binding.node
-    if binding.kind is BindingKind.FUNCTION and isinstance(node, ast.FunctionDef):
-        return (path, name) if any(node is s for s in index.tree.body) else None
+    if isinstance(node, ast.FunctionDef | ast.ClassDef) and binding.kind in _DEFINED:
+        return (path, name, binding.kind) if any(node is s for s in index.tree.body) else None
     if binding.kind is BindingKind.IMPORT and isinstance(node, ast.ImportFrom):
         if hops >= _MAX_REEXPORTS or binding.alias is None:
             return None
@@ -508,6 +535,9 @@ def _locate(
         separator = "." if node.module else ""
         return _locate(files, f"{module}{separator}{binding.alias.name}", path, hops + 1)
     return None
+
+
+_DEFINED = (BindingKind.FUNCTION, BindingKind.CLASS)
 
 
 def _star_imports(index: ModuleIndex) -> bool:
@@ -556,3 +586,15 @@ def linked_summary(
         return None
     facts = links.get(entry["path"], {}).get("functions", {}).get(entry["name"])
     return None if facts is None else summary_from_facts(name, facts, entry["path"])
+
+
+def linked_class(
+    links: Mapping[str, Facts], importer: str, qualified: str, name: str
+) -> OptimizerClass | None:
+    """The optimizer class of another module that ``qualified`` names from the file
+    ``importer``, per the linked facts, named ``name``; else None (no optimizer class)."""
+    entry = links.get(importer, {}).get("callees", {}).get(qualified)
+    if entry is None:
+        return None
+    facts = links.get(entry["path"], {}).get("classes", {}).get(entry["name"])
+    return None if facts is None else class_from_facts(name, facts)

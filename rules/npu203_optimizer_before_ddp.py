@@ -119,10 +119,12 @@ class OptimizerBeforeDdp(Rule):
     the DDP-wrapped model as an argument when they give the same result for it as for the
     model inside; a name test
     such as `name.endswith(".bias")`, which differs for a parameter of the model's own named
-    `bias` only, is accepted with that assumption spelled out in the message. When nothing
+    `bias` only, is accepted with that assumption spelled out in the message; and optimizer
+    classes of the repository whose construction does nothing but build the optimizer
+    (DINO's `utils.LARS(params_groups)`, see `npu203_classes`). When nothing
     can move above the first wrap of a block, the statements go above a later one, if they
     read nothing wrapped before it (DINO's teacher, then its student). Everything else is
-    reported.
+    reported, with the reason found at the wrap of the model the optimizer takes.
     """
 
     CODE = "NPU203"
@@ -135,8 +137,8 @@ class OptimizerBeforeDdp(Rule):
     # NPU101's respelling of optimizer classes: a moved statement reads its callee as rewritten;
     # NPU104's removed wraps (replaced by combine_ddp) are no wraps to move above.
     READS = (NPU101, NPU104)
-    # The files it checks are summarised: the functions of other modules of the run they call
-    # (see npu203_functions), whose verdicts the link computes in those modules.
+    # The files it checks are summarised: the functions and classes of other modules of the run
+    # they call (see npu203_functions, npu203_classes), whose verdicts the link computes there.
     PROJECT_TRIGGER = TRIGGER
 
     @classmethod
@@ -280,25 +282,71 @@ class OptimizerBeforeDdp(Rule):
         if not wrap_lines:
             self.check_hidden_wraps(original, effects)
             return
-        first = self.plan_block(original, effects, wrap_lines[0], [])
-        plan = first
+        plans = [self.plan_block(original, effects, wrap_lines[0], [])]
         # An optimizer over the student need not go above the teacher's wrap: when nothing can
         # move above the first wrap, try just above each later one, for what reads none of the
         # models wrapped before it.
         for attempt in range(1, len(wrap_lines)):
-            if plan.moved:
+            if plans[-1].moved:
                 break
-            plan = self.plan_block(original, effects, wrap_lines[attempt], wrap_lines[:attempt])
-        if not plan.moved:
-            plan = first
-        # Targets before the wrap the plan moves to keep the first attempt's reason.
-        refused = [r for r in first.refused if r[0].index < plan.start] if plan is not first else []
-        for target, wrap_call, reason in [*refused, *plan.refused]:
+            plans.append(
+                self.plan_block(original, effects, wrap_lines[attempt], wrap_lines[:attempt])
+            )
+        plan = plans[-1]
+        for target, wrap_call, reason in self.refusals(original, effects, plans, wrap_lines):
             wraps_before = [i for i in wrap_lines if i < target.index]
             if not self.in_place(original, effects, target.index, wraps_before):
                 self.report_target(target, wrap_call, reason)
         if plan.moved:
             self.apply_move(original, effects, plan.start, plan.moved, plan.targets, plan.wrap_call)
+
+    def refusals(
+        self,
+        original: Sequence[Line],
+        effects: Sequence[Effects],
+        plans: Sequence[BlockPlan],
+        wrap_lines: list[int],
+    ) -> list[tuple[Target, ast.Call, str]]:
+        """Each target that no attempt moves, with the wrap and the reason to report.
+
+        A target refused by several attempts gets the reason of the last attempt whose wrap
+        it could go above, reading no model wrapped before that wrap: the wrap of the model
+        whose parameters it takes (DINO's student), not the first wrap of the block (its
+        teacher's, which the student's optimizer need not go above), nor one after its model's
+        wrap, where the reason would only be that its model is wrapped already. The first
+        attempt, with no wrap before it, is always such an attempt.
+        """
+        moved = set(plans[-1].moved)
+        chosen: dict[int, tuple[Target, ast.Call, str]] = {}
+        for attempt, plan in enumerate(plans):
+            earlier = wrap_lines[:attempt]
+            for target, wrap_call, reason in plan.refused:
+                if target.index in moved:
+                    continue
+                if target.index not in chosen or self.reads_none_wrapped_before(
+                    original, effects, target.index, plan.start, earlier
+                ):
+                    chosen[target.index] = (target, wrap_call, reason)
+        return [chosen[index] for index in sorted(chosen)]
+
+    def reads_none_wrapped_before(
+        self,
+        original: Sequence[Line],
+        effects: Sequence[Effects],
+        target: int,
+        start: int,
+        earlier_wraps: list[int],
+    ) -> bool:
+        """The target at ``target`` and the lines after ``start`` it needs read none of the
+        models wrapped at ``earlier_wraps``."""
+        if not earlier_wraps:
+            return True
+        needed = [target]
+        for index in needed:
+            for dependency in self.dependencies(effects, start, index, needed):
+                if dependency not in needed:
+                    needed.append(dependency)
+        return self.earlier_wrap_problem(original, effects, needed, earlier_wraps) is None
 
     def plan_block(
         self,
@@ -479,7 +527,7 @@ class OptimizerBeforeDdp(Rule):
                 call = effect.unknown_calls[0]
                 return (
                     f"it calls `{self.code(call.func)}(...)`, which might depend on or change "
-                    "what happens in between"
+                    f"what happens in between{self.why_unknown(call)}"
                 )
             reason = self.wrapped_use_problem(line, wraps[index])
             if reason is not None:
@@ -499,6 +547,14 @@ class OptimizerBeforeDdp(Rule):
                 if reason is not None:
                     return reason
         return None
+
+    def why_unknown(self, call: ast.Call) -> str:
+        """For an optimizer class of the repository that does more than build an optimizer:
+        what it does (see npu203_classes)."""
+        found = self.calls.optimizer_class(call)
+        if found is None or found.problem is None:
+            return ""
+        return f" (`{found.name}` {found.problem})"
 
     @staticmethod
     def jumped_lines(

@@ -11,7 +11,8 @@ optimizer on both sides they must be equal bit for bit. (The DINO-shaped program
 fixtures/e2e/dino covers the teacher/student shape the same way, through tests/test_e2e.py.)
 The same program with `decay_groups` in a module of its own (`param_groups.decay_groups(model)`,
 DINO's `utils.get_params_groups(student)`) is moved through the project facts and compared the
-same way.
+same way, and so is that program with its optimizer a class of that module
+(`param_groups.MomentumSGD(groups, ...)`, DINO's `utils.LARS(params_groups)`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -119,28 +121,49 @@ def free_port() -> int:
 
 
 def run_two_processes(script: Path, out: Path) -> dict[str, Any]:
-    port = free_port()
-    processes = []
+    # The port is free when probed but may be taken before rank 0 listens on it (another test
+    # process on the machine): only that failure is retried, with a new port.
+    for _ in range(3):
+        outputs = start_and_wait(script, out, free_port())
+        failed = [output for code, output in outputs if code != 0]
+        if not any("EADDRINUSE" in output for output in failed):
+            break
+    for code, output in outputs:
+        assert code == 0, f"{script.name} failed:\n{output[-4000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def start_and_wait(script: Path, out: Path, port: int) -> list[tuple[int, str]]:
+    processes, logs = [], []
     for rank in range(2):
         env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE"}}
         env.update(
             RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
             OMP_NUM_THREADS="1",
         )  # fmt: skip
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, str(script), str(out)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+        logs.append(out.parent / f"{script.stem}-rank{rank}.log")
+        with logs[-1].open("wb") as log:  # a file, not a pipe: nothing blocks while we poll
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), str(out)],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             )
-        )
-    for process in processes:
-        output, _ = process.communicate(timeout=TIMEOUT_S)
-        assert process.returncode == 0, f"{script.name} failed:\n{output[-4000:]}"
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    # One rank failing leaves the other waiting in a collective: end it too.
+    deadline = time.monotonic() + TIMEOUT_S
+    while any(process.poll() is None for process in processes):
+        if time.monotonic() > deadline or any(process.poll() for process in processes):
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+        time.sleep(0.05)
+    return [
+        (process.wait(), log.read_text(errors="replace"))
+        for process, log in zip(processes, logs, strict=True)
+    ]
 
 
 def test_the_moved_imagenet_shaped_program_trains_identically(tmp_path: Path) -> None:
@@ -174,25 +197,79 @@ def test_the_comparison_sees_a_changed_group(tmp_path: Path) -> None:
     assert original["state"] != other["state"]
 
 
-def test_the_moved_two_module_program_trains_identically(tmp_path: Path) -> None:
-    original, moved = tmp_path / "original", tmp_path / "moved"
-    for folder in (original, moved):
-        folder.mkdir()
-        (folder / "param_groups.py").write_text(GROUPS_FUNCTION)
-    (original / "train.py").write_text(TWO_MODULES)
+def migrate_two_modules(folder: Path, program: str, helpers: str) -> str:
+    """``program`` as ``train.py`` next to ``param_groups.py`` (``helpers``), migrated by
+    NPU203 with the facts of both files; the optimizer must have moved."""
+    folder.mkdir()
+    (folder / "param_groups.py").write_text(helpers)
+    (folder / "train.py").write_text(program)
     rules = (rule_by_code("NPU203"),)
     builder = ProjectBuilder(rules)
-    for path in (original / "train.py", original / "param_groups.py"):
+    for path in (folder / "train.py", folder / "param_groups.py"):
         builder.add_python(str(path), path.read_bytes())
     settings = replace(Settings(), project=builder.build(Settings()))
-    result = migrate_source(TWO_MODULES.encode(), str(original / "train.py"), rules, settings)
+    result = migrate_source(program.encode(), str(folder / "train.py"), rules, settings)
     fixed = [d for d in result.diagnostics if d.severity is Severity.FIXED]
     assert len(fixed) == 1, result.diagnostics
     migrated = result.migrated.decode()
     assert migrated.index("param_groups.decay_groups(model)") < migrated.index(
         "if args.distributed:"
     )
+    return migrated
+
+
+def test_the_moved_two_module_program_trains_identically(tmp_path: Path) -> None:
+    migrated = migrate_two_modules(tmp_path / "original", TWO_MODULES, GROUPS_FUNCTION)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "param_groups.py").write_text(GROUPS_FUNCTION)
     (moved / "train.py").write_text(migrated)
-    before = run_two_processes(original / "train.py", tmp_path / "original.json")
+    before = run_two_processes(tmp_path / "original" / "train.py", tmp_path / "original.json")
+    after = run_two_processes(moved / "train.py", tmp_path / "moved.json")
+    assert before["losses"] and before == after
+
+
+# An optimizer class of the repository next to the groups function (DINO's `utils.LARS`): a
+# momentum SGD whose `__init__` only checks its arguments and builds the defaults.
+OPTIMIZER_CLASS = """
+import torch
+
+
+class MomentumSGD(torch.optim.Optimizer):
+    def __init__(self, params, lr=0.1, momentum=0.9):
+        if not 0.0 <= lr:
+            raise ValueError(f"invalid learning rate: {lr}")
+        defaults = dict(lr=lr, momentum=momentum)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                update = param.grad.add(param, alpha=group["weight_decay"])
+                state = self.state[param]
+                if "velocity" not in state:
+                    state["velocity"] = torch.zeros_like(param)
+                state["velocity"].mul_(group["momentum"]).add_(update)
+                param.add_(state["velocity"], alpha=-group["lr"])
+"""
+WITH_OPTIMIZER_CLASS = TWO_MODULES.replace(
+    "optimizer = torch.optim.SGD(groups, lr=args.lr, momentum=0.9)",
+    "optimizer = param_groups.MomentumSGD(groups, lr=args.lr)",
+)
+
+
+def test_a_moved_optimizer_class_of_the_repository_trains_identically(tmp_path: Path) -> None:
+    assert WITH_OPTIMIZER_CLASS != TWO_MODULES
+    helpers = GROUPS_FUNCTION + OPTIMIZER_CLASS
+    migrated = migrate_two_modules(tmp_path / "original", WITH_OPTIMIZER_CLASS, helpers)
+    assert migrated.index("param_groups.MomentumSGD(") < migrated.index("if args.distributed:")
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "param_groups.py").write_text(helpers)
+    (moved / "train.py").write_text(migrated)
+    before = run_two_processes(tmp_path / "original" / "train.py", tmp_path / "original.json")
     after = run_two_processes(moved / "train.py", tmp_path / "moved.json")
     assert before["losses"] and before == after

@@ -1,9 +1,10 @@
-"""NPU203 and functions of other modules of the run (rules/npu203_functions.py, project facts).
+"""NPU203 and functions and optimizer classes of other modules of the run (project facts;
+rules/npu203_functions.py, rules/npu203_classes.py).
 
 The fixtures (fixtures/npu203/*.project) hold the shapes of real repositories; these tests hold
 what fixtures cannot show: a relative import inside a package through the real CLI, which files
 the summary and the link read (the cost stays with the files NPU203 checks and the modules they
-name), and that the facts are plain JSON data.
+name), the verdict on each shape of optimizer class, and that the facts are plain JSON data.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from migrator import names
+from migrator.engine import parse_for_summary
 from migrator.project import ProjectBuilder
 from migrator.registry import rule_by_code
 from migrator.rule import Settings
+from migrator.rules.npu203_classes import ModuleClasses
 
 NPU203 = rule_by_code("NPU203")
 
@@ -143,3 +147,156 @@ def test_a_function_bound_twice_in_its_module_is_not_followed(tmp_path: Path) ->
     facts = builder.build(Settings())
     assert facts.summaries("NPU203")  # the call was summarised, and not followed
     assert not facts.links("NPU203")
+
+
+# -- optimizer classes of the repository (rules/npu203_classes.py) ----------------------------
+
+CLASSES = """
+import torch
+from torch import nn
+
+import helpers
+
+
+class LARS(torch.optim.Optimizer):
+    def __init__(self, params, lr=0, momentum=0.9):
+        defaults = dict(lr=lr, momentum=momentum)
+        super().__init__(params, defaults)
+
+
+class Wrapper(nn.Module):
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+"""
+
+
+def class_verdict(source: str, name: str) -> dict[str, object] | None:
+    index = parse_for_summary(source.encode(), "optim_utils.py")
+    assert index is not None
+    return ModuleClasses(index, lambda node: names.resolve(index, node)).verdict(name)
+
+
+MOVABLE_CLASSES = {
+    "torch's argument checks, elif and self attributes": """
+from torch.optim import SGD
+
+class Nesterov(SGD):
+    '''SGD with Nesterov momentum on.'''
+    def __init__(self, params, lr, momentum=0.9, *, eps=1e-8):
+        if lr < 0.0 or not momentum >= 0.0:
+            raise ValueError(f"bad lr {lr} or momentum {momentum}")
+        elif eps <= 0:
+            raise ValueError("eps: {}".format(eps))
+        self.eps = eps
+        super(Nesterov, self).__init__(params, lr=lr, momentum=momentum, nesterov=True)
+""",
+    "no __init__ of its own": "import torch\nclass Plain(torch.optim.AdamW):\n    pass\n",
+    "an optimizer class of the module as its base": """
+import torch.optim as optim
+
+class Base(optim.Optimizer):
+    def __init__(self, params, lr):
+        optim.Optimizer.__init__(self, params, {"lr": lr, "groups": [1, -2]})
+
+class Derived(Base):
+    def __init__(self, params):
+        Base.__init__(self, params, lr=0.1)
+""",
+}
+
+
+def test_movable_optimizer_classes() -> None:
+    for why, source in MOVABLE_CLASSES.items():
+        name = source.rsplit("class ", 1)[1].split("(", 1)[0]
+        verdict = class_verdict(source, name)
+        assert verdict is not None and verdict["problem"] is None, why
+
+
+NOT_MOVABLE_CLASSES = {
+    "import torch\n@register\nclass L(torch.optim.SGD):\n    pass\n": "is decorated",
+    "import torch\nclass L(torch.optim.SGD, metaclass=Meta):\n    pass\n": (
+        "has a metaclass or class keywords"
+    ),
+    "import torch\nclass L(torch.optim.SGD):\n    def __new__(cls, *a):\n        return a\n": (
+        "defines `__new__`, which runs when it is built"
+    ),
+    "import torch\nclass L(torch.optim.SGD):\n    def add_param_group(self, g):\n        pass\n": (
+        "defines `add_param_group`, which runs when it is built"
+    ),
+    "import torch\nclass L(torch.optim.SGD):\n    def __init__(self, p, model):\n"
+    "        super().__init__(p, lr=0.1)\n        model.lr = 0.1\n": (
+        "has an `__init__` that sets `model.lr`"
+    ),
+    "import torch\nclass L(torch.optim.SGD):\n    def __init__(self, p):\n"
+    "        super().__init__(list(p), lr=0.1)\n": "has an `__init__` that calls `list(...)`",
+    "import torch\nLR = 0.1\nclass L(torch.optim.SGD):\n    def __init__(self, p):\n"
+    "        defaults = dict(lr=LR)\n        super().__init__(p, **defaults)\n": (
+        "has an `__init__` that reads `LR`"
+    ),
+    "import torch\nclass L(torch.optim.SGD):\n    def __init__(self, p, lr):\n"
+    "        if lr < 0:\n            lr = 0.0\n        super().__init__(p, lr=lr)\n": (
+        "has an `__init__` that has an `if` that does more than raise `ValueError`"
+    ),
+    "import torch\nclass L(torch.optim.SGD):\n    def __init__(self, p):\n"
+    "        for group in p:\n            pass\n": "has an `__init__` that has a `for` statement",
+    "import torch\nclass B(torch.optim.SGD):\n    def __init__(self, p):\n        print(p)\n"
+    "        super().__init__(p, lr=0.1)\nclass L(B):\n    pass\n": (
+        "is built on `B`, which has an `__init__` that calls `print(...)`"
+    ),
+}
+
+
+def test_optimizer_classes_that_do_more_than_build_an_optimizer() -> None:
+    for source, problem in NOT_MOVABLE_CLASSES.items():
+        line = source[: source.index("class L")].count("\n") + 1
+        assert class_verdict(source, "L") == {"line": line, "problem": problem}, source
+
+
+def test_classes_that_are_no_optimizer_classes() -> None:
+    assert class_verdict(CLASSES, "Wrapper") is None  # an nn.Module
+    two_bases = "import torch\nclass L(torch.optim.SGD, Mixin):\n    pass\n"
+    assert class_verdict(two_bases, "L") is None
+    bound_twice = "import torch\nclass L(torch.optim.SGD):\n    pass\nL = make()\n"
+    assert class_verdict(bound_twice, "L") is None
+    rebound = "import torch\nclass L(torch.optim.SGD):\n    pass\nif X:\n    from x import L\n"
+    assert class_verdict(rebound, "L") is None
+    by_global = (
+        "import torch\nclass L(torch.optim.SGD):\n    pass\ndef f():\n    global L\n    L = 1\n"
+    )
+    assert class_verdict(by_global, "L") is None
+    star = "import torch\nfrom x import *\nclass L(torch.optim.SGD):\n    pass\n"
+    assert class_verdict(star, "L") is None
+    scheduler = "import torch\nclass L(torch.optim.lr_scheduler.LambdaLR):\n    pass\n"
+    assert class_verdict(scheduler, "L") is None
+
+
+def test_the_link_judges_the_optimizer_classes_the_checked_file_builds(tmp_path: Path) -> None:
+    train = (
+        "import torch\nimport optim_utils\n\n\ndef build(model):\n"
+        "    model = torch.nn.parallel.DistributedDataParallel(model)\n"
+        "    head = optim_utils.Wrapper(model)\n"
+        "    return optim_utils.LARS(model.module.parameters(), lr=0.1), head\n"
+    )
+    write(tmp_path, {"train.py": train, "optim_utils.py": CLASSES, "helpers.py": ""})
+    builder = ProjectBuilder((NPU203,))
+    for name in ("train.py", "optim_utils.py", "helpers.py"):
+        path = tmp_path / name
+        builder.add_python(str(path), path.read_bytes())
+    read: list[str] = []
+
+    def reading(path: str) -> bytes:
+        read.append(path)
+        return Path(path).read_bytes()
+
+    facts = builder.build(Settings(), reading)
+    utils = str(tmp_path / "optim_utils.py")
+    assert read == [utils]  # not helpers.py, which optim_utils imports
+    links = facts.links("NPU203")
+    assert links[str(tmp_path / "train.py")]["callees"]["optim_utils.LARS"] == {
+        "path": utils,
+        "name": "LARS",
+    }
+    # only the optimizer class is judged and kept; `Wrapper` is an nn.Module
+    assert links[utils] == {"classes": {"LARS": {"line": 8, "problem": None}}}
+    assert json.loads(json.dumps(facts.linked)) == facts.linked  # plain data
