@@ -37,6 +37,8 @@ from migrator.rules.npu1_common import (
     npu_fused_name,
     written_span,
 )
+from migrator.rules.npu1_hazards import FusionHazards, Hazard
+from migrator.rules.npu1_hazards import describe as describe_hazards
 from migrator.rules.npu1_project import CallSite, ExternalAmp, OptimizerFactories, call_sites
 from migrator.scopes import Binding, BindingKind
 
@@ -102,10 +104,32 @@ class Plan:
     func_style: FuncStyle = "dotted"
     disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
     why: str | None = None  # the reason for the home, when other files' calls decide it
+    gate: AmpGate | None = None  # amp.initialize runs only under a condition
 
     @property
     def qualified_target(self) -> str:
         return f"{self.home}.{self.target}"
+
+
+@dataclass(frozen=True)
+class AmpGate:
+    """An ``amp.initialize`` that runs, or enables amp, only when ``test`` is true
+    (``amp_when_true``) or only when it is false."""
+
+    amp_call: ast.Call
+    test: str
+    amp_when_true: bool
+    verb: str = "runs"  # "enables amp" for `enabled=<run-time value>`
+
+    @property
+    def condition(self) -> str:
+        return f"`{self.test}` holds" if self.amp_when_true else f"`{self.test}` is false"
+
+    def choice(self, target: str) -> str:
+        """The class picked by the same condition, for the message."""
+        apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
+        first, second = (apex, torch_npu) if self.amp_when_true else (torch_npu, apex)
+        return f"`({first} if {self.test} else {second})(...)`"
 
 
 @dataclass
@@ -142,7 +166,13 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`,
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
-    at its own line).
+    at its own line); an optimizer whose surrounding code breaks a fused one
+    (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16 casts of its
+    model, sparse embeddings; where this is looked for: :mod:`migrator.rules.npu1_hazards`); a
+    `torch.optim` optimizer whose `amp.initialize` runs only on some paths (`if args.fp16:`,
+    `enabled=args.amp`), since neither home fits both paths (an apex `Fused*` one, which fails on
+    Ascend anyway, is rewritten for the amp path and the other path is reported at the
+    `amp.initialize` line); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
 
     ## Why
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
@@ -177,6 +207,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
 
     def check(self) -> None:
         self.flow = OptimizerFlow.of(self)
+        self.hazards = FusionHazards(self, self.flow)
         self.plans: list[Plan] = []
         self.import_rewrites: dict[int, ImportRewrite] = {}  # id(ImportFrom) -> its rewrite
         wrapped = self._report_fp16_wrappers()
@@ -188,6 +219,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 self._examine_call(call)
         for class_def in self.index.nodes(ast.ClassDef):
             self._examine_subclass(class_def)
+        self._report_class_values()
         self._plan_call_names()
         self._apply_plans()
 
@@ -221,21 +253,117 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 f"{line_of(wrapper)}; migrate the two together (see the finding there)",
             )
 
-    def _dynamic_lookups(self) -> list[ast.Call]:
-        """``getattr(torch.optim, name)(...)``, found from the ``getattr`` names."""
+    def _report_class_values(self) -> None:
+        """An optimizer class used as a value (``{"adam": FusedAdam}[name]``, ``opt_class =
+        torch.optim.SGD``, ``getattr(apex.optimizers, name)``): the optimizer it builds later
+        cannot be rewritten, so say what to put in its place."""
+        for node in self._class_value_candidates():
+            if self._suppressed(node) or not self._used_as_value(node):
+                continue
+            if self._alias_called_here(node):
+                continue  # the call of the alias is reported (a value alias is ambiguous)
+            name = self.qualified_name_in(node, KNOWN_OPTIMIZERS)
+            if isinstance(name, str):
+                # NVIDIA apex's classes fail on Ascend: manual; torch's run unfused: info.
+                apex = name.startswith(APEX_HOME + ".")
+                severity = Severity.MANUAL if apex else Severity.INFO
+                self.report(node, _class_value_message(code_of(self, node), name), severity)
+        for lookup in self._getattr_values():
+            if not self._suppressed(lookup):
+                self.report(lookup, _DYNAMIC_LOOKUP_ADVICE)
+
+    def _class_value_candidates(self) -> list[ast.expr]:
+        """Names and attributes that may resolve to an optimizer class, in source order."""
+        found: list[ast.expr] = []
+        for last in OPTIMIZER_CLASS_NAMES:
+            found += [a for a in self.index.attributes(last) if isinstance(a.ctx, ast.Load)]
+        reaching = self.flow.reaching_names
+        for identifier in sorted(self.index.identifiers()):
+            if identifier in reaching:
+                found += [n for n in self.index.names(identifier) if isinstance(n.ctx, ast.Load)]
+        found.sort(key=lambda node: (node.lineno, node.col_offset))
+        return [node for node in found if self.may_name(node, NPU1_ROOTS)]
+
+    def _alias_called_here(self, node: ast.expr) -> bool:
+        """``Optimizer = torch.optim.SGD`` where this file calls ``Optimizer(...)``."""
+        statement = self.index.parent(node)
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is not node:
+            return False
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        if not all(isinstance(target, ast.Name) for target in targets):
+            return False
+        for target in targets:
+            assert isinstance(target, ast.Name)
+            for read in self.index.names(target.id):
+                call = self.index.parent(read)
+                if isinstance(call, ast.Call) and call.func is read:
+                    return True
+        return False
+
+    def _used_as_value(self, node: ast.expr) -> bool:
+        """Not called, not part of a longer dotted name, not a type test (``isinstance``,
+        ``is None``, ``==``), not a base class or an annotation."""
+        parent = self.index.parent(node)
+        if isinstance(parent, ast.Attribute):
+            return False  # `torch.optim` in `torch.optim.SGD`, or `SGD.__name__`
+        if isinstance(parent, ast.Call):
+            if parent.func is node:
+                return False
+            if isinstance(parent.func, ast.Name) and parent.func.id in _TYPE_TESTS:
+                return False
+        if isinstance(parent, ast.Tuple):
+            grandparent = self.index.parent(parent)
+            if isinstance(grandparent, ast.Call) and isinstance(grandparent.func, ast.Name):
+                return grandparent.func.id not in _TYPE_TESTS  # isinstance(x, (SGD, Adam))
+        if isinstance(parent, (ast.Compare, ast.ClassDef)):
+            return False
+        return not self._in_annotation(node)
+
+    def _in_annotation(self, node: ast.expr) -> bool:
+        child: ast.AST = node
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, ast.arg) and ancestor.annotation is child:
+                return True
+            if isinstance(ancestor, ast.AnnAssign) and ancestor.annotation is child:
+                return True
+            if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return ancestor.returns is child
+            if isinstance(ancestor, ast.stmt):
+                return False
+            child = ancestor
+        return False
+
+    def _getattr_values(self) -> list[ast.Call]:
+        """``getattr(torch.optim, name)`` not called on the spot (``opt_class = getattr(...)``);
+        the called form is reported by :meth:`_dynamic_lookups`."""
+        found: list[ast.Call] = []
+        for lookup in self._getattr_lookups():
+            call = self.index.parent(lookup)
+            if not (isinstance(call, ast.Call) and call.func is lookup):
+                found.append(lookup)
+        return found
+
+    def _getattr_lookups(self) -> list[ast.Call]:
+        """``getattr(<torch.optim or apex.optimizers>, ...)`` calls."""
         found: list[ast.Call] = []
         callees: list[ast.expr] = [*self.index.names("getattr"), *self.index.attributes("getattr")]
         for callee in callees:
             lookup = self.index.parent(callee)
             if not isinstance(lookup, ast.Call) or lookup.func is not callee or not lookup.args:
                 continue
-            call = self.index.parent(lookup)
-            if not isinstance(call, ast.Call) or call.func is not lookup:
-                continue
             if self.qualified_name(callee) != "builtins.getattr":
                 continue
             module = self.qualified_name(arguments(lookup)[0].value)
             if isinstance(module, str) and module in OPTIMIZER_MODULES:
+                found.append(lookup)
+        return found
+
+    def _dynamic_lookups(self) -> list[ast.Call]:
+        """``getattr(torch.optim, name)(...)``, found from the ``getattr`` names."""
+        found: list[ast.Call] = []
+        for lookup in self._getattr_lookups():
+            call = self.index.parent(lookup)
+            if isinstance(call, ast.Call) and call.func is lookup:
                 found.append(call)
         return found
 
@@ -333,6 +461,11 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         if target is None or problems:
             self.report(call, _blocked_message(source, target, problems))
             return
+        params = args[names.index("params")].value if "params" in names else None
+        hazards = self.hazards.of(call, params)
+        if hazards:
+            self.report(call, _hazard_message(source, target, hazards))
+            return
         amp_calls = self.flow.amp_calls_reached.get(id(call), [])
         settings = [amp_options(self, amp_call) for amp_call in amp_calls]
         for options in settings:
@@ -359,10 +492,18 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             APEX_HOME if apex else TORCH_NPU_HOME,
             line_of(amp_call) if amp_call is not None else None,
         )
+        gate = self._amp_gate(call, enabled) if apex else None
+        if gate is not None and source.unfused_replacement is None:
+            # torch's optimizer runs on both paths; the apex one would raise on the path
+            # without amp, and torch_npu's are not meant for amp: leave the choice to the user.
+            self.report(call, _gated_amp_refusal(source, target, gate))
+            return
         problems = self._map_arguments(plan, names)
         if problems:
             self.report(call, _blocked_message(source, target, problems))
             return
+        if gate is not None:
+            plan.gate = gate
         if sites:
             plan.why = _factory_why(plan, amp_call, with_amp, without_amp)
         if settings and not enabled:
@@ -372,21 +513,27 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 plan.notes.append(
                     f'NPU102 sets `opt_level="{options.switch}"` at line {line_of(options.call)}'
                 )
-            plan.notes.extend(options.run_time_notes())
+            plan.notes.extend(options.run_time_notes(with_enabled=gate is None))
         for site in with_amp:
             for amp in site.with_amp:
                 if amp.switch is not None:
                     plan.notes.append(f'NPU102 sets `opt_level="{amp.switch}"` at {amp.at}')
                 plan.notes.extend(f"at {amp.at}: {note}" for note in amp.notes)
-        if amp_call is not None:
-            condition = self.flow.condition_only_for(amp_call, call)
-            if condition is not None:
-                plan.notes.append(
-                    f"warning: `amp.initialize` runs only when {condition}, and without it this "
-                    "optimizer refuses to step: call `amp.initialize` on every path, or use "
-                    f"`{TORCH_NPU_HOME}.{target}` on the path without amp"
-                )
         self.plans.append(plan)
+
+    def _amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
+        """The condition under which the optimizer of ``call`` goes through amp, when it may
+        also run without: an `if` around `amp.initialize` that does not also guard ``call``,
+        or an `enabled=` computed at run time."""
+        for options in enabled:
+            guard = self.flow.guard_only_for(options.call, call)
+            if guard is not None:
+                test, in_body = guard
+                return AmpGate(options.call, test, amp_when_true=in_body)
+        for options in enabled:
+            if options.enabled is NOT_LITERAL and options.enabled_code is not None:
+                return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
+        return None
 
     def _map_arguments(self, plan: Plan, names: list[str]) -> list[str]:
         problems: list[str] = []
@@ -422,10 +569,16 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             plan.notes.append(
                 "added `weight_decay=0.0`: FusedAdam's default is 0.0, NpuFusedAdamW's is 1e-2"
             )
-        if plan.target == "NpuFusedSGD" and "lr" not in present:
+        torch_sgd = plan.source.unfused_replacement is None  # apex FusedSGD's lr is required
+        if plan.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
             plan.added.append(("lr", TORCH_SGD_DEFAULT_LR))
             plan.notes.append(
                 f"added `lr={TORCH_SGD_DEFAULT_LR}`, torch's default, which NpuFusedSGD requires"
+            )
+        elif plan.target == "NpuFusedSGD" and "lr" not in present:
+            plan.notes.append(
+                "no `lr` added: FusedSGD requires it as NpuFusedSGD does, so every parameter "
+                "group must carry its own `lr`"
             )
         if dropped_notes:
             plan.notes.append(f"dropped {', '.join(dropped_notes)} (no effect on the update)")
@@ -534,6 +687,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 edits.append(import_edits.pop(id(statement)))
             if not self.fix(plan.call, _fixed_message(plan), *edits):
                 continue
+            if plan.gate is not None:
+                self.report(plan.gate.amp_call, _gated_amp_warning(plan, plan.gate))
             if plan.func_style == "dotted":
                 if plan.home == TORCH_NPU_HOME:
                     self.add_import("torch_npu", after="torch")
@@ -765,20 +920,74 @@ def _target_hint(source: Source) -> str:
     return f"`{source.target}`"
 
 
+def _left_unfused(source: Source, to_fuse: str) -> str:
+    """What the unrewritten constructor does on NPU, and how to fuse it (``to_fuse``)."""
+    if source.unfused_replacement is None:
+        return f"It still runs on NPU unfused; to fuse it, {to_fuse}"
+    name = source.display.rsplit(".", 1)[1]
+    return (
+        f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, which "
+        f"Ascend's apex lacks, and fails when constructed), so replace it by hand: with "
+        f"{source.unfused_replacement}, which runs on NPU unfused, or, to fuse it, {to_fuse}"
+    )
+
+
+_USE_O1_O2 = (
+    "use opt_level O1 or O2 there (by hand, or with `opt-level` in [tool.npu-migrate.rules.NPU102])"
+)
+
+
 def _blocked_message(source: Source, target: str | None, problems: list[str]) -> str:
     fused = f"`{target}`" if target else _target_hint(source)
+    to_fuse = "remove that argument and use the NPU fused optimizer"
     return (
-        f"`{source.display}` is not rewritten to {fused}: {'; '.join(problems)}. It still runs "
-        "on NPU unfused; to fuse it, remove that argument and use the NPU fused optimizer"
+        f"`{source.display}` is not rewritten to {fused}: {'; '.join(problems)}. "
+        f"{_left_unfused(source, to_fuse)}"
+    )
+
+
+def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> str:
+    findings = describe_hazards(list(hazards))
+    remedies = list(dict.fromkeys(hazard.remedy for hazard in hazards))
+    to_fuse = f"{'; '.join(remedies)}, then use `{target}`"
+    return (
+        f"`{source.display}` is not rewritten to `{target}`, which would break here: "
+        f"{findings}. {_left_unfused(source, to_fuse)}"
+    )
+
+
+def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
+    line = line_of(gate.amp_call)
+    return (
+        f"`{source.display}` is not rewritten: it goes through `amp.initialize` (line {line}), "
+        f"which {gate.verb} only when {gate.condition}. Under amp it needs "
+        f"`{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
+        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
+        "fits both paths. "
+        + _left_unfused(
+            source,
+            "call `amp.initialize` on every path, or pick the class by the same condition: "
+            + gate.choice(target),
+        )
+    )
+
+
+def _gated_amp_warning(plan: Plan, gate: AmpGate) -> str:
+    return (
+        f"this `amp.initialize` {gate.verb} only when {gate.condition}, and the optimizer built "
+        f"at line "
+        f"{line_of(plan.call)} (`{plan.source.display}`, now `{plan.qualified_target}`) steps "
+        "only under amp: on the other path its `step()` raises (NVIDIA's "
+        f"`{plan.source.display.rsplit('.', 1)[1]}` did not run on Ascend there either). Call "
+        "`amp.initialize` on every path, or pick the class by the same condition: "
+        + gate.choice(plan.target)
     )
 
 
 def _refused_message(source: Source, target: str, options: AmpOptions, refusal: str) -> str:
     return (
         f"`{source.display}` is not rewritten to `{target}`: it goes through `amp.initialize` "
-        f"(line {line_of(options.call)}), and {refusal}. It still runs on NPU unfused; to fuse "
-        "it, use opt_level O1 or O2 there (by hand, or with `opt-level` in "
-        "[tool.npu-migrate.rules.NPU102])"
+        f"(line {line_of(options.call)}), and {refusal}. {_left_unfused(source, _USE_O1_O2)}"
     )
 
 
@@ -788,8 +997,7 @@ def _refused_elsewhere_message(
     return (
         f"`{source.display}` is not rewritten to `{target}`: `{site.factory}` returns it to the "
         f"call at {site.at}, which passes it to `amp.initialize` at {amp.at}, and {amp.refusal}. "
-        "It still runs on NPU unfused; to fuse it, use opt_level O1 or O2 there (by hand, or "
-        "with `opt-level` in [tool.npu-migrate.rules.NPU102])"
+        f"{_left_unfused(source, _USE_O1_O2)}"
     )
 
 
@@ -849,6 +1057,32 @@ def _fixed_message(plan: Plan) -> str:
     notes = "".join(f"; {note}" for note in plan.notes)
     return f"replaced `{plan.source.display}` with `{plan.qualified_target}`: {why}{notes}"
 
+
+def _class_value_message(code: str, name: str) -> str:
+    """What to do with an optimizer class that is used as a value."""
+    if name in UNSUPPORTED:
+        return (
+            f"`{code}` (`{name}`) is used as a value, so npu-migrate does not see the optimizer "
+            f"it builds: it has no NPU version ({UNSUPPORTED[name]}); replace it here by hand"
+        )
+    source = SOURCES[name]
+    hint = _target_hint(source)
+    message = (
+        f"`{code}` (`{name}`) is used as a value, so npu-migrate cannot rewrite the optimizer it "
+        f"builds: put {hint} from `torch_npu.optim` here (from `apex.optimizers` when that "
+        "optimizer goes through `amp.initialize` on every path)"
+    )
+    if source.unfused_replacement is None:
+        return message + ", or leave it: it runs on NPU unfused"
+    return (
+        message + f", or {source.unfused_replacement}; NVIDIA's class itself does not run on "
+        "Ascend (it needs apex's CUDA extension `amp_C`)"
+    )
+
+
+_TYPE_TESTS = frozenset({"isinstance", "issubclass", "type"})
+# The last part of every optimizer class name (dotted uses end with one of them).
+OPTIMIZER_CLASS_NAMES = sorted({name.rpartition(".")[2] for name in KNOWN_OPTIMIZERS})
 
 _FP16_OPTIMIZER_ADVICE = (
     "`FP16_Optimizer` is not rewritten: the NPU fused optimizers get mixed precision from "

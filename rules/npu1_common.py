@@ -72,6 +72,9 @@ class Source:
     target: str | None
     positional: tuple[str, ...]
     keyword_only: tuple[str, ...] = ()
+    # For NVIDIA apex's classes: the torch optimizer to use instead when the NPU fused one cannot
+    # be used (they need apex's CUDA extension `amp_C`, which Ascend's apex lacks).
+    unfused_replacement: str | None = None
 
     @property
     def parameters(self) -> tuple[str, ...]:
@@ -133,6 +136,7 @@ _APEX_SGD = Source(
         "materialize_master_grads",
         "set_grad_none",
     ),
+    unfused_replacement="`torch.optim.SGD`",
 )
 _APEX_ADAM = Source(
     "apex.optimizers.FusedAdam",
@@ -150,6 +154,7 @@ _APEX_ADAM = Source(
         "capturable",
         "master_weights",
     ),
+    unfused_replacement="`torch.optim.AdamW` (`torch.optim.Adam` for `adam_w_mode=False`)",
 )
 
 # Every public spelling of each source: the package attribute and the defining submodule.
@@ -493,8 +498,9 @@ class AmpOptions:
             )
         return None
 
-    def run_time_notes(self) -> list[str]:
-        """What must hold at run time for an NPU fused optimizer to be accepted here."""
+    def run_time_notes(self, with_enabled: bool = True) -> list[str]:
+        """What must hold at run time for an NPU fused optimizer to be accepted here; without
+        the note on a run-time ``enabled=`` when the caller reports that on its own."""
         if self.disabled:
             return []
         if self.starred and self.level is None:
@@ -503,7 +509,7 @@ class AmpOptions:
                 "weights with O2), which Ascend apex requires for NPU fused optimizers"
             ]
         notes: list[str] = []
-        if self.enabled is NOT_LITERAL:
+        if self.enabled is NOT_LITERAL and with_enabled:
             notes.append(
                 f"warning: `{self.enabled_code}` decides at run time whether amp is enabled, and "
                 "with amp disabled Ascend apex's fused optimizers refuse to step: use the "
@@ -676,6 +682,12 @@ class OptimizerFlow:
         wanted = wanted or may_end_with(rule, func, _FUSED_PREFIX)
         return wanted and rule.may_name(func, NPU1_ROOTS)
 
+    @property
+    def reaching_names(self) -> frozenset[str] | Container[str]:
+        """Identifiers of the file that may be bound to a name under torch, apex or torch_npu
+        (every identifier with the candidate filters off)."""
+        return self._reaching
+
     @cached_property
     def _reaching(self) -> frozenset[str] | Container[str]:
         return self.index.names_reaching(NPU1_ROOTS)
@@ -721,12 +733,21 @@ class OptimizerFlow:
 
         ``"`args.fp16` holds"`` or ``"`args.fp32` is false"`` (an ``else`` branch), else None.
         """
+        guard = self.guard_only_for(node, other)
+        if guard is None:
+            return None
+        test, in_body = guard
+        return f"`{test}` holds" if in_body else f"`{test}` is false"
+
+    def guard_only_for(self, node: ast.AST, other: ast.AST) -> tuple[str, bool] | None:
+        """The innermost `if` test (as written) under which ``node`` runs and ``other`` need
+        not, and whether ``node`` is in its body (True) or its ``else`` part (False)."""
         # Two `if args.fp16:` blocks guard alike: compare the conditions, not the statements.
         guards_of_other = {(self._test(guard), in_body) for guard, in_body in self._guards(other)}
         for guard, in_body in self._guards(node):
             test = self._test(guard)
             if (test, in_body) not in guards_of_other:
-                return f"`{test}` holds" if in_body else f"`{test}` is false"
+                return test, in_body
         return None
 
     def exclusive(self, node: ast.AST, other: ast.AST) -> bool:

@@ -1,0 +1,80 @@
+"""NPU101's refusals are visible without -v and make `--check` fail (real CLI, real files)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+CONDITIONAL_AMP = textwrap.dedent(
+    """
+    from apex import amp
+    from apex.optimizers import FusedSGD
+
+
+    def main(args, model):
+        optimizer = FusedSGD(model.parameters(), lr=0.1)
+        if args.fp16:
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        return model, optimizer
+    """
+)
+SET_TO_NONE = textwrap.dedent(
+    """
+    import torch
+
+
+    def train(model, loader):
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    """
+)
+
+
+def check(script: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "migrator",
+            "--no-cache",
+            "--select",
+            "NPU101",
+            "--check",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_conditional_amp_is_its_own_manual_finding(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(CONDITIONAL_AMP)
+    result = check(script)
+    assert result.returncode == 1, result.stderr
+    # Printed in the default output, at the amp.initialize line, not only inside a fix message.
+    assert "train.py:9:28: NPU101 [manual] this `amp.initialize` runs only when `args.fp16`" in (
+        result.stdout
+    )
+
+
+def test_a_hazard_leaves_the_file_alone_and_fails_the_check(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SET_TO_NONE)
+    result = check(script)
+    assert result.returncode == 1, result.stderr
+    assert "[manual] `torch.optim.Adam` is not rewritten to `NpuFusedAdam`" in result.stdout
+    apply = subprocess.run(
+        [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU101", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert apply.returncode == 0, apply.stderr  # nothing changed, manual findings only
+    assert script.read_text() == SET_TO_NONE
