@@ -296,6 +296,26 @@ def test_a_crashing_side_is_shown_with_its_error(program: Path, tmp_path: Path) 
     )
 
 
+def test_a_side_that_lost_its_port_runs_again_with_a_new_one(program: Path, tmp_path: Path) -> None:
+    """A port found free may be taken by another program before rank 0 listens on it (torch
+    then fails with EADDRINUSE): that failure, and only that one, is tried again."""
+    data = one_batch_of_data(tmp_path / "data")
+    marker = tmp_path / "port-taken-once"
+    unlucky = program.parent / "unlucky.py"
+    unlucky.write_text(
+        "import pathlib, sys\n"
+        f"if not pathlib.Path({str(marker)!r}).exists():\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('')\n"
+        "    sys.exit('RuntimeError: The server socket has failed to listen on any local network "
+        "address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address "
+        "already in use')\n" + program.read_text()
+    )
+    result = npu_migrate_verify(str(program), str(unlucky), "--", "--data", str(data))
+    assert result.returncode == 0, output(result)
+    assert marker.exists()  # it did fail once
+    assert "same:" in result.stdout, output(result)
+
+
 def test_a_side_that_runs_past_the_timeout_is_stopped_and_reported(program: Path) -> None:
     slow = program.parent / "slow.py"
     slow.write_text("import time\ntime.sleep(60)\n")

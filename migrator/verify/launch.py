@@ -187,9 +187,33 @@ def run_sides(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[
     parallel = len({side.folder.resolve() for side in sides}) == len(sides)
     groups = [list(sides)] if parallel else [[side] for side in sides]
     outcomes = []
-    for group in groups:
-        outcomes.extend(run_group(group, settings, workdir))
+    for number, group in enumerate(groups):
+        outcomes.extend(run_group_keeping_ports(group, settings, workdir / f"group-{number}"))
     return outcomes
+
+
+# A port found free can be taken by another program before rank 0 listens on it; only that
+# failure is tried again, with new ports.
+PORT_ATTEMPTS = 3
+PORT_TAKEN = ("EADDRINUSE", "address already in use")
+
+
+def run_group_keeping_ports(
+    sides: Sequence[Side], settings: Settings, workdir: Path
+) -> list[Outcome]:
+    for attempt in range(PORT_ATTEMPTS):
+        outcomes = run_group(sides, settings, workdir / f"attempt-{attempt}")
+        if not any(lost_its_port(outcome) for outcome in outcomes):
+            break
+    return outcomes
+
+
+def lost_its_port(outcome: Outcome) -> bool:
+    """Whether a process of this side failed because its rendezvous port was taken."""
+    return any(
+        any(sign in log_tail(process.log, 200).lower() for sign in map(str.lower, PORT_TAKEN))
+        for process in outcome.failed
+    )
 
 
 def run_group(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[Outcome]:
