@@ -220,9 +220,15 @@ def migrate_two_modules(folder: Path, program: str, helpers: str) -> str:
 
 def test_the_moved_two_module_program_trains_identically(tmp_path: Path) -> None:
     migrated = migrate_two_modules(tmp_path / "original", TWO_MODULES, GROUPS_FUNCTION)
+    assert_trains_identically(tmp_path, migrated, GROUPS_FUNCTION)
+
+
+def assert_trains_identically(tmp_path: Path, migrated: str, helpers: str) -> None:
+    """The original two modules (under ``tmp_path / "original"``) and the migrated main
+    module next to the same helpers train to the same losses and weights on two processes."""
     moved = tmp_path / "moved"
     moved.mkdir()
-    (moved / "param_groups.py").write_text(GROUPS_FUNCTION)
+    (moved / "param_groups.py").write_text(helpers)
     (moved / "train.py").write_text(migrated)
     before = run_two_processes(tmp_path / "original" / "train.py", tmp_path / "original.json")
     after = run_two_processes(moved / "train.py", tmp_path / "moved.json")
@@ -266,10 +272,4 @@ def test_a_moved_optimizer_class_of_the_repository_trains_identically(tmp_path: 
     helpers = GROUPS_FUNCTION + OPTIMIZER_CLASS
     migrated = migrate_two_modules(tmp_path / "original", WITH_OPTIMIZER_CLASS, helpers)
     assert migrated.index("param_groups.MomentumSGD(") < migrated.index("if args.distributed:")
-    moved = tmp_path / "moved"
-    moved.mkdir()
-    (moved / "param_groups.py").write_text(helpers)
-    (moved / "train.py").write_text(migrated)
-    before = run_two_processes(tmp_path / "original" / "train.py", tmp_path / "original.json")
-    after = run_two_processes(moved / "train.py", tmp_path / "moved.json")
-    assert before["losses"] and before == after
+    assert_trains_identically(tmp_path, migrated, helpers)
