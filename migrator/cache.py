@@ -64,7 +64,44 @@ def cache_key(job: Job) -> str:
     return hashlib.sha256(encoded).hexdigest()[:32]
 
 
-class ResultCache:
+class _JsonStore:
+    """One JSON object of entries in the cache folder, written whole and atomically, merged
+    with what another run may have stored meanwhile."""
+
+    MAX_ENTRIES = 200_000
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.entries: dict[str, Any] = self._load()
+        self.added: dict[str, Any] = {}
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            return {}  # absent or damaged: start over
+        return data if isinstance(data, dict) else {}
+
+    def save(self) -> None:
+        if not self.added:
+            return
+        merged = {**self._load(), **self.added}
+        if len(merged) > self.MAX_ENTRIES:
+            merged = dict(self.added)
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(str(self.file), json.dumps(merged).encode(), 0o644)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+class SummaryCache(_JsonStore):
+    """What the rules summarised of a file for the project facts (:mod:`migrator.project`),
+    keyed by content hash, module name and path, under the same rules and settings as the
+    results: a warm run does not parse the files that only feed the project stage."""
+
+
+class ResultCache(_JsonStore):
     """Results of files that needed no edit, keyed by content hash, one JSON file per key.
 
     ``unchanged``, ``skipped`` and engine ``error`` outcomes are stored, with their
@@ -76,12 +113,13 @@ class ResultCache:
     about the file system, not the content, and are not stored.
     """
 
-    MAX_ENTRIES = 200_000
-
     def __init__(self, folder: Path, key: str) -> None:
-        self.file = folder / f"results-{key}.json"
-        self.entries: dict[str, Any] = self._load()
-        self.added: dict[str, Any] = {}
+        super().__init__(folder / f"results-{key}.json")
+
+    def summaries(self) -> SummaryCache:
+        """The project summaries stored under the same key (before project facts narrow it)."""
+        key = self.file.stem.removeprefix("results-")
+        return SummaryCache(self.file.parent / f"summaries-{key}.json")
 
     def narrowed(self, facts: str) -> ResultCache:
         """The cache for the same settings and these project facts (:mod:`migrator.project`):
@@ -89,13 +127,6 @@ class ResultCache:
         key = self.file.stem.removeprefix("results-")
         narrowed = hashlib.sha256(f"{key}:{facts}".encode()).hexdigest()[:32]
         return ResultCache(self.file.parent, narrowed)
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.file.read_text())
-        except (OSError, ValueError):
-            return {}  # absent or damaged: start over
-        return data if isinstance(data, dict) else {}
 
     def get(self, path: str, digest: str, *, changed: bool = False) -> Outcome | None:
         """The stored outcome of this content; a ``changed`` one only when ``changed`` says
@@ -128,16 +159,3 @@ class ResultCache:
                 for d in outcome.diagnostics
             ],
         }
-
-    def save(self) -> None:
-        """Merge with what another run may have stored meanwhile, then replace atomically."""
-        if not self.added:
-            return
-        merged = {**self._load(), **self.added}
-        if len(merged) > self.MAX_ENTRIES:
-            merged = dict(self.added)
-        try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(str(self.file), json.dumps(merged).encode(), 0o644)
-        except OSError:
-            pass  # a cache that cannot be written only costs time

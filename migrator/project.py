@@ -190,6 +190,15 @@ class ProjectFacts:
         return AmbiguousModule(f"`{'.'.join(parts)}` could be any of {names}")
 
 
+def _survives_json(facts: Mapping[str, Facts]) -> bool:
+    """Whether ``facts`` come back equal from JSON (a tuple would come back a list): only
+    those are remembered across runs."""
+    try:
+        return bool(json.loads(json.dumps(facts)) == facts)
+    except (TypeError, ValueError):
+        return False
+
+
 def module_name(path: str, packages: dict[str, tuple[str, ...]] | None = None) -> str:
     """The dotted name Python imports ``path`` by: the file's stem, preceded by every enclosing
     folder that is a package (holds an ``__init__.py``). ``packages`` caches each folder's
@@ -326,15 +335,19 @@ class ProjectBuilder:
     native: dict[str, dict[str, Facts]] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)  # every Python file given, for linking
     link_failures: dict[str, str] = field(default_factory=dict)  # key -> the error
+    # Summaries of earlier runs (migrator.cache.SummaryCache) and those made by this one, by
+    # content hash, module name and path: a file seen before is not parsed again.
+    remembered: Mapping[str, Any] = field(default_factory=dict)
+    learned: dict[str, Any] = field(default_factory=dict)
 
     @property
     def wanted(self) -> bool:
         """Does any selected rule use project facts at all?"""
         return any(rule.PROJECT_TRIGGER or rule.NATIVE_TRIGGER for rule in self.rules)
 
-    def add_python(self, path: str, source: bytes) -> None:
+    def add_python(self, path: str, source: bytes, digest: str | None = None) -> None:
         """Summarise one Python file for every rule whose ``PROJECT_TRIGGER`` it contains
-        (once per shared key)."""
+        (once per shared key); ``digest`` (its content hash) lets a summary be remembered."""
         self.paths.append(path)
         interested: dict[str, Any] = {}
         for rule in self.rules:
@@ -342,20 +355,34 @@ class ProjectBuilder:
                 interested.setdefault(rule.project_key(), rule)
         if not interested:
             return
+        module = Module(path, module_name(path))
+        # A summary may depend on the module's name (relative imports) as well as the content.
+        memo = f"{digest}:{module.name}:{path}" if digest is not None else None
+        found = self.remembered.get(memo) if memo is not None else None
+        if isinstance(found, dict):
+            self._add_summaries(module, found)
+            return
         from migrator.engine import parse_for_summary  # the engine imports rule, rule this
 
         index = parse_for_summary(source, path)
         if index is None:
             return  # the per-file stage reports the syntax or decoding error
-        module = Module(path, module_name(path))
-        self.modules.append(module)
         try:
+            found = {}
             for key, rule in interested.items():
                 facts = rule.summarize(index, module)
                 if facts:
-                    self.python.setdefault(key, {})[path] = facts
+                    found[key] = facts
         finally:
             index.release()
+        self._add_summaries(module, found)
+        if memo is not None and _survives_json(found):
+            self.learned[memo] = found
+
+    def _add_summaries(self, module: Module, found: Mapping[str, Facts]) -> None:
+        self.modules.append(module)
+        for key, facts in found.items():
+            self.python.setdefault(key, {})[module.path] = facts
 
     def add_native(self, path: str, data: bytes) -> None:
         """Summarise one C, C++ or CUDA source for every rule whose ``NATIVE_TRIGGER`` it

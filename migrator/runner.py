@@ -100,7 +100,8 @@ def run(
     answered = 0
     # Worker processes read the files again: the parent keeps only their digests.
     keep_sources = jobs <= 1 or len(discovery.tasks) < 2 * FILES_PER_WORKER
-    builder = ProjectBuilder(job.rules())
+    summaries = cache.summaries() if cache is not None else None
+    builder = ProjectBuilder(job.rules(), remembered=summaries.entries if summaries else {})
     read_files: list[_ReadFile] = []
     for task in discovery.tasks:
         read = _read(task)
@@ -109,15 +110,18 @@ def run(
             answered += 1
             continue
         source, mode_bits = read
-        problem = _summarise(builder, task.path, source)
+        digest = content_digest(source, task.path)
+        problem = _summarise(builder, task.path, source, digest)
         if problem is not None:
             outcomes.append(problem)
             answered += 1
             continue
         kept = source if keep_sources else None
-        digest = content_digest(source, task.path)
         read_files.append(_ReadFile(task, mode_bits, digest, len(source), kept))
     facts = _project_facts(builder, discovery.native, job)
+    if summaries is not None:
+        summaries.added.update(builder.learned)
+        summaries.save()
     if facts:
         job = replace(job, settings=replace(job.settings, project=facts))
         cache = cache.narrowed(facts.digest) if cache is not None else None
@@ -176,12 +180,12 @@ class _ReadFile:
     source: bytes | None  # None when workers will read it again
 
 
-def _summarise(builder: ProjectBuilder, path: str, source: bytes) -> Outcome | None:
+def _summarise(builder: ProjectBuilder, path: str, source: bytes, digest: str) -> Outcome | None:
     """Give one file to the project summaries; an error outcome when a rule fails on it."""
     if not builder.wanted or is_notebook(path) or is_shell_script(path):  # nothing imports them
         return None
     try:
-        builder.add_python(path, source)
+        builder.add_python(path, source, digest)
     except Exception as error:  # a bug in one rule's summary costs one file, not the run
         message = f"internal error in a project summary, file left untouched: {error!r}"
         return error_outcome(path, message)

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator import names
-from migrator.index import ModuleIndex
+from migrator.index import ModuleIndex, full_name, resolution_base
 from migrator.project import Facts, Linking, ProjectFiles, Target
 from migrator.rules.npu203_classes import ModuleClasses, OptimizerClass
 from migrator.rules.npu203_classes import summary_from_facts as class_from_facts
@@ -443,9 +443,68 @@ _MAX_REEXPORTS = 4  # `from .params import get_params_groups` in a package, foll
 
 
 def summarize(index: ModuleIndex) -> Facts | None:
-    """The qualified names of the calls in the module that may be functions of the run."""
-    callees = sorted({name for call in index.nodes(ast.Call) if (name := _callee(index, call))})
+    """The qualified names of the calls that may be functions of the run, in the scopes NPU203
+    reorders: those that wrap a model (DDP or DataParallel) and those that call a function that
+    does. Calls anywhere else are never between a wrap and an optimizer it could move, and
+    resolving (then linking) every call of a large file costs more than the rest of its check."""
+    scopes = _wrapping_scopes(index)
+    if not scopes:
+        return None
+    callees = sorted(
+        {
+            name
+            for call in index.nodes(ast.Call)
+            if _enclosing_function(index, call) in scopes and (name := _callee(index, call))
+        }
+    )
     return {"callees": callees} if callees else None
+
+
+_WRAPPER_ROOTS = frozenset({"torch", "apex"})
+
+
+def _wrapping_scopes(index: ModuleIndex) -> set[ast.AST | None]:
+    """The innermost functions (None: the module level) that hold a call that may be a
+    ``*DataParallel`` class of torch or apex, and the functions that call a module-level
+    function holding one (NPU203's hidden wraps)."""
+    reaching = index.names_reaching(_WRAPPER_ROOTS)
+    # Spelled with DataParallel, or a name an import binds to one (`... import
+    # DistributedDataParallel as DDP`): only those calls are resolved.
+    aliases = {
+        alias.asname
+        for statement in index.imports()
+        for alias in statement.names
+        if alias.asname and alias.name.endswith("DataParallel")
+    }
+    scopes: set[ast.AST | None] = set()
+    wrapping_names: set[str] = set()
+    for call in index.nodes(ast.Call):
+        spelled = full_name(call.func) or ""
+        if "DataParallel" not in spelled and spelled.rsplit(".", 1)[-1] not in aliases:
+            continue
+        base = resolution_base(call.func)
+        if base is None or base.id not in reaching:
+            continue
+        name = _resolve(index, call.func)
+        candidates = name.candidates if isinstance(name, names.Ambiguous) else (name,)
+        if not any(c and c.endswith("DataParallel") for c in candidates):
+            continue
+        function = _enclosing_function(index, call)
+        scopes.add(function)
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            wrapping_names.add(function.name)
+    if wrapping_names:
+        for name_node in index.nodes(ast.Name):
+            if name_node.id in wrapping_names and isinstance(name_node.ctx, ast.Load):
+                scopes.add(_enclosing_function(index, name_node))
+    return scopes
+
+
+def _enclosing_function(index: ModuleIndex, node: ast.AST) -> ast.AST | None:
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef):
+            return ancestor
+    return None
 
 
 def _resolve(index: ModuleIndex, node: ast.AST) -> str | names.Ambiguous | None:

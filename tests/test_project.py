@@ -95,6 +95,27 @@ def test_the_cache_follows_the_native_sources(repository: Path, tmp_path: Path) 
     assert reported(after) == [("mypkg/layers/roi.py", 5, "roi_align_forward")]
 
 
+def test_summaries_are_remembered_by_content(repository: Path, tmp_path: Path) -> None:
+    """A warm run takes a file's project summary from the cache instead of parsing the file
+    again: what the cache says is what the run uses (shown by editing the cached summary),
+    until the file's content changes."""
+    cache = tmp_path / "cache"
+    first = check(repository, "--cache-dir", str(cache))
+    [stored] = cache.glob("summaries-*.json")
+    summaries = json.loads(stored.read_text())
+    [key] = [key for key in summaries if key.endswith("/setup.py")]
+    assert summaries[key]["NPU932"]["builds"][0]["name"] == "mypkg._C"
+    assert reported(check(repository, "--cache-dir", str(cache))) == reported(first)
+
+    summaries[key]["NPU932"]["builds"][0]["name"] = "otherpkg._C"
+    stored.write_text(json.dumps(summaries))
+    assert reported(check(repository, "--cache-dir", str(cache))) == []  # the cached summary
+
+    setup = repository / "setup.py"
+    setup.write_text(setup.read_text() + "# touched\n")  # new content: summarised again
+    assert reported(check(repository, "--cache-dir", str(cache))) == reported(first)
+
+
 def test_worker_processes_get_the_facts(repository: Path) -> None:
     for number in range(40):  # enough files for the worker pool
         (repository / "tools" / f"script_{number:02}.py").write_text(CALLER)
