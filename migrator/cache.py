@@ -115,17 +115,16 @@ class ResultCache(_JsonStore):
 
     def __init__(self, folder: Path, key: str) -> None:
         super().__init__(folder / f"results-{key}.json")
+        self.key = key
 
     def summaries(self) -> SummaryCache:
         """The project summaries stored under the same key (before project facts narrow it)."""
-        key = self.file.stem.removeprefix("results-")
-        return SummaryCache(self.file.parent / f"summaries-{key}.json")
+        return SummaryCache(self.file.parent / f"summaries-{self.key}.json")
 
     def narrowed(self, facts: str) -> ResultCache:
         """The cache for the same settings and these project facts (:mod:`migrator.project`):
         a file's findings may depend on what other files define."""
-        key = self.file.stem.removeprefix("results-")
-        narrowed = hashlib.sha256(f"{key}:{facts}".encode()).hexdigest()[:32]
+        narrowed = hashlib.sha256(f"{self.key}:{facts}".encode()).hexdigest()[:32]
         return ResultCache(self.file.parent, narrowed)
 
     def get(self, path: str, digest: str, *, changed: bool = False) -> Outcome | None:

@@ -102,7 +102,7 @@ class FusionHazards:
         """The hazards for the optimizer that ``constructor`` builds from ``params``, in line
         order (see the module docstring for where they are looked for)."""
         units = self._units_of(constructor)
-        found = [h for h in self._own_zero_grads(constructor)]
+        found = list(self._own_zero_grads(constructor))
         found += [h for unit, h in self._module_zero_grads if id(unit) in units]
         found += [h for unit, h in self._grad_stores if id(unit) in units]
         found += [h for unit, h in self._default_dtypes if id(unit) in units]

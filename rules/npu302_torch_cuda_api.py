@@ -101,9 +101,11 @@ class TorchCudaApi(Rule):
             self._check_import(plain)
         for from_import in self.index.nodes(ast.ImportFrom):
             self._check_import_from(from_import)
-        for constant in self.index.nodes(ast.Constant):
-            if isinstance(constant.value, str) and constant.value.startswith("torch.cuda."):
-                self._check_patch_target(constant)
+        text = self.source.text
+        if '"torch.cuda.' in text or "'torch.cuda." in text:  # a patch target, maybe
+            for constant in self.index.nodes(ast.Constant):
+                if isinstance(constant.value, str) and constant.value.startswith("torch.cuda."):
+                    self._check_patch_target(constant)
 
     # -- patch targets in tests --------------------------------------------------------------
 

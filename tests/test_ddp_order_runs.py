@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from migrator.engine import migrate_source
 from migrator.project import ProjectBuilder
 from migrator.registry import rule_by_code
 from migrator.rule import Settings
+from migrator.verify.launch import PORT_TAKEN, free_port
 
 TIMEOUT_S = 180
 
@@ -114,19 +114,13 @@ TWO_MODULES = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def run_two_processes(script: Path, out: Path) -> dict[str, Any]:
     # The port is free when probed but may be taken before rank 0 listens on it (another test
     # process on the machine): only that failure is retried, with a new port.
     for _ in range(3):
         outputs = start_and_wait(script, out, free_port())
         failed = [output for code, output in outputs if code != 0]
-        if not any("EADDRINUSE" in output for output in failed):
+        if not any(sign in output.lower() for output in failed for sign in PORT_TAKEN):
             break
     for code, output in outputs:
         assert code == 0, f"{script.name} failed:\n{output[-4000:]}"

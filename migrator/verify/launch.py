@@ -195,7 +195,7 @@ def run_sides(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[
 # A port found free can be taken by another program before rank 0 listens on it; only that
 # failure is tried again, with new ports.
 PORT_ATTEMPTS = 3
-PORT_TAKEN = ("EADDRINUSE", "address already in use")
+PORT_TAKEN = ("eaddrinuse", "address already in use")  # as torch words it, lowercased
 
 
 def run_group_keeping_ports(
@@ -210,10 +210,8 @@ def run_group_keeping_ports(
 
 def lost_its_port(outcome: Outcome) -> bool:
     """Whether a process of this side failed because its rendezvous port was taken."""
-    return any(
-        any(sign in log_tail(process.log, 200).lower() for sign in map(str.lower, PORT_TAKEN))
-        for process in outcome.failed
-    )
+    tails = (log_tail(process.log, 200).lower() for process in outcome.failed)
+    return any(sign in tail for tail in tails for sign in PORT_TAKEN)
 
 
 def run_group(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[Outcome]:
