@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import secrets
 import shutil
-import tempfile
 
 from migrator.notebooks import is_notebook, notebook_diff
 from migrator.source import decode
@@ -22,20 +22,30 @@ def write_atomic(path: str, data: bytes, mode_bits: int) -> None:
     through.
     """
     folder, name = os.path.split(path)
-    descriptor, temporary = tempfile.mkstemp(
-        dir=folder or ".", prefix=f".{name}.", suffix=TEMP_SUFFIX
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, mode_bits)
-        os.replace(temporary, path)
-    except BaseException:  # KeyboardInterrupt included: never leave the temporary file behind
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    while True:
+        # The name is chosen before the file exists, so a Ctrl-C that lands right after the
+        # file is created (inside ``open``, before its result is stored) still knows what to
+        # remove; ``tempfile.mkstemp`` gives the name only once the file exists.
+        temporary = os.path.join(folder or ".", f".{name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        try:
+            try:
+                descriptor = os.open(temporary, _CREATE_NEW, 0o600)
+            except FileExistsError:  # somebody else's file, never ours to remove
+                continue
+            with os.fdopen(descriptor, "wb") as stream:
+                stream.write(data)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.chmod(temporary, mode_bits)
+            os.replace(temporary, path)
+            return
+        except BaseException:  # KeyboardInterrupt included: never leave the temporary behind
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+
+_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 
 
 def file_diff(path: str, before: bytes, after: bytes) -> str:
