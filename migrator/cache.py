@@ -11,10 +11,10 @@ from typing import Any
 
 import migrator
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.engine import Status
 from migrator.files import write_atomic
 from migrator.jobs import Job, Outcome, reason_of
 from migrator.notebooks import is_notebook
+from migrator.results import Status
 from migrator.shell import is_shell_script
 
 
@@ -96,7 +96,7 @@ class _JsonStore:
 
 
 class SummaryCache(_JsonStore):
-    """What the rules summarised of a file for the project facts (:mod:`migrator.project`),
+    """What the rules summarised of a file for the project facts (:mod:`migrator.analysis.project`),
     keyed by content hash, module name and path, under the same rules and settings as the
     results: a warm run does not parse the files that only feed the project stage."""
 
@@ -122,8 +122,9 @@ class ResultCache(_JsonStore):
         return SummaryCache(self.file.parent / f"summaries-{self.key}.json")
 
     def narrowed(self, facts: str) -> ResultCache:
-        """The cache for the same settings and these project facts (:mod:`migrator.project`):
-        a file's findings may depend on what other files define."""
+        """The cache for the same settings and these project facts
+        (:mod:`migrator.analysis.project`): a file's findings may depend on what other files
+        define."""
         narrowed = hashlib.sha256(f"{self.key}:{facts}".encode()).hexdigest()[:32]
         return ResultCache(self.file.parent, narrowed)
 

@@ -29,10 +29,10 @@ import migrator
 from migrator import api_tables, formats, report
 from migrator.config import ConfigError, FileConfig, common_folder, find_pyproject, load_config
 from migrator.diagnostics import Severity
-from migrator.engine import Status
 from migrator.formats import github, msfmk_csv, sarif
 from migrator.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
-from migrator.rule import Rule, Settings, Target
+from migrator.results import Status
+from migrator.rule import Rule
 from migrator.runner import (
     Discovery,
     Excluder,
@@ -45,6 +45,7 @@ from migrator.runner import (
     discover,
 )
 from migrator.runner import run as run_tasks
+from migrator.settings import Settings, Target
 from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
 from migrator.shell import shell_scripts
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from migrator import api_tables
-from migrator.rule import Target
+from migrator.settings import Target
 from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
 
 SECTION = "npu-migrate"

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pathspec
 
-from migrator.engine import Status
+from migrator.analysis.project import NATIVE_SUFFIXES
 from migrator.files import TEMP_SUFFIX
 from migrator.jobs import Outcome, Task, error_outcome
 from migrator.notebooks import NOTEBOOK_SUFFIX
-from migrator.project import NATIVE_SUFFIXES
+from migrator.results import Status
 from migrator.shell import ShellScripts
 
 PYTHON_SUFFIXES = (".py", ".pyi")

@@ -4,8 +4,9 @@ The cost of a file follows what it needs:
 
 1. every file: decode, read suppression comments, and look for the selected rules' ``TRIGGER``
    strings in the text; a file that mentions none of them is done;
-2. a file that passes: ``ast.parse`` and one :class:`~migrator.index.ModuleIndex` walk, then
-   every rule's ``check`` in code order, each seeing the fixes planned by the rules before it.
+2. a file that passes: ``ast.parse`` and one :class:`~migrator.analysis.index.ModuleIndex`
+   walk, then every rule's ``check`` in code order, each seeing the fixes planned by the rules
+   before it.
    ``--check`` stops here, and so does any file without a fix: report-only findings need no
    concrete tree;
 3. a file with fixes: libcst parses only the slices of it that change (:mod:`migrator.slices`),
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import enum
 import functools
 import gc
 import sys
@@ -33,40 +33,17 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.parse import ParseError, parse_index
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.edits import EditError, apply_edits
 from migrator.imports import apply_import_edits, apply_import_edits_to_text
-from migrator.index import ModuleIndex
-from migrator.rule import FileContext, Rule, Settings
+from migrator.results import ERROR_CODE, FileResult, Status
+from migrator.rule import FileContext, Rule
+from migrator.settings import Settings
 from migrator.slices import SliceError, apply_sliced
-from migrator.source import Source, decode, source_encoding
+from migrator.source import decode, source_encoding
 from migrator.suppressions import Suppressions
-
-ERROR_CODE = "NPU000"  # a file that could not be processed; not a rule, never selectable
-
-__all__ = ["ERROR_CODE", "Engine", "FileResult", "Status", "decode", "migrate_source"]
-
-
-class Status(enum.StrEnum):
-    UNCHANGED = "unchanged"
-    CHANGED = "changed"  # rewritten, or (with apply=False) would be
-    SKIPPED = "skipped"  # `# npu-migrate: skip-file`
-    ERROR = "error"
-
-
-@dataclass
-class FileResult:
-    path: str
-    status: Status
-    original: bytes
-    migrated: bytes
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    parsed: int = 0  # characters of the file libcst parsed (the expensive stage); 0: none
-    sliced: bool = False  # libcst parsed only the slices that change (not the whole file)
-
-    @property
-    def changed(self) -> bool:
-        return self.status is Status.CHANGED
 
 
 class Rewritten(NamedTuple):
@@ -122,8 +99,8 @@ class Engine:
         if self.fast and not any(word in text for word in self.trigger):
             return FileResult(path, Status.UNCHANGED, source, source)
         try:
-            index = _parse(text, path)
-        except _ParseError as error:
+            index = parse_index(text, path)
+        except ParseError as error:
             return failed(str(error))
         try:
             context = self.analyse(index, path, suppressions)
@@ -196,7 +173,7 @@ class Engine:
                     return Rewritten(*self._rewrite_slices(source, context), sliced=True)
                 except SliceError:
                     if context.released:
-                        index = _parse(context.source_text, path)
+                        index = parse_index(context.source_text, path)
                         context = self.analyse(index, path, suppressions)
             return Rewritten(*self._rewrite_module(source, context), sliced=False)
 
@@ -253,8 +230,8 @@ class Engine:
         """The output parses, and the rules find nothing left to fix in it."""
         try:
             text = decode(output)
-            index = _parse(text, path)
-        except (_ParseError, SyntaxError, UnicodeDecodeError, LookupError) as error:
+            index = parse_index(text, path)
+        except (ParseError, SyntaxError, UnicodeDecodeError, LookupError) as error:
             return f"the migrated code does not parse ({error})"
         try:
             again = self.analyse(index, path, Suppressions.scan(text))
@@ -321,33 +298,6 @@ def _first_line(body: list[ast.stmt]) -> int:
     """The line where the first statement starts, its decorators included."""
     first = body[0]
     return min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
-
-
-class _ParseError(Exception):
-    pass
-
-
-def _parse(text: str, path: str) -> ModuleIndex:
-    try:
-        tree = ast.parse(text, filename=path)
-    except SyntaxError as error:
-        where = f"{error.lineno}:{(error.offset or 0)}" if error.lineno else "?"
-        raise _ParseError(f"syntax error at {where}: {error.msg}") from error
-    except (ValueError, MemoryError, RecursionError) as error:
-        raise _ParseError(f"cannot parse file: {type(error).__name__}: {error}") from error
-    try:
-        return ModuleIndex(tree, Source(text))
-    except RecursionError as error:
-        raise _ParseError("cannot parse file: it is nested too deeply") from error
-
-
-def parse_for_summary(source: bytes, path: str) -> ModuleIndex | None:
-    """The index of a file that rules summarise for the project (:mod:`migrator.project`), or
-    None when it does not decode or parse (the file's own stage reports why)."""
-    try:
-        return _parse(decode(source), path)
-    except (_ParseError, SyntaxError, UnicodeDecodeError, LookupError):
-        return None
 
 
 def _order(diagnostic: Diagnostic) -> tuple[int, int, str]:

@@ -26,9 +26,9 @@ from typing import Any
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from migrator.analysis.index import ModuleIndex, dotted_name, statement_lines
+from migrator.analysis.scopes import BindingKind
 from migrator.edits import NodeEdit, statement_kind
-from migrator.index import ModuleIndex, dotted_name, statement_lines
-from migrator.scopes import BindingKind
 from migrator.slices import Sliced, SliceError, apply_sliced
 from migrator.source import Source
 

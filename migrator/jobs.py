@@ -7,9 +7,10 @@ import enum
 from dataclasses import dataclass, field
 
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.engine import ERROR_CODE, Status
 from migrator.registry import all_rules, select_rules
-from migrator.rule import Rule, Settings
+from migrator.results import ERROR_CODE, Status
+from migrator.rule import Rule
+from migrator.settings import Settings
 
 
 class Mode(enum.StrEnum):

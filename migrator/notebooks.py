@@ -39,8 +39,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.engine import ERROR_CODE, Engine, FileResult, Status
+from migrator.engine import Engine
 from migrator.ipython import PYTHON_BODY_CELL_MAGICS, cell_magic, ipython_spans
+from migrator.results import ERROR_CODE, FileResult, Status
 from migrator.source import decode, source_encoding
 
 NOTEBOOK_SUFFIX = ".ipynb"

@@ -16,9 +16,9 @@ from rich.table import Table
 
 import migrator
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.engine import Status
-from migrator.rule import Settings
+from migrator.results import Status
 from migrator.runner import Mode, Outcome, RunResult
+from migrator.settings import Settings
 
 JSON_SCHEMA_VERSION = 1
 SEVERITY_COLUMNS = (Severity.FIXED, Severity.MANUAL, Severity.INFO)

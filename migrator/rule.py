@@ -1,7 +1,7 @@
 """The rule interface: one class per rule, one rule per module in ``rules/``.
 
 A rule has a declarative header and one method, :meth:`Rule.check`, that examines the file's
-Python ``ast`` through a shared :class:`~migrator.index.ModuleIndex` and records findings::
+Python ``ast`` through a shared :class:`~migrator.analysis.index.ModuleIndex` and records findings::
 
     class CudaMethod(Rule):
         '''
@@ -53,7 +53,8 @@ Inside ``check``:
 - ``self.report(at, message)`` records a ``manual`` (or ``info``) diagnostic.
 - ``at`` is an ``ast`` node (its start) or a :class:`Location` (``self.attr_position(...)``).
 - ``self.qualified_name(node)`` / ``self.qualified_name_in(node, names)`` give the node's
-  qualified name through :mod:`migrator.names`, ``Ambiguous`` when it has more than one origin.
+  qualified name through :mod:`migrator.analysis.names`, ``Ambiguous`` when it has more than
+  one origin.
 - ``self.add_import("apex")`` and ``self.remove_import_if_unused(...)`` queue import edits that
   the engine applies after the node edits, through :mod:`migrator.imports`.
 """
@@ -69,12 +70,13 @@ from typing import Any, ClassVar, NamedTuple
 
 import libcst as cst
 
-from migrator import names
+from migrator.analysis import names
+from migrator.analysis.index import ModuleIndex, resolution_base
+from migrator.analysis.project import Facts, Module, ProjectFacts, ProjectFiles
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.edits import BlockEdit, Change, Edit, NodeEdit, statement_kind
 from migrator.imports import ImportRemoval, ImportRequest
-from migrator.index import ModuleIndex, resolution_base
-from migrator.project import Facts, Linking, Module, ProjectFacts
+from migrator.settings import Settings
 from migrator.source import Source
 from migrator.suppressions import Suppressions
 
@@ -89,29 +91,14 @@ class FixSafety(enum.StrEnum):
     NONE = "none"  # report-only rule
 
 
-class Target(enum.StrEnum):
-    """What device code is migrated to (``--target``)."""
-
-    NPU = "npu"
-    ACCELERATOR = "accelerator"
-
-
 @dataclass(frozen=True)
-class Settings:
-    """Run-wide options that rules may read. Frozen so that workers can share it."""
+class Linking:
+    """What a rule's :meth:`Rule.link` works with."""
 
-    target: Target = Target.NPU
-    unsafe_fixes: bool = False
-    rule_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # Facts about the other files of the run (migrator.project), filled in by the runner.
-    project: ProjectFacts = field(default_factory=ProjectFacts)
-    # The torch_npu release whose API table NPU930/NPU931 read (None: the newest), and the
-    # project's validated [tool.npu-migrate.torch-npu-api] entries (migrator.api_tables).
-    torch_npu_version: str | None = None
-    torch_npu_api: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-
-    def options_for(self, code: str) -> Mapping[str, Any]:
-        return self.rule_options.get(code, {})
+    project: ProjectFacts  # every rule's summaries (no links yet)
+    files: ProjectFiles
+    settings: Settings
+    selected: frozenset[str]  # the codes of the rules that run
 
 
 class Location(NamedTuple):
@@ -178,7 +165,7 @@ class Rule:
     # An opt-in rule runs only when a --select (or config `select`) entry names its full code:
     # a prefix such as "NPU1", or no selection at all, leaves it out (see registry.select_rules).
     OPT_IN: ClassVar[bool] = False
-    # Cross-file facts (migrator.project): Python files containing one of these strings are
+    # Cross-file facts (migrator.analysis.project): Python files containing one of these strings are
     # summarised by summarize(), native sources containing one by summarize_native(), before
     # any file is checked. Most rules need neither.
     PROJECT_TRIGGER: ClassVar[tuple[str, ...]] = ()
@@ -234,13 +221,14 @@ class Rule:
     @classmethod
     def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
         """Facts by path that follow what the summaries name into other files of the run
-        (:class:`~migrator.project.ProjectFiles` resolves names and parses files on demand);
+        (:class:`~migrator.analysis.project.ProjectFiles` resolves names and parses files on
+        demand);
         called once per key after every file is summarised, kept in ``project.links(key)``."""
         return None
 
     @property
     def project(self) -> ProjectFacts:
-        """Every rule's facts about the files of the run (:mod:`migrator.project`)."""
+        """Every rule's facts about the files of the run (:mod:`migrator.analysis.project`)."""
         return self.context.settings.project
 
     # -- documentation ---------------------------------------------------------------------------

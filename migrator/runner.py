@@ -25,14 +25,16 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from migrator.analysis.project import ProjectFacts
 from migrator.cache import ResultCache, cache_key, content_digest, default_cache_dir
 from migrator.discovery import Discovery, Excluder, discover
-from migrator.engine import Engine, FileResult, Status
+from migrator.engine import Engine
 from migrator.files import TEMP_SUFFIX, copy_tree_entries, file_diff, unified_diff, write_atomic
 from migrator.jobs import Job, Mode, Outcome, Task, error_outcome, reason_of
 from migrator.notebooks import is_notebook, migrate_notebook
 from migrator.pool import TimedOut, WorkerDied, WorkerPool
-from migrator.project import ProjectBuilder, ProjectFacts, read_native
+from migrator.project_stage import ProjectBuilder, read_native
+from migrator.results import FileResult, Status
 from migrator.shell import is_shell_script, scan_shell
 
 __all__ = [

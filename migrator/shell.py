@@ -29,7 +29,7 @@ from pathlib import Path
 import pathspec
 
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.engine import FileResult, Status
+from migrator.results import FileResult, Status
 from migrator.suppressions import Suppressions
 
 SHELL_SUFFIXES = (".sh", ".bash")

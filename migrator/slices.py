@@ -34,8 +34,8 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from migrator.analysis.index import COMPOUND_STATEMENTS
 from migrator.edits import BlockEdit, Edit, NodeEdit, apply_edits
-from migrator.index import COMPOUND_STATEMENTS
 from migrator.source import Source
 
 

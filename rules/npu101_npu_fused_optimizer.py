@@ -9,11 +9,12 @@ from typing import Literal
 
 import libcst as cst
 
+from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.scopes import Binding, BindingKind
 from migrator.callargs import append_arg, keyword, remove_arg_objects
-from migrator.calls import NOT_LITERAL, Argument, arguments, literal_value
 from migrator.diagnostics import Severity
 from migrator.edits import NodeEdit
-from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import (
     APEX_HOME,
@@ -40,7 +41,6 @@ from migrator.rules.npu1_common import (
 from migrator.rules.npu1_hazards import FusionHazards, Hazard
 from migrator.rules.npu1_hazards import describe as describe_hazards
 from migrator.rules.npu1_project import CallSite, ExternalAmp, OptimizerFactories, call_sites
-from migrator.scopes import Binding, BindingKind
 
 # Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
 PERFORMANCE_ONLY = frozenset(

@@ -8,9 +8,9 @@ from typing import Any
 
 import libcst as cst
 
+from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
 from migrator.callargs import append_arg, keyword
 from migrator.callargs import argument as find_argument
-from migrator.calls import NOT_LITERAL, argument, has_star, literal_value
 from migrator.diagnostics import Severity
 from migrator.edits import Change
 from migrator.rule import FixSafety, Rule

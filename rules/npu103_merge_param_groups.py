@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from migrator.calls import argument, arguments, literal_value
+from migrator.analysis.calls import argument, arguments, literal_value
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.scopes import Binding, BindingKind
 from migrator.diagnostics import Severity
 from migrator.edits import Change
-from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import (
     NPU101,
@@ -23,7 +24,6 @@ from migrator.rules.npu1_common import (
     planned_fused,
     source_order,
 )
-from migrator.scopes import Binding, BindingKind
 
 PARAMS = "params"
 LINE_LENGTH = 100  # a merged `params` longer than this is written one `+ part` per line

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from migrator.analysis.calls import argument, arguments, has_star, literal_value
+from migrator.analysis.names import Ambiguous
 from migrator.callargs import append_arg, find_keyword, keyword
-from migrator.calls import argument, arguments, has_star, literal_value
 from migrator.edits import Edit
-from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu1_common import NPU101, fused_name
 from migrator.rules.npu203_effects import DATA_PARALLEL, DDP_CLASSES, dotted_path, show

@@ -4,7 +4,7 @@
   signatures, and which of their arguments can be dropped, kept or block the rewrite.
 - :class:`OptimizerFlow`: where the optimizers passed to ``apex.amp.initialize`` are built, found by
   following names, ``self.<attr>`` assignments, containers and same-module function returns, on
-  the module's ``ast`` through :class:`~migrator.index.ModuleIndex`.
+  the module's ``ast`` through :class:`~migrator.analysis.index.ModuleIndex`.
 - :class:`FusedPlan`: what NPU101 publishes in ``context.facts["NPU101"]`` about each constructor
   call it rewrites, so that NPU102 and NPU103 treat those calls as NPU fused optimizers already
   (every rule analyses the original file; the edits of all three land in one pass).
@@ -20,11 +20,11 @@ from collections.abc import Collection, Container, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from migrator.calls import NOT_LITERAL, Argument, argument, has_star, literal_value
-from migrator.index import ModuleIndex, full_name
-from migrator.names import Ambiguous
+from migrator.analysis.calls import NOT_LITERAL, Argument, argument, has_star, literal_value
+from migrator.analysis.flow import ENTRY, ReachingDefinitions
+from migrator.analysis.index import ModuleIndex, full_name
+from migrator.analysis.names import Ambiguous
 from migrator.rule import Rule
-from migrator.rules.npu1_flow import ENTRY, ReachingDefinitions
 
 AMP_INITIALIZE = "apex.amp.initialize"
 AMP_OPTIMIZERS_POSITION = 1
@@ -813,7 +813,7 @@ class OptimizerFlow:
 
     def _name_sources(self, name: ast.Name) -> Iterator[ast.expr]:
         """The values assigned to ``name`` that reach this read, in program order
-        (:mod:`migrator.rules.npu1_flow`); every binding of the name in its scope where order
+        (:mod:`migrator.analysis.flow`); every binding of the name in its scope where order
         cannot be used (a closure, ``global``)."""
         definitions = self.reaching.of_name(name)
         if definitions is None:

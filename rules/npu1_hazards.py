@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-from migrator.calls import NOT_LITERAL, argument, arguments, literal_value
-from migrator.index import dotted_name
+from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_value
+from migrator.analysis.index import dotted_name
 from migrator.rule import Rule
 from migrator.rules.npu1_common import (
     FP16_OPTIMIZERS,

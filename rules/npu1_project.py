@@ -5,7 +5,7 @@ another module of the repository (``optimizer = create_optimizer(args, model)`` 
 ``utils/optim.py``, ``self.optimizer = build_optimizer(cfg, model)`` from a package's
 ``solver/build.py``). The per-module flow (:class:`~migrator.rules.npu1_common.OptimizerFlow`)
 stops at such a call; this module carries the flow across files, through the project facts of
-:mod:`migrator.project`, in three steps:
+:mod:`migrator.analysis.project`, in three steps:
 
 1. **Summary** (every file whose text holds ``initialize`` and ``apex``, the words without which
    it cannot call ``apex.amp.initialize``): the calls that the optimizers passed to
@@ -36,10 +36,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from migrator.index import ModuleIndex
-from migrator.names import Ambiguous
-from migrator.project import AmbiguousModule, Facts, Linking, Module
-from migrator.rule import FileContext, Rule, Settings
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.project import AmbiguousModule, Facts, Module
+from migrator.rule import FileContext, Linking, Rule
 from migrator.rules.npu1_common import (
     KNOWN_OPTIMIZERS,
     NPU101,
@@ -50,6 +50,7 @@ from migrator.rules.npu1_common import (
     npu_fused_name,
     requested_here,
 )
+from migrator.settings import Settings
 from migrator.suppressions import Suppressions
 
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from migrator.analysis.calls import Argument, arguments, positional, string_literal
+from migrator.analysis.calls import keyword as keyword_argument
+from migrator.analysis.names import Ambiguous, compared_with_none
 from migrator.callargs import append_arg, keyword, remove_arg_objects
-from migrator.calls import Argument, arguments, positional, string_literal
-from migrator.calls import keyword as keyword_argument
 from migrator.edits import Edit
-from migrator.names import Ambiguous, compared_with_none
 from migrator.rule import FileContext, FixSafety, Rule
 from migrator.rules.npu2_support import (
     APEX_ROOTS,

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from migrator.analysis.calls import Argument, arguments
+from migrator.analysis.names import Ambiguous
 from migrator.callargs import remove_arg_objects
-from migrator.calls import Argument, arguments
 from migrator.edits import Edit
-from migrator.names import Ambiguous
 from migrator.rule import FileContext, FixSafety, Rule
 from migrator.rules.npu2_support import (
     APEX_ROOTS,

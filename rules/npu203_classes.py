@@ -39,9 +39,9 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from migrator.index import ModuleIndex
-from migrator.names import Ambiguous
-from migrator.project import Facts
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.project import Facts
 
 OPTIMIZER_PACKAGES = ("torch.optim", "apex.optimizers", "torch_npu.optim")
 # The base class of torch's optimizers: not an optimizer to build, but one to subclass.

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.calls import arguments
-from migrator.index import ModuleIndex, full_name
-from migrator.names import Ambiguous
+from migrator.analysis.calls import arguments
+from migrator.analysis.index import ModuleIndex, full_name
+from migrator.analysis.names import Ambiguous
 from migrator.rule import Rule
 from migrator.rules.npu1_common import planned_fused
 from migrator.rules.npu203_classes import ModuleClasses, OptimizerClass, is_optimizer_class

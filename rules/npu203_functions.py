@@ -22,8 +22,8 @@ makes the function impure or the argument not wrapper-invariant, and NPU203 repo
 
 **Functions of other modules.** In DINO's repository the helper lives in ``utils.py``
 (``import utils`` ... ``params_groups = utils.get_params_groups(student)``). Through the project
-facts of :mod:`migrator.project`, NPU203 judges such a function by the same analysis, run on its
-own module:
+facts of :mod:`migrator.analysis.project`, NPU203 judges such a function by the same analysis,
+run on its own module:
 
 1. **Summary** (the files NPU203 checks: their text holds ``DataParallel``): the qualified names
    of the functions they call that may be defined in the repository (imported names, not
@@ -57,12 +57,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator import names
-from migrator.index import ModuleIndex, full_name, resolution_base
-from migrator.project import Facts, Linking, ProjectFiles, Target
+from migrator.analysis import names
+from migrator.analysis.index import ModuleIndex, full_name, resolution_base
+from migrator.analysis.project import Facts, ProjectFiles, Resolved
+from migrator.analysis.scopes import BindingKind
+from migrator.rule import Linking
 from migrator.rules.npu203_classes import ModuleClasses, OptimizerClass
 from migrator.rules.npu203_classes import summary_from_facts as class_from_facts
-from migrator.scopes import BindingKind
 
 DDP_PREFIX = "module."
 # Every non-empty end of "module.": a text that starts with one of them can match across the
@@ -574,7 +575,7 @@ def _locate(
     or re-exported by a ``from ... import``; None for anything else (not in the run,
     ambiguous, a variable)."""
     target = files.resolve(dotted, importer)
-    if not isinstance(target, Target) or len(target.rest) != 1:
+    if not isinstance(target, Resolved) or len(target.rest) != 1:
         return None  # outside the run, an AmbiguousModule, a module, or `utils.Class.method`
     path, name = target.module.path, target.rest[0]
     index = files.index(path)

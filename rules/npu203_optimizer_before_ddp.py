@@ -9,11 +9,11 @@ from functools import cached_property
 
 import libcst as cst
 
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.project import Facts, Module
 from migrator.edits import Edit, Lines
-from migrator.index import ModuleIndex
-from migrator.names import Ambiguous
-from migrator.project import Facts, Linking, Module
-from migrator.rule import FileContext, FixSafety, Rule
+from migrator.rule import FileContext, FixSafety, Linking, Rule
 from migrator.rules import npu203_functions as functions
 from migrator.rules.npu1_common import NPU101
 from migrator.rules.npu203_effects import (

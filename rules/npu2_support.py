@@ -18,11 +18,11 @@ from typing import Any
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from migrator.calls import Argument
+from migrator.analysis.calls import Argument
+from migrator.analysis.index import EVERYTHING, base_name, full_name
+from migrator.analysis.scopes import BindingKind
 from migrator.edits import NodeEdit
-from migrator.index import EVERYTHING, base_name, full_name
 from migrator.rule import Rule
-from migrator.scopes import BindingKind
 
 APEX_ROOTS = frozenset({"apex"})
 

@@ -6,11 +6,11 @@ import ast
 
 import libcst as cst
 
+from migrator.analysis.calls import argument
+from migrator.analysis.calls import arguments as all_arguments
+from migrator.analysis.index import full_name
 from migrator.callargs import remove_arg_objects
-from migrator.calls import argument
-from migrator.calls import arguments as all_arguments
 from migrator.edits import NodeEdit
-from migrator.index import full_name
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_DEVICE,

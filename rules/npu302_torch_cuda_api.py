@@ -6,9 +6,9 @@ import ast
 
 import libcst as cst
 
-from migrator.calls import positional
-from migrator.index import full_name
-from migrator.names import Ambiguous
+from migrator.analysis.calls import positional
+from migrator.analysis.index import full_name
+from migrator.analysis.names import Ambiguous
 from migrator.rule import FixSafety, Location, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_API,

@@ -6,7 +6,7 @@ import ast
 
 import libcst as cst
 
-from migrator.calls import string_literal
+from migrator.analysis.calls import string_literal
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,

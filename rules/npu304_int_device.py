@@ -6,7 +6,7 @@ import ast
 
 import libcst as cst
 
-from migrator.calls import arguments, keyword, positional
+from migrator.analysis.calls import arguments, keyword, positional
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from migrator.calls import argument, keyword
-from migrator.index import full_name
+from migrator.analysis.calls import argument, keyword
+from migrator.analysis.index import full_name
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_DEVICE,

@@ -6,8 +6,8 @@ import ast
 
 import libcst as cst
 
-from migrator.calls import arguments
-from migrator.index import full_name
+from migrator.analysis.calls import arguments
+from migrator.analysis.index import full_name
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,

@@ -6,7 +6,7 @@ import ast
 
 import libcst as cst
 
-from migrator.names import Ambiguous
+from migrator.analysis.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     TORCH_ROOTS,

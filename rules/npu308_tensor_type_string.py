@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from migrator.calls import argument
-from migrator.names import Ambiguous
+from migrator.analysis.calls import argument
+from migrator.analysis.names import Ambiguous
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     add_device_import,

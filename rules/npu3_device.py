@@ -18,12 +18,13 @@ from typing import ClassVar
 
 import libcst as cst
 
-from migrator.calls import StringLiteral, argument, keyword, positional, string_literal
+from migrator.analysis.calls import StringLiteral, argument, keyword, positional, string_literal
+from migrator.analysis.index import full_name
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.scopes import Binding
 from migrator.diagnostics import Severity
-from migrator.index import full_name
-from migrator.names import Ambiguous
-from migrator.rule import FixSafety, Location, Rule, Target
-from migrator.scopes import Binding
+from migrator.rule import FixSafety, Location, Rule
+from migrator.settings import Target
 
 # torch.cuda names that torch_npu mirrors under torch.npu with the same signature.
 NPU_CUDA_API = frozenset(

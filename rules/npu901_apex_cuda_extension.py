@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 import re
 
-from migrator.index import base_name, full_name
+from migrator.analysis.index import base_name, full_name
+from migrator.analysis.scopes import BindingKind
 from migrator.rule import FixSafety, Rule
-from migrator.scopes import BindingKind
 
 # Compiled modules that apex builds with nvcc; none of them exists in Ascend's apex.
 CUDA_EXTENSION_MODULES = frozenset(

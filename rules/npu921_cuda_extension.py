@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-from migrator.calls import keyword
+from migrator.analysis.calls import keyword
 from migrator.rules.npu3_device import ReportUses
 
 EXTENSIONS = "torch.utils.cpp_extension"

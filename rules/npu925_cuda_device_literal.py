@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from migrator.analysis.scopes import BindingKind
 from migrator.rule import FixSafety, Rule
 from migrator.rules.npu3_device import (
     ACCELERATOR_TYPE,
@@ -19,7 +20,6 @@ from migrator.rules.npu3_device import (
     parameter_defaults,
     string_body,
 )
-from migrator.scopes import BindingKind
 
 # Dictionary keys and subscripts that hold a device: {"device": "cuda"}, cfg["map_location"].
 DEVICE_KEY = re.compile(r"(.*_)?device|map_location|device_type")

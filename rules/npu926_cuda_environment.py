@@ -6,9 +6,9 @@ import ast
 import re
 from dataclasses import dataclass
 
-from migrator.calls import string_literal
+from migrator.analysis.calls import string_literal
+from migrator.analysis.names import Ambiguous
 from migrator.diagnostics import Severity
-from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Location, Rule
 from migrator.rules.npu3_device import string_body
 

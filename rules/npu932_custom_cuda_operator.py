@@ -9,11 +9,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator import names
-from migrator.calls import keyword, literal_value
-from migrator.index import ModuleIndex, resolution_base
-from migrator.project import Facts, Module, ProjectFacts
-from migrator.rule import FixSafety, Rule, Settings
+from migrator.analysis import names
+from migrator.analysis.calls import keyword, literal_value
+from migrator.analysis.index import ModuleIndex, resolution_base
+from migrator.analysis.project import Facts, Module, ProjectFacts
+from migrator.rule import FixSafety, Rule
+from migrator.settings import Settings
 
 BUILDERS = {
     "torch.utils.cpp_extension.CUDAExtension": "CUDAExtension",

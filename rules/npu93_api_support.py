@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar
 
+from migrator.analysis.names import Ambiguous
 from migrator.api_tables import ApiEntry, ApiTable, table_for
 from migrator.diagnostics import Severity
-from migrator.names import Ambiguous
 from migrator.rule import FixSafety, Location, Rule
 
 TENSOR = "torch.Tensor"

@@ -13,8 +13,10 @@ import libcst as cst
 
 from migrator.callargs import append_arg, keyword
 from migrator.diagnostics import Severity
-from migrator.engine import Engine, Status, migrate_source
-from migrator.rule import FixSafety, Rule, Settings
+from migrator.engine import Engine, migrate_source
+from migrator.results import Status
+from migrator.rule import FixSafety, Rule
+from migrator.settings import Settings
 
 
 class AddsApexImport(Rule):

@@ -18,7 +18,7 @@ import pytest
 
 from migrator.cli import exit_code_of, main
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.engine import Status
+from migrator.results import Status
 from migrator.runner import Mode, Outcome, RunResult
 
 HEADER = (

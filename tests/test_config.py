@@ -9,7 +9,7 @@ import pytest
 
 from migrator.cli import main
 from migrator.config import ConfigError, find_pyproject, load_config
-from migrator.rule import Target
+from migrator.settings import Target
 
 UNMIGRATED = (
     b"from apex import amp\n"

@@ -28,9 +28,9 @@ from typing import Any
 
 from migrator.diagnostics import Severity
 from migrator.engine import migrate_source
-from migrator.project import ProjectBuilder
+from migrator.project_stage import ProjectBuilder
 from migrator.registry import rule_by_code
-from migrator.rule import Settings
+from migrator.settings import Settings
 from migrator.verify.launch import PORT_TAKEN, free_port
 
 TIMEOUT_S = 180

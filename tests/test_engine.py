@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from migrator.diagnostics import Severity
-from migrator.engine import ERROR_CODE, Status, migrate_source
+from migrator.engine import migrate_source
 from migrator.registry import all_rules, select_rules
-from migrator.rule import Settings
+from migrator.results import ERROR_CODE, Status
+from migrator.settings import Settings
 
 NPU102 = select_rules(all_rules(), ["NPU102"])
 HEADER = (

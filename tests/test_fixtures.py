@@ -23,12 +23,15 @@ from pathlib import Path
 
 import pytest
 
+from migrator.analysis.project import NATIVE_SUFFIXES, ProjectFacts
 from migrator.diagnostics import Diagnostic
 from migrator.discovery import PYTHON_SUFFIXES
-from migrator.engine import Status, migrate_source
-from migrator.project import NATIVE_SUFFIXES, ProjectBuilder, ProjectFacts
+from migrator.engine import migrate_source
+from migrator.project_stage import ProjectBuilder
 from migrator.registry import all_rules, select_rules
-from migrator.rule import Rule, Settings, Target
+from migrator.results import Status
+from migrator.rule import Rule
+from migrator.settings import Settings, Target
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RULE_DIR = re.compile(r"npu\d{3}")

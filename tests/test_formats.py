@@ -27,7 +27,6 @@ import jsonschema
 import pytest
 
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.engine import Status
 from migrator.formats import ProjectPaths, doc_section, rule_infos
 from migrator.formats.github import annotation_lines, escape_data, escape_property
 from migrator.formats.msfmk_csv import (
@@ -38,8 +37,9 @@ from migrator.formats.msfmk_csv import (
 )
 from migrator.formats.sarif import sarif_log
 from migrator.jobs import Mode, Outcome
-from migrator.rule import Settings
+from migrator.results import Status
 from migrator.runner import RunResult
+from migrator.settings import Settings
 
 RULES = "NPU301,NPU920,NPU923"
 TRAIN = (

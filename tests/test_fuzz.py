@@ -22,9 +22,10 @@ import hypothesmith
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from migrator.engine import Engine, Status
+from migrator.engine import Engine
 from migrator.registry import all_rules
-from migrator.rule import Settings, Target
+from migrator.results import Status
+from migrator.settings import Settings, Target
 
 EXAMPLES = int(os.environ.get("NPU_MIGRATE_FUZZ_EXAMPLES", "25"))
 FUZZ = settings(

@@ -1,4 +1,4 @@
-"""migrator.names: one qualified name, Ambiguous, or None, for the shapes real code has."""
+"""migrator.analysis.names: one qualified name, Ambiguous, or None, for the shapes real code has."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import ast
 
 import pytest
 
-from migrator import names
-from migrator.index import ModuleIndex
-from migrator.names import Ambiguous
+from migrator.analysis import names
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.names import Ambiguous
 from migrator.source import Source
 
 

@@ -14,12 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from migrator import names
-from migrator.engine import parse_for_summary
-from migrator.project import ProjectBuilder
+from migrator.analysis import names
+from migrator.analysis.parse import index_of_bytes
+from migrator.project_stage import ProjectBuilder
 from migrator.registry import rule_by_code
-from migrator.rule import Settings
 from migrator.rules.npu203_classes import ModuleClasses
+from migrator.settings import Settings
 
 NPU203 = rule_by_code("NPU203")
 
@@ -172,7 +172,7 @@ class Wrapper(nn.Module):
 
 
 def class_verdict(source: str, name: str) -> dict[str, object] | None:
-    index = parse_for_summary(source.encode(), "optim_utils.py")
+    index = index_of_bytes(source.encode(), "optim_utils.py")
     assert index is not None
     return ModuleClasses(index, lambda node: names.resolve(index, node)).verdict(name)
 

@@ -1,7 +1,8 @@
 """Optimizer factories in other modules (NPU101/NPU102 with migrator.rules.npu1_project),
 through the real command line over a small repository: a script that imports a factory from a
 ``utils/`` folder without ``__init__.py``, and a package whose trainer imports its solver's
-factory with a relative import. Also the link stage of migrator.project that it is built on."""
+factory with a relative import. Also the link stage of migrator.analysis.project that it is
+built on."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from migrator.index import ModuleIndex
-from migrator.project import Facts, Linking, Module, ProjectBuilder, ProjectFiles, Target
-from migrator.rule import FixSafety, Rule
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.project import Facts, Module, ProjectFiles, Resolved
+from migrator.project_stage import ProjectBuilder
+from migrator.rule import FixSafety, Linking, Rule
 
 FILES = {
     "train.py": """\
@@ -154,7 +156,7 @@ def test_worker_processes_get_the_linked_facts(repository: Path) -> None:
     assert len(fixed) == 22  # every script, train.py and the trainer
 
 
-# -- the link stage of migrator.project ------------------------------------------------------------
+# -- the link stage of migrator.analysis.project ------------------------------------------------
 
 
 class _Summarising(Rule):
@@ -193,10 +195,10 @@ def test_project_files_resolve_every_file_and_search_their_text(repository: Path
     paths = [str(repository / relative) for relative in FILES]
     files = ProjectFiles(paths)
     build = files.resolve("..solver.build.build_optimizer", paths[-1])  # from pkg/engine/trainer
-    assert isinstance(build, Target) and build.module.name == "pkg.solver.build"
+    assert isinstance(build, Resolved) and build.module.name == "pkg.solver.build"
     assert build.rest == ("build_optimizer",)
     utils = files.resolve("utils.optim.create_optimizer", str(repository / "train.py"))
-    assert isinstance(utils, Target) and utils.module.path.endswith("utils/optim.py")
+    assert isinstance(utils, Resolved) and utils.module.path.endswith("utils/optim.py")
     found = files.containing(["create_optimizer", "build_optimizer", "missing"])
     assert [Path(p).name for p in found["create_optimizer"]] == ["train.py", "optim.py"]
     assert [Path(p).name for p in found["build_optimizer"]] == ["build.py", "trainer.py"]

@@ -1,5 +1,6 @@
-"""Facts across files (migrator.project): module resolution, and a run over a small repository
-with a CUDA extension whose Python call sites NPU932 reports, through the real command line."""
+"""Facts across files (migrator.analysis.project): module resolution, and a run over a small
+repository with a CUDA extension whose Python call sites NPU932 reports, through the real
+command line."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from migrator.project import AmbiguousModule, Module, ProjectFacts, Target, module_name
+from migrator.analysis.project import AmbiguousModule, Module, ProjectFacts, Resolved, module_name
 
 REPO = Path(__file__).resolve().parent.parent
 EXTENSION_PROJECT = REPO / "fixtures" / "npu932" / "alias_module.project"
@@ -150,7 +151,7 @@ def test_module_names_follow_the_packages(tmp_path: Path) -> None:
     facts = facts_of(tmp_path, "pkg/__init__.py", "pkg/sub/__init__.py", "pkg/sub/optim.py")
     assert [m.name for m in facts.modules] == ["pkg", "pkg.sub", "pkg.sub.optim"]
     found = facts.resolve("pkg.sub.optim.build_optimizer", str(tmp_path / "train.py"))
-    assert isinstance(found, Target)
+    assert isinstance(found, Resolved)
     assert found.module.name == "pkg.sub.optim" and found.rest == ("build_optimizer",)
 
 
@@ -160,7 +161,7 @@ def test_relative_imports_resolve_from_the_importer(tmp_path: Path) -> None:
     importer.parent.mkdir()
     (importer.parent / "__init__.py").touch()
     found = facts.resolve("..utils.optim.build", str(importer))
-    assert isinstance(found, Target) and found.module.name == "pkg.utils.optim"
+    assert isinstance(found, Resolved) and found.module.name == "pkg.utils.optim"
     assert facts.resolve("....too.high", str(importer)) is None
 
 
@@ -168,13 +169,13 @@ def test_folders_without_init_resolve_from_the_script_folder(tmp_path: Path) -> 
     """`from utils.optim import x` in a script next to a utils/ folder that is no package."""
     facts = facts_of(tmp_path, "utils/optim.py", "other/utils/optim.py")
     found = facts.resolve("utils.optim.create", str(tmp_path / "train.py"))
-    assert isinstance(found, Target) and found.module.path == str(tmp_path / "utils/optim.py")
+    assert isinstance(found, Resolved) and found.module.path == str(tmp_path / "utils/optim.py")
     nested = facts.resolve("utils.optim.create", str(tmp_path / "other" / "main.py"))
-    assert isinstance(nested, Target)
+    assert isinstance(nested, Resolved)
     assert nested.module.path == str(tmp_path / "other/utils/optim.py")
     # A folder that is neither the importer's nor an ancestor's is not on its path.
     far = facts.resolve("utils.optim.create", str(tmp_path / "elsewhere" / "x" / "a.py"))
-    assert isinstance(far, Target) and far.module.path == str(tmp_path / "utils/optim.py")
+    assert isinstance(far, Resolved) and far.module.path == str(tmp_path / "utils/optim.py")
 
 
 def test_packages_of_the_same_name_resolve_to_the_nearest_or_are_ambiguous(
@@ -184,7 +185,7 @@ def test_packages_of_the_same_name_resolve_to_the_nearest_or_are_ambiguous(
         tmp_path, "src1/a/__init__.py", "src1/a/optim.py", "src2/a/__init__.py", "src2/a/optim.py"
     )
     near = facts.resolve("a.optim.build", str(tmp_path / "src1" / "train.py"))
-    assert isinstance(near, Target) and near.module.path == str(tmp_path / "src1/a/optim.py")
+    assert isinstance(near, Resolved) and near.module.path == str(tmp_path / "src1/a/optim.py")
     found = facts.resolve("a.optim.build", str(tmp_path / "tools" / "train.py"))
     assert isinstance(found, AmbiguousModule)
     assert "src1/a/optim.py" in found and "src2/a/optim.py" in found

@@ -19,9 +19,10 @@ import textwrap
 import pytest
 import torch
 
-from migrator.engine import Status, migrate_source
+from migrator.engine import migrate_source
 from migrator.registry import all_rules, select_rules
-from migrator.rule import Settings
+from migrator.results import Status
+from migrator.settings import Settings
 
 testing = pytest.importorskip("apex.testing", reason="needs the runtime: pip install -e runtime")
 

@@ -17,9 +17,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from migrator.engine import Status, migrate_source
+from migrator.engine import migrate_source
 from migrator.registry import all_rules, select_rules
-from migrator.rule import Settings
+from migrator.results import Status
+from migrator.settings import Settings
 
 
 def migrate(source: str, *codes: str) -> str:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from migrator.engine import Status
-from migrator.rule import Settings, Target
+from migrator.results import Status
 from migrator.runner import (
     TEMP_SUFFIX,
     Discovery,
@@ -28,6 +27,7 @@ from migrator.runner import (
     unified_diff,
     write_atomic,
 )
+from migrator.settings import Settings, Target
 
 UNMIGRATED = (
     b"from apex import amp\n"

@@ -1,8 +1,8 @@
 """The ast scopes give libcst's qualified names, node for node, on real code.
 
 The rules' decisions were written against libcst's ``QualifiedNameProvider``; the engine now
-computes the same facts on ``ast`` (:mod:`migrator.scopes`). This compares both on every name,
-attribute and call of a sample of torch's own sources (installed with the test set-up), which
+computes the same facts on ``ast`` (:mod:`migrator.analysis.scopes`). This compares both on every
+name, attribute and call of a sample of torch's own sources (installed with the test set-up), which
 exercise every scoping construct: nested functions, classes, comprehensions, ``global``,
 dotted imports, relative imports, ``try``/``except ImportError`` fallbacks, star imports.
 """
@@ -17,8 +17,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from migrator.index import ModuleIndex
-from migrator.scopes import NameSource
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.scopes import NameSource
 from migrator.source import Source, decode
 
 SAMPLE = 24  # files, spread over the tree; about ten seconds

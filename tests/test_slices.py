@@ -14,9 +14,10 @@ import libcst as cst
 import pytest
 
 from migrator.edits import BlockEdit, NodeEdit
-from migrator.engine import Engine, Status
+from migrator.engine import Engine
 from migrator.registry import all_rules
-from migrator.rule import Settings, Target
+from migrator.results import Status
+from migrator.settings import Settings, Target
 from migrator.slices import SliceError, apply_sliced
 from migrator.source import Source
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from migrator.engine import Engine, FileResult, Status
+from migrator.engine import Engine
 from migrator.registry import all_rules
-from migrator.rule import Settings, Target
+from migrator.results import FileResult, Status
+from migrator.settings import Settings, Target
 
 SHARDS = 8  # parallel pieces for pytest-xdist
 REWRITE_EVERY = 8  # every Nth file without a fix also goes through libcst

@@ -25,8 +25,8 @@ import migrator
 from migrator.diagnostics import Severity
 from migrator.formats import Finding, ProjectPaths, RuleInfo, findings, severity_label
 from migrator.jobs import Mode
-from migrator.rule import Settings
 from migrator.runner import RunResult
+from migrator.settings import Settings
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = (

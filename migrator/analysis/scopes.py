@@ -13,7 +13,7 @@ to build. The differences from Python's own scoping are libcst's and are kept on
   longest bound prefix;
 - builtins are bindings too (qualified name ``builtins.<name>``).
 
-:class:`migrator.index.ModuleIndex` builds the scopes in its one walk over the tree.
+:class:`migrator.analysis.index.ModuleIndex` builds the scopes in its one walk over the tree.
 """
 
 from __future__ import annotations

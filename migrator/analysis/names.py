@@ -11,7 +11,7 @@ A rule asks what an expression refers to and gets exactly one of:
 - ``None`` when it refers to nothing imported (a local class, a parameter, an attribute of a value).
 
 Rules edit only the first case and report the second. The bindings come from
-:mod:`migrator.scopes`, which keeps libcst's scoping semantics.
+:mod:`migrator.analysis.scopes`, which keeps libcst's scoping semantics.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import ast
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from migrator.index import ModuleIndex, base_name, full_name
-from migrator.scopes import BindingKind, NameSource
+from migrator.analysis.index import ModuleIndex, base_name, full_name
+from migrator.analysis.scopes import BindingKind, NameSource
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from migrator.index import ModuleIndex, dotted_name
-from migrator.scopes import ScopeKind
+from migrator.analysis.index import ModuleIndex, dotted_name
+from migrator.analysis.scopes import ScopeKind
 
 ENTRY: Final = ast.Pass()  # the value from before the scope starts (a sentinel node)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
-from migrator.scopes import (
+from migrator.analysis.scopes import (
     ALWAYS,
     Binding,
     BindingKind,
@@ -111,7 +111,7 @@ class ModuleIndex:
         # Answers every rule may ask again, keyed by id(node): the node outlives no index.
         self._scope_memo: dict[int, Scope] = {}
         self._qualified_memo: dict[int, frozenset[QualifiedName]] = {}
-        self.resolved: dict[int, object] = {}  # migrator.names.resolve's answers
+        self.resolved: dict[int, object] = {}  # migrator.analysis.names.resolve's answers
         self._imported_as: dict[frozenset[str], frozenset[str]] = {}
         self._reaching: dict[frozenset[str], frozenset[str] | _Everything] = {}
         self.builtins = builtin_scope()

@@ -39,12 +39,12 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from migrator.index import ModuleIndex
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.parse import index_of_bytes
 
 # JSON-serialisable facts about one file, produced by a rule's summarize / summarize_native.
 Facts = Mapping[str, Any]
@@ -61,7 +61,7 @@ class Module:
 
 
 @dataclass(frozen=True)
-class Target:
+class Resolved:
     """Where a dotted name leads: the module that defines it and the rest of the name in it
     (``("build_optimizer",)`` for ``utils.optim.build_optimizer``; ``()`` for the module)."""
 
@@ -152,7 +152,7 @@ class ProjectFacts:
         rest = dotted[level:]
         return ".".join([*base, rest] if rest else base) or None
 
-    def resolve(self, dotted: str, importer: str) -> Target | AmbiguousModule | None:
+    def resolve(self, dotted: str, importer: str) -> Resolved | AmbiguousModule | None:
         """The summarised module that ``dotted`` (a qualified name as the resolver gives it,
         relative or absolute) names from the file ``importer``, and the rest of the name."""
         absolute = self.absolute(dotted, importer)
@@ -164,7 +164,7 @@ class ProjectFacts:
             if isinstance(found, AmbiguousModule):
                 return found
             if found is not None:
-                return Target(found, tuple(parts[cut:]))
+                return Resolved(found, tuple(parts[cut:]))
         return None
 
     def _module_named(self, parts: list[str], importer: str) -> Module | AmbiguousModule | None:
@@ -188,15 +188,6 @@ class ProjectFacts:
             return ranked[0]
         names = ", ".join(sorted(m.path for m in candidates))
         return AmbiguousModule(f"`{'.'.join(parts)}` could be any of {names}")
-
-
-def _survives_json(facts: Mapping[str, Facts]) -> bool:
-    """Whether ``facts`` come back equal from JSON (a tuple would come back a list): only
-    those are remembered across runs."""
-    try:
-        return bool(json.loads(json.dumps(facts)) == facts)
-    except (TypeError, ValueError):
-        return False
 
 
 def module_name(path: str, packages: dict[str, tuple[str, ...]] | None = None) -> str:
@@ -274,7 +265,7 @@ class ProjectFiles:
         packages: dict[str, tuple[str, ...]] = {}
         return ProjectFacts(tuple(Module(path, module_name(path, packages)) for path in self.paths))
 
-    def resolve(self, dotted: str, importer: str) -> Target | AmbiguousModule | None:
+    def resolve(self, dotted: str, importer: str) -> Resolved | AmbiguousModule | None:
         """Like :meth:`ProjectFacts.resolve`, over every Python file of the run."""
         return self.resolver.resolve(dotted, importer)
 
@@ -284,10 +275,8 @@ class ProjectFiles:
     def index(self, path: str) -> ModuleIndex | None:
         """The ``ast`` index of a file of the run (None: unreadable, or it does not parse)."""
         if path not in self._indexes:
-            from migrator.engine import parse_for_summary  # the engine imports rule, rule this
-
             source = self._read(path)
-            self._indexes[path] = None if source is None else parse_for_summary(source, path)
+            self._indexes[path] = None if source is None else index_of_bytes(source, path)
         return self._indexes[path]
 
     def containing(self, words: Collection[str]) -> dict[str, list[str]]:
@@ -313,152 +302,3 @@ class ProjectFiles:
             if index is not None:
                 index.release()
         self._indexes.clear()
-
-
-@dataclass(frozen=True)
-class Linking:
-    """What a rule's :meth:`~migrator.rule.Rule.link` works with."""
-
-    project: ProjectFacts  # every rule's summaries (no links yet)
-    files: ProjectFiles
-    settings: Any  # migrator.rule.Settings of the run (that module imports this one)
-    selected: frozenset[str]  # the codes of the rules that run
-
-
-@dataclass
-class ProjectBuilder:
-    """Collects facts file by file while the runner reads the run's files."""
-
-    rules: tuple[Any, ...]  # type[Rule]; Any: migrator.rule imports this module
-    modules: list[Module] = field(default_factory=list)
-    python: dict[str, dict[str, Facts]] = field(default_factory=dict)
-    native: dict[str, dict[str, Facts]] = field(default_factory=dict)
-    paths: list[str] = field(default_factory=list)  # every Python file given, for linking
-    link_failures: dict[str, str] = field(default_factory=dict)  # key -> the error
-    # Summaries of earlier runs (migrator.cache.SummaryCache) and those made by this one, by
-    # content hash, module name and path: a file seen before is not parsed again.
-    remembered: Mapping[str, Any] = field(default_factory=dict)
-    learned: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def wanted(self) -> bool:
-        """Does any selected rule use project facts at all?"""
-        return any(rule.PROJECT_TRIGGER or rule.NATIVE_TRIGGER for rule in self.rules)
-
-    def add_python(self, path: str, source: bytes, digest: str | None = None) -> None:
-        """Summarise one Python file for every rule whose ``PROJECT_TRIGGER`` it contains
-        (once per shared key); ``digest`` (its content hash) lets a summary be remembered."""
-        self.paths.append(path)
-        interested: dict[str, Any] = {}
-        for rule in self.rules:
-            if rule.PROJECT_TRIGGER and rule.wants_summary(source):
-                interested.setdefault(rule.project_key(), rule)
-        if not interested:
-            return
-        module = Module(path, module_name(path))
-        # A summary may depend on the module's name (relative imports) as well as the content.
-        memo = f"{digest}:{module.name}:{path}" if digest is not None else None
-        found = self.remembered.get(memo) if memo is not None else None
-        if isinstance(found, dict):
-            self._add_summaries(module, found)
-            return
-        from migrator.engine import parse_for_summary  # the engine imports rule, rule this
-
-        index = parse_for_summary(source, path)
-        if index is None:
-            return  # the per-file stage reports the syntax or decoding error
-        try:
-            found = {}
-            for key, rule in interested.items():
-                facts = rule.summarize(index, module)
-                if facts:
-                    found[key] = facts
-        finally:
-            index.release()
-        self._add_summaries(module, found)
-        if memo is not None and _survives_json(found):
-            self.learned[memo] = found
-
-    def _add_summaries(self, module: Module, found: Mapping[str, Facts]) -> None:
-        self.modules.append(module)
-        for key, facts in found.items():
-            self.python.setdefault(key, {})[module.path] = facts
-
-    def add_native(self, path: str, data: bytes) -> None:
-        """Summarise one C, C++ or CUDA source for every rule whose ``NATIVE_TRIGGER`` it
-        contains; undecodable bytes are replaced (scanners look for ASCII patterns only)."""
-        interested = [
-            rule
-            for rule in self.rules
-            if any(word.encode() in data for word in rule.NATIVE_TRIGGER)
-        ]
-        if not interested:
-            return
-        text = data.decode("utf-8", errors="replace")
-        for rule in interested:
-            facts = rule.summarize_native(text, path)
-            if facts:
-                self.native.setdefault(rule.CODE, {})[path] = facts
-
-    def build(
-        self, settings: Any = None, read: Callable[[str], bytes | None] = read_python
-    ) -> ProjectFacts:
-        """The summaries, then what each rule (once per key) links from them; ``settings``
-        are the run's (the defaults when None), ``read`` reads a file of the run again."""
-        facts = ProjectFacts(
-            tuple(sorted(self.modules, key=lambda m: m.path)),
-            {code: dict(sorted(by_path.items())) for code, by_path in sorted(self.python.items())},
-            {code: dict(sorted(by_path.items())) for code, by_path in sorted(self.native.items())},
-        )
-        linked = self._link(facts, settings, read)
-        return replace(facts, linked=linked) if linked else facts
-
-    def _link(
-        self, facts: ProjectFacts, settings: Any, read: Callable[[str], bytes | None]
-    ) -> dict[str, dict[str, Facts]]:
-        linkers: dict[str, Any] = {}
-        for rule in self.rules:
-            if rule.PROJECT_TRIGGER and facts.summaries(rule.project_key()):
-                linkers.setdefault(rule.project_key(), rule)
-        if not linkers:
-            return {}
-        if settings is None:
-            from migrator.rule import Settings  # that module imports this one
-
-            settings = Settings()
-        files = ProjectFiles(self.paths, read)
-        linking = Linking(facts, files, settings, frozenset(rule.CODE for rule in self.rules))
-        linked: dict[str, dict[str, Facts]] = {}
-        try:
-            for key, rule in sorted(linkers.items()):
-                try:
-                    found = rule.link(linking)
-                except Exception as error:  # a bug in one rule's link: see link_failures
-                    self.link_failures[key] = f"{type(error).__name__}: {error}"
-                    continue
-                if found:
-                    linked[key] = dict(sorted(found.items()))
-        finally:
-            files.release()
-        return linked
-
-    def failed_links(self, facts: ProjectFacts) -> dict[str, str]:
-        """Path -> message for the summarised files whose rule's link failed: the runner
-        leaves them untouched (checked without the facts, a rule could act on half of them)."""
-        return {
-            path: f"internal error while linking {key}'s project facts, file left untouched: "
-            f"{message}"
-            for key, message in self.link_failures.items()
-            for path in facts.summaries(key)
-        }
-
-
-def read_native(paths: list[str]) -> Iterator[tuple[str, bytes]]:
-    """``(path, bytes)`` of each readable native source (one that cannot be read only costs its
-    facts)."""
-    for path in paths:
-        try:
-            with open(path, "rb") as stream:
-                yield path, stream.read()
-        except OSError:
-            continue
