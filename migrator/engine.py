@@ -35,6 +35,7 @@ import libcst as cst
 
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.parse import ParseError, parse_index
+from migrator.analysis.view import FileView
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.edits import EditError, apply_edits
 from migrator.imports import apply_import_edits, apply_import_edits_to_text
@@ -141,8 +142,7 @@ class Engine:
             path,
             self.settings,
             suppressions,
-            index,
-            fast=self.fast,
+            FileView(index, fast=self.fast),
             selected=frozenset(rule.CODE for rule in self.rules),
         )
         trigger_text = index.source.text

@@ -1,16 +1,20 @@
-"""Finding rules: every ``Rule`` subclass in a module of ``rules/`` (``migrator.rules``).
+"""Finding rules: every ``Rule`` subclass in a rule module of ``rules/`` (``migrator.rules``).
 
-There is no hand-kept list: adding a file under ``rules/`` adds a rule.
+There is no hand-kept list: adding a file to a family package under ``rules/`` adds a rule.
+This is the only module that imports the rules; the engine and the runner get them from here.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
+from types import ModuleType
 
 from migrator.rule import Rule
+
+RULES_PACKAGE = "migrator.rules"  # rules/, mapped in by pyproject.toml
 
 
 class UnknownRuleError(ValueError):
@@ -20,10 +24,8 @@ class UnknownRuleError(ValueError):
 @cache
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule, sorted by code (the order the chain runs in)."""
-    package = importlib.import_module("migrator.rules")  # rules/, mapped in by pyproject.toml
     found: dict[str, type[Rule]] = {}
-    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
-        module = importlib.import_module(info.name)
+    for module in rule_modules():
         for value in vars(module).values():
             if (
                 isinstance(value, type)
@@ -35,6 +37,16 @@ def all_rules() -> tuple[type[Rule], ...]:
                     raise RuntimeError(f"rule code {value.CODE} is defined twice")
                 found[value.CODE] = value
     return tuple(found[code] for code in sorted(found))
+
+
+def rule_modules() -> Iterator[ModuleType]:
+    """The modules of ``rules/`` (``migrator.rules``) that hold rules: every module of every
+    family package, except the shared ones, whose names start with ``_``."""
+    package = importlib.import_module(RULES_PACKAGE)
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if info.ispkg or info.name.rpartition(".")[2].startswith("_"):
+            continue
+        yield importlib.import_module(info.name)
 
 
 def select_rules(

@@ -66,13 +66,14 @@ import enum
 import inspect
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import libcst as cst
 
 from migrator.analysis import names
-from migrator.analysis.index import ModuleIndex, resolution_base
+from migrator.analysis.index import ModuleIndex
 from migrator.analysis.project import Facts, Module, ProjectFacts, ProjectFiles
+from migrator.analysis.view import FileView, Location
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.edits import BlockEdit, Change, Edit, NodeEdit, statement_kind
 from migrator.imports import ImportRemoval, ImportRequest
@@ -101,13 +102,6 @@ class Linking:
     selected: frozenset[str]  # the codes of the rules that run
 
 
-class Location(NamedTuple):
-    """A 1-based line and column, for a diagnostic at a place that is not an ``ast`` node."""
-
-    line: int
-    column: int
-
-
 @dataclass
 class FileContext:
     """State shared by all rules that run over one file."""
@@ -115,20 +109,27 @@ class FileContext:
     path: str
     settings: Settings
     suppressions: Suppressions
-    index: ModuleIndex
+    view: FileView
     diagnostics: list[Diagnostic] = field(default_factory=list)
     edits: list[Edit] = field(default_factory=list)
     imports: list[ImportRequest] = field(default_factory=list)
     removals: list[ImportRemoval] = field(default_factory=list)
     # Facts one rule leaves for a later one, keyed by the writer's rule code (see READS).
     facts: dict[str, Any] = field(default_factory=dict)
-    # False in the soundness test: candidate filters (calls_to) return every candidate.
-    fast: bool = True
     # The codes of the rules selected for this run, for a rule whose plan depends on what a
     # later rule will do (NPU101 follows NPU102's `opt-level` switch only when NPU102 runs).
     selected: frozenset[str] = frozenset()
     released: bool = False  # see release()
     _text: str = ""
+
+    @property
+    def index(self) -> ModuleIndex:
+        return self.view.index
+
+    @property
+    def fast(self) -> bool:
+        """False in the soundness test: candidate filters (calls_to) return every candidate."""
+        return self.view.fast
 
     @property
     def source(self) -> Source:
@@ -149,6 +150,7 @@ class FileContext:
         self.imports.clear()
         self.removals.clear()
         self.facts.clear()
+        self.view.release()
         self.index.release()
         self.released = True
 
@@ -176,6 +178,7 @@ class Rule:
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
+        self.view = context.view
         self.index = context.index
         self.source = context.index.source
 
@@ -262,25 +265,22 @@ class Rule:
         """This rule's options from ``[tool.npu-migrate.rules.<CODE>]``."""
         return self.settings.options_for(self.CODE)
 
-    # -- positions -------------------------------------------------------------------------------
+    # -- positions (the file view's) -------------------------------------------------------------
 
     def position(self, at: ast.AST | Location) -> Location:
         """1-based line and column of ``at`` (an ``ast`` node's start)."""
-        if isinstance(at, Location):
-            return at
-        return Location(*self.source.position(at))
+        return self.view.position(at)
 
     def line(self, node: ast.AST) -> int:
-        return node.lineno  # type: ignore[attr-defined,no-any-return]
+        return self.view.line(node)
 
     def attr_position(self, node: ast.Attribute) -> Location:
         """Where the attribute name of ``x.attr`` starts."""
-        line, column = self.source.end_position(node)
-        return Location(line, column - len(node.attr) + 1)
+        return self.view.attr_position(node)
 
     def code(self, node: ast.AST) -> str:
         """The code of ``node`` as written."""
-        return self.source.segment(node)
+        return self.view.code(node)
 
     # -- diagnostics -----------------------------------------------------------------------------
 
@@ -332,41 +332,25 @@ class Rule:
         keys = tuple((statement_kind(line[0]), self.source.start(line[0])) for line in lines)
         return BlockEdit(keys, rebuild)
 
-    # -- names -----------------------------------------------------------------------------------
+    # -- names (the file view's) -----------------------------------------------------------------
 
     def qualified_name(self, node: ast.AST) -> str | names.Ambiguous | None:
         """The one qualified name of ``node``, ``Ambiguous``, or ``None`` (nothing imported)."""
-        try:
-            return names.resolve(self.index, node)
-        except RecursionError:  # a pathological alias chain is not an optimizer or a device
-            return None
+        return self.view.qualified_name(node)
 
     def qualified_name_in(
         self, node: ast.AST, wanted: Collection[str]
     ) -> str | names.Ambiguous | None:
-        """Like :meth:`qualified_name`, narrowed to ``wanted``: a name in it, ``Ambiguous`` when
-        one of the possible origins is in it, else ``None``."""
-        try:
-            return names.resolve_any(self.index, node, wanted)
-        except RecursionError:
-            return None
+        """:meth:`qualified_name`, narrowed to ``wanted`` (:meth:`FileView.qualified_name_in`)."""
+        return self.view.qualified_name_in(node, wanted)
 
     def may_name(self, node: ast.AST, roots: Collection[str]) -> bool:
-        """A cheap, conservative test: could ``node`` resolve to a name under ``roots``
-        (``{"torch", "apex"}``)? False only when it certainly cannot, so that rules resolve
-        just the candidates."""
-        if not self.context.fast:
-            return True
-        base = resolution_base(node)
-        if base is None:  # `"x".format`: libcst names it after the builtin None
-            return "builtins" in roots
-        return base.id in self.index.names_reaching(frozenset(roots))
+        """Could ``node`` resolve to a name under ``roots``? (:meth:`FileView.may_name`)"""
+        return self.view.may_name(node, roots)
 
     def calls_to(self, roots: Collection[str]) -> Iterator[ast.Call]:
         """The calls whose callee may resolve to a name under ``roots``, in source order."""
-        for call in self.index.nodes(ast.Call):
-            if self.may_name(call.func, roots):
-                yield call
+        return self.view.calls_to(roots)
 
     # -- imports ---------------------------------------------------------------------------------
 

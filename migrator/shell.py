@@ -125,7 +125,7 @@ def _findings(text: str, path: str) -> Iterator[Diagnostic]:
 
 
 def _environment(code: str, path: str, number: int) -> Iterator[Diagnostic]:
-    from migrator.rules.npu926_cuda_environment import ENVIRONMENT_NAME, advice_for
+    from migrator.rules.device.npu926_cuda_environment import ENVIRONMENT_NAME, advice_for
 
     for match in ENVIRONMENT_NAME.finditer(code):
         name = match.group(1)

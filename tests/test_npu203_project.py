@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 from migrator.analysis import names
+from migrator.analysis.classes import ModuleClasses
 from migrator.analysis.parse import index_of_bytes
 from migrator.project_stage import ProjectBuilder
 from migrator.registry import rule_by_code
-from migrator.rules.npu203_classes import ModuleClasses
 from migrator.settings import Settings
 
 NPU203 = rule_by_code("NPU203")

@@ -1,4 +1,4 @@
-"""Optimizer factories in other modules (NPU101/NPU102 with migrator.rules.npu1_project),
+"""Optimizer factories in other modules (NPU101/NPU102 with migrator.rules.optimizers._factories),
 through the real command line over a small repository: a script that imports a factory from a
 ``utils/`` folder without ``__init__.py``, and a package whose trainer imports its solver's
 factory with a relative import. Also the link stage of migrator.analysis.project that it is

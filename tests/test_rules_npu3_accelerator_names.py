@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from migrator.rules.npu3_device import ACCELERATOR_API, ACCELERATOR_TORCH_API
+from migrator.rules.device._common import ACCELERATOR_API, ACCELERATOR_TORCH_API
 
 torch = pytest.importorskip("torch")
 

@@ -1,0 +1,660 @@
+"""Functions of the same module that NPU203 may call earlier than written. Not a rule.
+
+DINO builds its parameter groups with a helper, ``params_groups = get_params_groups(student)``,
+after ``student`` is wrapped in DDP. Moving that call above the wrap is safe when
+
+- the function is *pure*: it binds only its own local names, calls only side-effect-free
+  builtins, read-only methods (``named_parameters()``, ``endswith()``), ``append`` / ``extend``
+  on its own lists and other pure functions of the module, and reads no other module-level
+  name than what the call site can check (its *free names*);
+- and, for an argument that is the DDP-wrapped model, the function gives the same result for
+  the wrapper and for the module it wraps. DDP has no parameters of its own: its
+  ``parameters()`` are the module's, in the same order, and its ``named_parameters()`` names are
+  the module's with ``module.`` in front. So the function may call ``parameters()`` and iterate
+  over ``named_parameters()``, and use a name only in tests that this prefix cannot change:
+  ``"bias" in name`` (a text without a dot that is not part of ``module``) and
+  ``name.endswith("weight")``. ``name.endswith(".bias")`` differs for one name only: a parameter
+  called exactly ``bias`` (``module.bias`` ends with ``.bias``, ``bias`` does not); the function is
+  accepted with that stated as an assumption, which NPU203's message repeats.
+
+Everything else (attribute assignment, an unknown call, a name stored or returned, ``startswith``)
+makes the function impure or the argument not wrapper-invariant, and NPU203 reports as before.
+
+**Functions of other modules.** In DINO's repository the helper lives in ``utils.py``
+(``import utils`` ... ``params_groups = utils.get_params_groups(student)``). Through the project
+facts of :mod:`migrator.analysis.project`, NPU203 judges such a function by the same analysis,
+run on its own module:
+
+1. **Summary** (the files NPU203 checks: their text holds ``DataParallel``): the qualified names
+   of the functions they call that may be defined in the repository (imported names, not
+   torch's, apex's or builtins), as the rule's name resolution gives them:
+   ``utils.get_params_groups`` for ``import utils`` and for ``from utils import
+   get_params_groups as groups`` alike, ``.utils.get_params_groups`` for a relative import.
+2. **Link** (once per run): each name is resolved to a file of the run and must be a function
+   bound once, by its ``def``, at the top of that module (a re-export through ``from .x import
+   f`` is followed); unresolved, ambiguous (two equally close ``utils.py``) or anything else: no
+   facts, and the call stays an unknown call. Each module named is parsed once, and the verdict
+   on each function asked for is kept as plain data under the module's path (:func:`verdict`):
+   pure or not, its parameters, its free names, and per parameter the wrapper-invariance
+   problem or the assumptions.
+3. **Check**: :meth:`CallNames.function_summary <migrator.analysis.effects.CallNames>`
+   turns a call whose qualified name the facts know into the same :class:`FunctionSummary` as a
+   function of the module would give, named as the call writes it; what the call reads is the
+   callee's path, and, for ``utils.f``, the ``utils.<free name>`` it reads in its module.
+
+One module deep: a function of another module that calls a function of a third one is not pure
+(only calls of its own module's pure functions are followed).
+
+A callee bound by a ``class`` statement is located the same way; the link keeps, under
+``classes``, the verdict of :mod:`migrator.analysis.classes` on each optimizer class among
+them (DINO's ``utils.LARS``), and :func:`linked_class` gives it back to the check.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.analysis import names
+from migrator.analysis.classes import ModuleClasses, OptimizerClass
+from migrator.analysis.classes import summary_from_facts as class_from_facts
+from migrator.analysis.index import ModuleIndex, full_name, resolution_base
+from migrator.analysis.project import Facts, ProjectFiles, Resolved
+from migrator.analysis.scopes import BindingKind
+from migrator.rule import Linking
+
+DDP_PREFIX = "module."
+# Every non-empty end of "module.": a text that starts with one of them can match across the
+# prefix DDP adds to parameter names.
+_PREFIX_ENDS = tuple(DDP_PREFIX[i:] for i in range(len(DDP_PREFIX)))
+
+_PURE_BUILTINS = frozenset(
+    {
+        "list", "dict", "tuple", "set", "frozenset", "filter", "map", "sorted", "reversed", "len",
+        "float", "int", "bool", "str", "min", "max", "sum", "zip", "enumerate", "any", "all",
+        "range", "isinstance", "hasattr", "abs", "round",
+    }
+)  # fmt: skip
+_READ_ONLY_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "keys", "values", "items", "get", "endswith",
+        "startswith", "numel", "dim", "size", "format", "lower", "split", "join",
+    }
+)  # fmt: skip
+_LOCAL_BUILDING_METHODS = frozenset({"append", "extend", "update", "insert"})
+_REFUSED = (
+    ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await, ast.FunctionDef,
+    ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Raise,
+    ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.While, ast.Match,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Invariance:
+    """Whether a function gives the same result for a DDP wrapper as for the module inside."""
+
+    problem: str | None = None  # why it may not; None when it does
+    assumptions: tuple[str, ...] = ()  # what must hold for it to (see the module docstring)
+
+
+@dataclass
+class FunctionSummary:
+    """A pure module-level function: what its call reads, and how it treats each parameter."""
+
+    name: str  # as the call writes it (`get_params_groups`, `utils.get_params_groups`)
+    parameters: tuple[str, ...]
+    free_names: frozenset[str]
+    invariance: dict[str, Invariance] = field(default_factory=dict)
+    home: str | None = None  # the path of the module that defines it, when not the caller's
+
+    def reads(self, callee: tuple[str, ...]) -> list[tuple[str, ...]]:
+        """What a call of the function through the path ``callee`` reads: the callee, and the
+        module-level names the function reads, as the caller reaches them (``utils.WD`` for
+        ``utils.f``; none through a name imported from the module)."""
+        module = callee[:-1] if self.home is not None else ()
+        if self.home is not None and not module:
+            return [callee]
+        return [callee, *((*module, free) for free in sorted(self.free_names))]
+
+    def parameter_for(self, call: ast.Call, argument: ast.expr) -> str | None:
+        """The parameter ``argument`` of ``call`` binds, or None (``*args``, an unknown name)."""
+        for position, given in enumerate(call.args):
+            if given is argument and not isinstance(given, ast.Starred):
+                return self.parameters[position] if position < len(self.parameters) else None
+        for keyword in call.keywords:
+            if keyword.value is argument and keyword.arg in self.parameters:
+                return keyword.arg
+        return None
+
+
+class ModuleFunctions:
+    """The pure functions of one module, found once per file and only when asked for."""
+
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self.summaries: dict[str, FunctionSummary | None] = {}
+        self.in_progress: set[str] = set()
+        self.definitions = {
+            statement.name: statement
+            for statement in index.tree.body
+            if isinstance(statement, ast.FunctionDef)
+        }
+
+    def is_constant(self, name: str) -> bool:
+        """``name`` is bound once in the whole module, by a module-level ``name = (...)``."""
+        stored = [node for node in self.index.names(name) if not isinstance(node.ctx, ast.Load)]
+        if len(stored) != 1:
+            return False
+        statement = self.index.parent(stored[0])
+        return (
+            isinstance(statement, ast.Assign)
+            and statement in self.index.tree.body
+            and isinstance(statement.value, ast.Tuple)
+            and not any(
+                isinstance(n, ast.Global) and name in n.names for n in self.index.nodes(ast.Global)
+            )
+        )
+
+    def summary_of_call(self, call: ast.Call) -> FunctionSummary | None:
+        """The summary of the function ``call`` calls, when it is a pure function of the module
+        that the name at the call can only mean."""
+        func = call.func
+        if not isinstance(func, ast.Name) or func.id not in self.definitions:
+            return None
+        bindings = self.index.bindings_of(func)
+        definition = self.definitions[func.id]
+        if len(bindings) != 1 or bindings[0].kind is not BindingKind.FUNCTION:
+            return None
+        if bindings[0].node is not definition:
+            return None
+        return self.summary(func.id)
+
+    def summary(self, name: str) -> FunctionSummary | None:
+        if name in self.summaries:
+            return self.summaries[name]
+        if name in self.in_progress:  # recursion: not shown to terminate, so not pure
+            return None
+        self.in_progress.add(name)
+        try:
+            found = _Summarizer(self, self.definitions[name]).summary()
+        finally:
+            self.in_progress.discard(name)
+        self.summaries[name] = found
+        return found
+
+
+class _Summarizer:
+    """Checks one function for purity and summarises it."""
+
+    def __init__(self, functions: ModuleFunctions, definition: ast.FunctionDef) -> None:
+        self.functions = functions
+        self.definition = definition
+        arguments = definition.args
+        self.parameters = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args])
+        every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+        self.all_parameters = {a.arg for a in every}
+        self.locals = self._local_names()
+
+    def summary(self) -> FunctionSummary | None:
+        if self.definition.decorator_list or not self._is_pure():
+            return None
+        free = {
+            node.id
+            for node in self._walk()
+            if isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id not in self.locals
+            and node.id not in self.all_parameters
+            and node.id not in _PURE_BUILTINS
+        }
+        summary = FunctionSummary(self.definition.name, self.parameters, frozenset(free))
+        for parameter in self.parameters:
+            summary.invariance[parameter] = self._invariance(parameter)
+        return summary
+
+    def _walk(self) -> Iterator[ast.AST]:
+        for statement in self.definition.body:
+            yield from ast.walk(statement)
+
+    def _local_names(self) -> set[str]:
+        found: set[str] = set()
+        for node in self._walk():
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                found.add(node.id)
+            elif isinstance(node, ast.Lambda):
+                found.update(a.arg for a in node.args.args)
+        return found - self.all_parameters
+
+    # -- purity ----------------------------------------------------------------------------------
+
+    def _is_pure(self) -> bool:
+        for node in self._walk():
+            if isinstance(node, _REFUSED):
+                return False
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if not all(self._is_local_target(t) for t in targets):
+                    return False
+            if isinstance(node, ast.For) and not self._is_local_target(node.target):
+                return False
+            if isinstance(node, ast.Call) and not self._is_pure_call(node):
+                return False
+        return True
+
+    def _is_local_target(self, target: ast.expr) -> bool:
+        if isinstance(target, ast.Tuple | ast.List):
+            return all(self._is_local_target(e) for e in target.elts)
+        if isinstance(target, ast.Starred):
+            return self._is_local_target(target.value)
+        if isinstance(target, ast.Subscript):
+            return isinstance(target.value, ast.Name) and target.value.id in self.locals
+        return isinstance(target, ast.Name) and target.id in self.locals
+
+    def _is_pure_call(self, call: ast.Call) -> bool:
+        func = call.func
+        if isinstance(func, ast.Name):
+            if func.id in self.locals or func.id in self.all_parameters:
+                return False
+            if func.id in _PURE_BUILTINS:
+                return True
+            return self.functions.summary_of_call(call) is not None
+        if isinstance(func, ast.Attribute):
+            if func.attr in _READ_ONLY_METHODS:
+                return True
+            receiver = func.value
+            return (
+                func.attr in _LOCAL_BUILDING_METHODS
+                and isinstance(receiver, ast.Name)
+                and receiver.id in self.locals
+            )
+        return False
+
+    # -- wrapper invariance ----------------------------------------------------------------------
+
+    def _invariance(self, parameter: str) -> Invariance:
+        assumptions: list[str] = []
+        for node in self._walk():
+            if not (isinstance(node, ast.Name) and node.id == parameter):
+                continue
+            problem = self._parameter_use(node, assumptions)
+            if problem is not None:
+                return Invariance(problem)
+        return Invariance(None, tuple(dict.fromkeys(assumptions)))
+
+    def _parameter_use(self, name: ast.Name, assumptions: list[str]) -> str | None:
+        index = self.functions.index
+        attribute = index.parent(name)
+        call = index.parent(attribute) if attribute is not None else None
+        is_method = (
+            isinstance(attribute, ast.Attribute)
+            and isinstance(call, ast.Call)
+            and call.func is attribute
+            and not call.args
+            and not call.keywords
+        )
+        if not is_method:
+            return f"it uses `{name.id}` other than through `parameters()`/`named_parameters()`"
+        assert isinstance(attribute, ast.Attribute) and isinstance(call, ast.Call)
+        if attribute.attr == "parameters":
+            return None
+        if attribute.attr != "named_parameters":
+            return f"it calls `{name.id}.{attribute.attr}()`"
+        loop = index.parent(call)
+        if isinstance(loop, ast.For | ast.comprehension) and loop.iter is call:
+            return self._names_problem(loop, assumptions)
+        return "it uses the parameter names, which DDP prefixes with `module.`"
+
+    def _names_problem(
+        self, loop: ast.For | ast.comprehension, assumptions: list[str]
+    ) -> str | None:
+        target = loop.target
+        if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+            return "it uses the parameter names, which DDP prefixes with `module.`"
+        name_var = target.elts[0]
+        if not isinstance(name_var, ast.Name):
+            return "it uses the parameter names, which DDP prefixes with `module.`"
+        # A for loop's variable outlives the loop: every use in the function counts.
+        region = self._walk() if isinstance(loop, ast.For) else ast.walk(self._holder(loop))
+        for node in region:
+            if isinstance(node, ast.Name) and node.id == name_var.id and node is not name_var:
+                problem = self._name_use(node, assumptions)
+                if problem is not None:
+                    return problem
+        return None
+
+    def _holder(self, loop: ast.comprehension) -> ast.AST:
+        holder = self.functions.index.parent(loop)
+        assert holder is not None
+        return holder
+
+    def _name_use(self, name: ast.Name, assumptions: list[str]) -> str | None:
+        index = self.functions.index
+        parent = index.parent(name)
+        grand = index.parent(parent) if parent is not None else None
+        if (
+            isinstance(parent, ast.Attribute)
+            and parent.attr == "endswith"
+            and isinstance(grand, ast.Call)
+            and grand.func is parent
+            and len(grand.args) == 1
+            and not grand.keywords
+        ):
+            texts = _strings(grand.args[0])
+            if texts is None:
+                return "it tests the parameter names with `endswith` on a value it computes"
+            for text in texts:
+                problem = _suffix_problem(text, assumptions)
+                if problem is not None:
+                    return problem
+            return None
+        if (
+            isinstance(parent, ast.Compare)
+            and len(parent.ops) == 1
+            and isinstance(parent.ops[0], ast.In | ast.NotIn)
+            and parent.comparators[0] is name
+        ):
+            texts = self._contained_texts(parent.left)
+            if texts is None:
+                return "it tests the parameter names with `in` on a value it computes"
+            bad = next((t for t in texts if not _substring_is_invariant(t)), None)
+            if bad is not None:
+                return f"`{bad!r} in name` can match the `module.` that DDP puts in front of names"
+            return None
+        return "it uses the parameter names, which DDP prefixes with `module.`"
+
+    def _contained_texts(self, node: ast.expr) -> tuple[str, ...] | None:
+        """The texts ``node`` may be: a string, or the variable of a loop over strings."""
+        direct = _strings(node)
+        if direct is not None or not isinstance(node, ast.Name):
+            return direct
+        for candidate in self._walk():
+            if (
+                isinstance(candidate, ast.comprehension | ast.For)
+                and isinstance(candidate.target, ast.Name)
+                and candidate.target.id == node.id
+            ):
+                return self._iterated_strings(candidate.iter)
+        return None
+
+    def _iterated_strings(self, node: ast.expr) -> tuple[str, ...] | None:
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            return _strings(ast.Tuple(elts=node.elts))
+        if not isinstance(node, ast.Name) or node.id in self.all_parameters:
+            return None
+        if node.id in self.locals:
+            statements: Iterator[ast.AST] = self._walk()
+        else:  # a module-level constant, bound once to a tuple (a list might be changed)
+            statements = iter(self.functions.index.tree.body)
+        values = [
+            statement.value
+            for statement in statements
+            if isinstance(statement, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == node.id for t in statement.targets)
+        ]
+        if len(values) != 1 or not isinstance(values[0], ast.List | ast.Tuple | ast.Set):
+            return None
+        if node.id not in self.locals and not self.functions.is_constant(node.id):
+            return None
+        return _strings(ast.Tuple(elts=values[0].elts))
+
+
+def _strings(node: ast.expr) -> tuple[str, ...] | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return (node.value,)
+    if isinstance(node, ast.Tuple) and all(
+        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts
+    ):
+        return tuple(e.value for e in node.elts)  # type: ignore[attr-defined]
+    return None
+
+
+def _suffix_problem(text: str, assumptions: list[str]) -> str | None:
+    """Whether ``("module." + name).endswith(text) == name.endswith(text)`` for every name.
+
+    They differ only for the name ``text[len(end):]`` when ``text`` starts with an end ``end``
+    of ``module.``; with the end ``.`` that name is a parameter of the model's own, and the
+    function is accepted under the assumption that there is none of that name.
+    """
+    for end in _PREFIX_ENDS:
+        if text.startswith(end):
+            rest = text[len(end) :]
+            if end == "." and rest and "." not in rest:
+                assumptions.append(f"has no parameter of its own named `{rest}`")
+                return None
+            return f"`name.endswith({text!r})` can match the `module.` that DDP puts in front"
+    return None
+
+
+def _substring_is_invariant(text: str) -> bool:
+    """``text in "module." + name`` equals ``text in name`` for every name: ``text`` neither
+    lies inside ``module.`` nor starts with one of its ends (so it cannot straddle it)."""
+    return bool(text) and text not in DDP_PREFIX and not text.startswith(_PREFIX_ENDS)
+
+
+# -- functions of other modules of the run (see the module docstring) ---------------------------
+
+# Where NPU203's project facts are kept (its code: Rule.project_key).
+KEY = "NPU203"
+# Names that are never a function of the repository.
+_LIBRARY_ROOTS = frozenset({"torch", "apex", "torch_npu", "builtins"})
+_MAX_REEXPORTS = 4  # `from .params import get_params_groups` in a package, followed this often
+
+
+def summarize(index: ModuleIndex) -> Facts | None:
+    """The qualified names of the calls that may be functions of the run, in the scopes NPU203
+    reorders: those that wrap a model (DDP or DataParallel) and those that call a function that
+    does. Calls anywhere else are never between a wrap and an optimizer it could move, and
+    resolving (then linking) every call of a large file costs more than the rest of its check."""
+    scopes = _wrapping_scopes(index)
+    if not scopes:
+        return None
+    callees = sorted(
+        {
+            name
+            for call in index.nodes(ast.Call)
+            if _enclosing_function(index, call) in scopes and (name := _callee(index, call))
+        }
+    )
+    return {"callees": callees} if callees else None
+
+
+_WRAPPER_ROOTS = frozenset({"torch", "apex"})
+
+
+def _wrapping_scopes(index: ModuleIndex) -> set[ast.AST | None]:
+    """The innermost functions (None: the module level) that hold a call that may be a
+    ``*DataParallel`` class of torch or apex, and the functions that call a module-level
+    function holding one (NPU203's hidden wraps)."""
+    reaching = index.names_reaching(_WRAPPER_ROOTS)
+    # Spelled with DataParallel, or a name an import binds to one (`... import
+    # DistributedDataParallel as DDP`): only those calls are resolved.
+    aliases = {
+        alias.asname
+        for statement in index.imports()
+        for alias in statement.names
+        if alias.asname and alias.name.endswith("DataParallel")
+    }
+    scopes: set[ast.AST | None] = set()
+    wrapping_names: set[str] = set()
+    for call in index.nodes(ast.Call):
+        spelled = full_name(call.func) or ""
+        if "DataParallel" not in spelled and spelled.rsplit(".", 1)[-1] not in aliases:
+            continue
+        base = resolution_base(call.func)
+        if base is None or base.id not in reaching:
+            continue
+        name = _resolve(index, call.func)
+        candidates = name.candidates if isinstance(name, names.Ambiguous) else (name,)
+        if not any(c and c.endswith("DataParallel") for c in candidates):
+            continue
+        function = _enclosing_function(index, call)
+        scopes.add(function)
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            wrapping_names.add(function.name)
+    if wrapping_names:
+        for name_node in index.nodes(ast.Name):
+            if name_node.id in wrapping_names and isinstance(name_node.ctx, ast.Load):
+                scopes.add(_enclosing_function(index, name_node))
+    return scopes
+
+
+def _enclosing_function(index: ModuleIndex, node: ast.AST) -> ast.AST | None:
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef):
+            return ancestor
+    return None
+
+
+def _resolve(index: ModuleIndex, node: ast.AST) -> str | names.Ambiguous | None:
+    try:
+        return names.resolve(index, node)
+    except RecursionError:  # a pathological alias chain: not followed (as Rule.qualified_name)
+        return None
+
+
+def _callee(index: ModuleIndex, call: ast.Call) -> str | None:
+    if not isinstance(call.func, ast.Name | ast.Attribute):
+        return None
+    name = _resolve(index, call.func)
+    if not isinstance(name, str) or name.split(".", 1)[0] in _LIBRARY_ROOTS:
+        return None
+    return name
+
+
+def link(linking: Linking) -> Mapping[str, Facts] | None:
+    """For each summarised file, the callees that are functions or classes at the top of a
+    module of the run (``callees``: qualified name -> path and name); for each of those
+    modules, the verdict on each function asked for (``functions``: name -> :func:`verdict`)
+    and on each optimizer class (``classes``: name -> ``ModuleClasses.verdict``, see
+    npu203_classes; a class that is no optimizer class is left out)."""
+    facts: dict[str, dict[str, Any]] = {}
+    wanted: dict[str, dict[BindingKind, set[str]]] = {}
+    for path, summary in linking.project.summaries(KEY).items():
+        for callee in summary["callees"]:
+            found = _locate(linking.files, callee, path)
+            if found is None:
+                continue
+            home, name, kind = found
+            facts.setdefault(path, {}).setdefault("callees", {})[callee] = {
+                "path": home,
+                "name": name,
+            }
+            wanted.setdefault(home, {}).setdefault(kind, set()).add(name)
+    for home, by_kind in sorted(wanted.items()):
+        index = linking.files.index(home)
+        assert index is not None  # _locate parsed it
+        function_names = by_kind.get(BindingKind.FUNCTION, set())
+        if function_names:
+            functions = ModuleFunctions(index)
+            facts.setdefault(home, {})["functions"] = {
+                name: verdict(functions, name) for name in sorted(function_names)
+            }
+        classes = _class_verdicts(index, by_kind.get(BindingKind.CLASS, set()))
+        if classes:
+            facts.setdefault(home, {})["classes"] = classes
+    return facts or None
+
+
+def _class_verdicts(index: ModuleIndex, class_names: set[str]) -> dict[str, Facts]:
+    """The verdicts on the optimizer classes among ``class_names`` of the module."""
+    if not class_names:
+        return {}
+    classes = ModuleClasses(index, lambda node: _resolve(index, node))
+    found = {name: classes.verdict(name) for name in sorted(class_names)}
+    return {name: facts for name, facts in found.items() if facts is not None}
+
+
+def _locate(
+    files: ProjectFiles, dotted: str, importer: str, hops: int = 0
+) -> tuple[str, str, BindingKind] | None:
+    """The module (path), name and kind of the function or class ``dotted`` names from
+    ``importer``: one bound only by its ``def`` or ``class`` at the top of a module of the run,
+    or re-exported by a ``from ... import``; None for anything else (not in the run,
+    ambiguous, a variable)."""
+    target = files.resolve(dotted, importer)
+    if not isinstance(target, Resolved) or len(target.rest) != 1:
+        return None  # outside the run, an AmbiguousModule, a module, or `utils.Class.method`
+    path, name = target.module.path, target.rest[0]
+    index = files.index(path)
+    if index is None or _star_imports(index):
+        return None  # a star import could rebind the name
+    bindings = index.module_scope.bindings.get(name, [])
+    if len(bindings) != 1:
+        return None
+    binding = bindings[0]
+    node = binding.node
+    if isinstance(node, ast.FunctionDef | ast.ClassDef) and binding.kind in _DEFINED:
+        return (path, name, binding.kind) if any(node is s for s in index.tree.body) else None
+    if binding.kind is BindingKind.IMPORT and isinstance(node, ast.ImportFrom):
+        if hops >= _MAX_REEXPORTS or binding.alias is None:
+            return None
+        module = "." * node.level + (node.module or "")
+        separator = "." if node.module else ""
+        return _locate(files, f"{module}{separator}{binding.alias.name}", path, hops + 1)
+    return None
+
+
+_DEFINED = (BindingKind.FUNCTION, BindingKind.CLASS)
+
+
+def _star_imports(index: ModuleIndex) -> bool:
+    """Does the module import with ``*`` (legal at its top only; relative ones too)?"""
+    return any(a.name == "*" for statement in index.nodes(ast.ImportFrom) for a in statement.names)
+
+
+def verdict(functions: ModuleFunctions, name: str) -> Facts:
+    """The analysis of the module-level function ``name`` as plain data: impure, or pure with
+    its parameters, its free names and, per parameter, whether it is wrapper-invariant."""
+    definition = functions.definitions[name]
+    summary = functions.summary(name)
+    if summary is None:
+        return {"line": definition.lineno, "pure": False}
+    return {
+        "line": definition.lineno,
+        "pure": True,
+        "parameters": list(summary.parameters),
+        "free": sorted(summary.free_names),
+        "invariance": {
+            parameter: {"problem": found.problem, "assumptions": list(found.assumptions)}
+            for parameter, found in summary.invariance.items()
+        },
+    }
+
+
+def summary_from_facts(name: str, facts: Facts, home: str) -> FunctionSummary | None:
+    """The :class:`FunctionSummary` of a :func:`verdict` (None: not pure), named ``name``."""
+    if not facts.get("pure"):
+        return None
+    invariance = {
+        parameter: Invariance(found["problem"], tuple(found["assumptions"]))
+        for parameter, found in facts["invariance"].items()
+    }
+    parameters = tuple(facts["parameters"])
+    return FunctionSummary(name, parameters, frozenset(facts["free"]), invariance, home)
+
+
+def linked_summary(
+    links: Mapping[str, Facts], importer: str, qualified: str, name: str
+) -> FunctionSummary | None:
+    """The summary of the function of another module that ``qualified`` names from the file
+    ``importer``, per the linked facts (``links``: NPU203's), named ``name``; else None."""
+    entry = links.get(importer, {}).get("callees", {}).get(qualified)
+    if entry is None:
+        return None
+    facts = links.get(entry["path"], {}).get("functions", {}).get(entry["name"])
+    return None if facts is None else summary_from_facts(name, facts, entry["path"])
+
+
+def linked_class(
+    links: Mapping[str, Facts], importer: str, qualified: str, name: str
+) -> OptimizerClass | None:
+    """The optimizer class of another module that ``qualified`` names from the file
+    ``importer``, per the linked facts, named ``name``; else None (no optimizer class)."""
+    entry = links.get(importer, {}).get("callees", {}).get(qualified)
+    if entry is None:
+        return None
+    facts = links.get(entry["path"], {}).get("classes", {}).get(entry["name"])
+    return None if facts is None else class_from_facts(name, facts)

@@ -1,0 +1,255 @@
+"""NPU305: the `"nccl"` distributed backend, and `is_nccl_available()`."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from migrator.analysis.calls import argument, keyword
+from migrator.analysis.index import full_name
+from migrator.rule import FixSafety, Rule
+from migrator.rules.device._common import (
+    ACCELERATOR_DEVICE,
+    BACKEND_NAME,
+    TORCH_ROOTS,
+    add_device_import,
+    expression,
+    is_accelerator,
+    names_match,
+    option_values,
+    parameter_defaults,
+    simple_string,
+    string_body,
+    torch_name,
+    values_reaching,
+)
+
+# The process-group constructors that take a backend, with the backend's position.
+_GROUP_CONSTRUCTORS = {
+    "init_process_group": 0,
+    "new_group": 2,
+    "new_subgroups": 3,
+    "new_subgroups_by_enumeration": 2,
+    "split_group": 5,
+}
+BACKEND_POSITIONS = {
+    f"{module}.{name}": position
+    for module in ("torch.distributed", "torch.distributed.distributed_c10d")
+    for name, position in _GROUP_CONSTRUCTORS.items()
+}
+LITERAL_TYPES = {"typing.Literal", "typing_extensions.Literal"}
+GET_BACKEND = "torch.distributed.get_backend"
+IS_NCCL_AVAILABLE = "torch.distributed.is_nccl_available"
+ACCELERATOR_BACKEND = f"torch.distributed.get_default_backend_for_device({ACCELERATOR_DEVICE})"
+# "cpu:gloo,cuda:nccl": one backend per device type
+PER_DEVICE_BACKENDS = re.compile(r"(\w+:\w+,)*\w+:\w+")
+
+
+class NcclBackend(Rule):
+    """
+    ## What it does
+    Rewrites the `"nccl"` backend to `"hccl"` where it names a backend: the `backend` of
+    `torch.distributed.init_process_group(...)` (positional, keyword, or the `"backend"` entry of
+    a dict unpacked with `**`) and of `new_group`, `new_subgroups`,
+    `new_subgroups_by_enumeration` and `split_group`, assignments to a `*backend` variable or
+    attribute (annotated too, with the values of a `Literal[...]` annotation), `*backend`
+    parameter defaults, the default of an `--*backend` command-line option or absl flag, and
+    comparisons with those or with `dist.get_backend()`. Values are followed through
+    `a if cond else b` and names assigned in the same scope. Only the backend names count:
+    `"ncclep"` compared with a `*backend` setting is not a backend. `"cuda:nccl"` inside a
+    per-device backend string (`"cpu:gloo,cuda:nccl"`) becomes `"npu:hccl"`.
+    `torch.distributed.is_nccl_available()` becomes `is_hccl_available()` (torch_npu adds it).
+
+    With `--target accelerator`: `"nccl"` becomes
+    `torch.distributed.get_default_backend_for_device(torch.accelerator.current_accelerator())`
+    (torch >= 2.6), which is `"nccl"` on a GPU and `"hccl"` on an NPU.
+
+    ## Why
+    NCCL is NVIDIA's collective library; Ascend's is HCCL, registered by torch_npu as `"hccl"`.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    ```
+
+    ## Use instead
+    ```python
+    dist.init_process_group("hccl" if torch.cuda.is_available() else "gloo")
+    ```
+
+    ## Fix safety
+    Safe. A backend computed at run time from text that mentions `"nccl"` (an environment
+    variable with an `"nccl"` default, for example) is reported.
+    """
+
+    CODE = "NPU305"
+    NAME = "nccl-backend"
+    SUMMARY = '`"nccl"` distributed backend'
+    FIX_SAFETY = FixSafety.SAFE
+    TRIGGER = ("nccl",)
+
+    def check(self) -> None:
+        targets: dict[int, ast.Constant] = {}
+        for position in _backend_positions(self):
+            for value in values_reaching(self, position):
+                if isinstance(value, ast.Constant):
+                    if _new_backend_text(self, value) is not None:
+                        targets.setdefault(id(value), value)
+                elif _mentions_nccl(self, value):
+                    self.report(
+                        value,
+                        f"the backend `{self.code(value)}` is chosen at run time and may "
+                        'be "nccl": make sure it is "hccl" on Ascend',
+                    )
+        for value in sorted(targets.values(), key=lambda v: (v.lineno, v.col_offset)):
+            self._rewrite(value)
+        for call in self.calls_to(TORCH_ROOTS):
+            if torch_name(self, call.func) == IS_NCCL_AVAILABLE:
+                self._is_nccl_available(call)
+
+    def _rewrite(self, node: ast.Constant) -> None:
+        text = _new_backend_text(self, node)
+        assert text is not None
+        old = self.code(node)
+        if is_accelerator(self):
+            if string_body(self, node) != "nccl":
+                self.report(node, "per-device backend string: add the accelerator's by hand")
+                return
+            new = ACCELERATOR_BACKEND
+            edit = self.replace(node, cst.SimpleString, lambda _: expression(ACCELERATOR_BACKEND))
+        else:
+            literal = simple_string(self, node)
+            assert literal is not None
+            new = f"{literal.prefix}{literal.quote}{text}{literal.quote}"
+
+            def renamed(string: cst.SimpleString) -> cst.SimpleString:
+                start = len(string.prefix) + len(string.quote)
+                return string.with_changes(
+                    value=string.value[:start] + text + string.value[-len(string.quote) :]
+                )
+
+            edit = self.replace(node, cst.SimpleString, renamed)
+        if self.fix(node, f"{old} -> {new}", edit):
+            add_device_import(self)
+
+    def _is_nccl_available(self, call: ast.Call) -> None:
+        if is_accelerator(self):
+            self.report(
+                call,
+                "`is_nccl_available()`: check `torch.distributed.is_backend_available(...)` of the "
+                "accelerator's backend by hand",
+            )
+            return
+        func = call.func
+        if not isinstance(func, (ast.Attribute, ast.Name)):
+            return
+        if isinstance(func, ast.Attribute):
+            edit = self.replace(
+                func,
+                cst.Attribute,
+                lambda node: node.with_changes(attr=cst.Name("is_hccl_available")),
+            )
+            if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`", edit):
+                add_device_import(self)
+            return
+        if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`"):
+            add_device_import(self)
+            self.report(
+                call,
+                "`is_nccl_available` was imported by name: import `is_hccl_available` instead",
+            )
+
+
+def _new_backend_text(rule: Rule, node: ast.AST) -> str | None:
+    body = string_body(rule, node)
+    if body == "nccl":
+        return "hccl"
+    if body and PER_DEVICE_BACKENDS.fullmatch(body) and "cuda:nccl" in body.split(","):
+        return ",".join("npu:hccl" if part == "cuda:nccl" else part for part in body.split(","))
+    return None
+
+
+def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:
+    """Whether an expression computed at run time holds the backend name ``"nccl"`` (or a
+    per-device backend string with ``cuda:nccl``) somewhere inside: ``os.environ.get(KEY,
+    "nccl")``. Other strings that contain the letters (``"ncclep"``) are not backends."""
+    return any(
+        isinstance(node, ast.Constant) and _new_backend_text(rule, node) is not None
+        for node in ast.walk(value)
+    )
+
+
+def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
+    index = rule.index
+    for call in index.nodes(ast.Call):
+        position = BACKEND_POSITIONS.get(torch_name(rule, call.func) or "")
+        if position is not None:
+            found = argument(call, "backend", position)
+            if found is not None:
+                yield found.value
+            yield from _backend_in_kwargs(rule, call)
+        else:
+            yield from option_values(rule, call, BACKEND_NAME)
+    for assign in index.nodes(ast.Assign):
+        if any(names_match(target, BACKEND_NAME) for target in assign.targets):
+            yield assign.value
+    for annotated in index.nodes(ast.AnnAssign):
+        if names_match(annotated.target, BACKEND_NAME):
+            if annotated.value is not None:
+                yield annotated.value
+            yield from _literal_choices(rule, annotated.annotation)
+    for parameter, default in parameter_defaults(rule):
+        if BACKEND_NAME.fullmatch(parameter.arg):
+            yield default
+    for comparison in index.nodes(ast.Compare):
+        operands = [comparison.left, *comparison.comparators]
+        for left, right in itertools.pairwise(operands):
+            if _names_backend(rule, left):
+                yield right
+            elif _names_backend(rule, right):
+                yield left
+
+
+def _backend_in_kwargs(rule: Rule, call: ast.Call) -> Iterator[ast.AST]:
+    """The ``backend`` entry of a dict unpacked into a process-group constructor:
+    ``init_process_group(**{"backend": "nccl"})``, ``kwargs = dict(backend="nccl", ...)`` then
+    ``init_process_group(**kwargs)``."""
+    for unpacked in call.keywords:
+        if unpacked.arg is not None:
+            continue
+        for mapping in values_reaching(rule, unpacked.value):
+            if isinstance(mapping, ast.Dict):
+                for key, value in zip(mapping.keys, mapping.values, strict=True):
+                    if key is not None and string_body(rule, key) == "backend":
+                        yield value
+            elif (
+                isinstance(mapping, ast.Call)
+                and rule.qualified_name(mapping.func) == "builtins.dict"
+            ):
+                found = keyword(mapping, "backend")
+                if found is not None:
+                    yield found.value
+
+
+def _literal_choices(rule: Rule, annotation: ast.expr) -> Iterator[ast.AST]:
+    """The values of a ``Literal["nccl", "gloo"]`` annotation of a backend field: config
+    systems turn them into the option's choices (Megatron's dataclass configs do)."""
+    if not isinstance(annotation, ast.Subscript) or rule.qualified_name(annotation.value) not in (
+        LITERAL_TYPES
+    ):
+        return
+    elements = annotation.slice
+    yield from elements.elts if isinstance(elements, ast.Tuple) else (elements,)
+
+
+def _names_backend(rule: Rule, node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        return torch_name(rule, node.func) == GET_BACKEND
+    return names_match(node, BACKEND_NAME)
+
+
+__all__ = ["NcclBackend", "full_name"]

@@ -1,0 +1,594 @@
+"""Optimizer factories in other modules of the run, for NPU101 and NPU102. Not a rule itself.
+
+Real training scripts often get the optimizer they pass to ``amp.initialize`` from a helper in
+another module of the repository (``optimizer = create_optimizer(args, model)`` imported from
+``utils/optim.py``, ``self.optimizer = build_optimizer(cfg, model)`` from a package's
+``solver/build.py``). The per-module flow
+(:class:`~migrator.rules.optimizers._common.OptimizerFlow`) stops at such a call; this module
+carries the flow across files, through the project facts of :mod:`migrator.analysis.project`,
+in three steps:
+
+1. **Summary** (every file whose text holds ``initialize`` and ``apex``, the words without which
+   it cannot call ``apex.amp.initialize``): the calls that the optimizers passed to
+   ``amp.initialize`` come from, whose callee resolves to a name that is not torch's, apex's or
+   a builtin (``utils.optim.build_optimizer``, ``.solver.build_optimizer``).
+2. **Link** (once per run, only when a summary names such a call): each callee is resolved to a
+   file of the run (re-exports through a package's ``__init__`` are followed) and must be a
+   function defined at the top of it. Its call sites are found in the files whose text names it,
+   and for each the ``amp.initialize`` calls its result reaches there, with their options (for
+   every level NPU102's ``opt-level`` switch could set). NPU101's own analysis then runs on the
+   factory's module with those call sites, and what the factory returns is judged: NPU fused as
+   written, made NPU fused by NPU101 (and with which home), or why not.
+3. **Check**: NPU101, in the factory's module, chooses the home of the constructors a factory
+   returns from its call sites (:func:`call_sites`); NPU102, at the ``amp.initialize`` of a
+   caller, counts the factory's optimizer as NPU fused or reports why not
+   (:func:`factory_verdict`).
+
+One call deep: a factory's call site whose result is passed on (returned again, stored for
+another module) counts as a call that does not reach ``amp.initialize``. Calls of a factory
+inside its own module are the module's own flow, as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.project import AmbiguousModule, Facts, Module
+from migrator.analysis.view import FileView
+from migrator.rule import FileContext, Linking, Rule
+from migrator.rules.optimizers._common import (
+    KNOWN_OPTIMIZERS,
+    NPU101,
+    OPT_LEVELS,
+    OptimizerFlow,
+    amp_options_requesting,
+    code_of,
+    npu_fused_name,
+    requested_here,
+)
+from migrator.settings import Settings
+from migrator.suppressions import Suppressions
+
+# Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
+KEY = "NPU1"
+# A file that calls apex.amp.initialize names both (Rule.wants_summary).
+PROJECT_TRIGGER = ("initialize",)
+_ALSO_NEEDED = b"apex"
+# Names that are never a factory of the repository.
+_LIBRARY_ROOTS = frozenset({"torch", "apex", "torch_npu", "builtins"})
+_MAX_REEXPORTS = 4  # `from .optim import build` in an __init__.py, followed this many times
+
+
+def wants_summary(source: bytes) -> bool:
+    return any(word.encode() in source for word in PROJECT_TRIGGER) and _ALSO_NEEDED in source
+
+
+# -- a module read for the facts -----------------------------------------------------------------
+
+
+class _Reader(Rule):
+    """Reads a module for the project facts: names, text and the optimizer flow, never findings.
+    No ``CODE``: the registry does not list it."""
+
+    NAME = "npu1-project-reader"
+    SUMMARY = "reads modules for NPU101/NPU102's project facts"
+    TRIGGER = ()
+
+    def check(self) -> None:  # pragma: no cover - never run as a rule
+        raise NotImplementedError
+
+
+def _reader(index: ModuleIndex, path: str, settings: Settings, selected: frozenset[str]) -> Rule:
+    context = FileContext(path, settings, Suppressions(), FileView(index), selected=selected)
+    return _Reader(context)
+
+
+def _display(path: str) -> str:
+    return os.path.normpath(path)
+
+
+def _at(path: str, node: ast.AST) -> str:
+    return f"{_display(path)}:{node.lineno}"  # type: ignore[attr-defined]
+
+
+def _key(call: ast.AST) -> str:
+    return f"{call.lineno}:{call.col_offset}"  # type: ignore[attr-defined]
+
+
+# -- 1. summary: the calls of other modules' functions that reach amp.initialize -----------------
+
+
+def summarize(index: ModuleIndex, module: Module) -> Facts | None:
+    reader = _reader(index, module.path, Settings(), frozenset())
+    flow = OptimizerFlow.of(reader)
+    uses: list[dict[str, Any]] = []
+    for sink in flow.amp_sinks:
+        if sink.optimizers is None:
+            continue
+        for origin in flow.origins(sink.optimizers):
+            if not isinstance(origin, ast.Call) or flow.is_amp_initialize(origin):
+                continue
+            if flow.exclusive(sink.call, origin):
+                continue
+            use = _use(reader, origin)
+            if use is not None and use not in uses:
+                uses.append(use)
+    return {"uses": uses} if uses else None
+
+
+def _use(reader: Rule, call: ast.Call) -> dict[str, Any] | None:
+    """The callee of ``call`` when it may be a function of another module of the run."""
+    if not isinstance(call.func, ast.Name | ast.Attribute):
+        return None
+    name = reader.qualified_name(call.func)
+    where: dict[str, Any] = {"line": call.lineno, "col": call.col_offset}
+    if isinstance(name, Ambiguous):
+        if any(_is_library(candidate) for candidate in name.candidates):
+            return None  # an optimizer class of torch or apex: NPU101 reports the ambiguity
+        return {**where, "code": code_of(reader, call.func), "ambiguous": name.describe()}
+    if name is None or _is_library(name):
+        return None
+    return {**where, "code": code_of(reader, call.func), "callee": name}
+
+
+def _is_library(name: str) -> bool:
+    return name.split(".", 1)[0] in _LIBRARY_ROOTS
+
+
+# -- 2. link: factories, their call sites, and what they return -----------------------------------
+
+
+@dataclass(frozen=True)
+class Factory:
+    """A function defined at the top of a module of the run."""
+
+    path: str
+    name: str
+    line: int
+
+    @property
+    def shown(self) -> str:
+        return f"`{self.name}` ({_display(self.path)}:{self.line})"
+
+
+@dataclass
+class _Link:
+    """The state of one link stage."""
+
+    linking: Linking
+    readers: dict[str, Rule | None] = field(default_factory=dict)
+    located: dict[tuple[str, str], Factory | str] = field(default_factory=dict)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> facts
+
+    def reader(self, path: str) -> Rule | None:
+        """A reader over a file of the run, with the run's settings and selection."""
+        if path not in self.readers:
+            index = self.linking.files.index(path)
+            self.readers[path] = (
+                None
+                if index is None
+                else _reader(index, path, self.linking.settings, self.linking.selected)
+            )
+        return self.readers[path]
+
+    def of(self, path: str, part: str) -> dict[str, Any]:
+        return self.facts.setdefault(path, {}).setdefault(part, {})
+
+
+def link(linking: Linking) -> Mapping[str, Facts] | None:
+    state = _Link(linking)
+    callers: dict[Factory, list[tuple[str, str, str]]] = {}  # -> (caller, origin key, callee)
+    for path, summary in linking.project.summaries(KEY).items():
+        for use in summary.get("uses", []):
+            key = f"{use['line']}:{use['col']}"
+            found = _factory_of_use(state, path, use)
+            if isinstance(found, Factory):
+                callers.setdefault(found, []).append((path, key, use["code"]))
+            else:
+                entry = _verdict_entry(False, found, False, found)
+                state.of(path, "origins")[key] = {**entry, "code": use["code"]}
+    if callers:
+        _find_call_sites(state, list(callers))
+        for factory_path in sorted({factory.path for factory in callers}):
+            factories = [factory for factory in callers if factory.path == factory_path]
+            for factory, entry in _verdicts(state, factory_path, factories).items():
+                for caller_path, key, code in callers[factory]:
+                    state.of(caller_path, "origins")[key] = {**entry, "code": code}
+    return state.facts or None
+
+
+def _verdict_entry(planned: bool, planned_why: str, written: bool, written_why: str) -> Facts:
+    """What NPU102 needs about one origin: fused or not, and why, when NPU101 runs (``planned``)
+    and when it does not (``written``). The caller's entry also holds the callee as written
+    (``code``): the facts are looked up by position, and the verification pass of a rewritten
+    file sees positions that may have moved."""
+    return {
+        "fused": {"planned": planned, "written": written},
+        "why": {"planned": planned_why, "written": written_why},
+    }
+
+
+def _factory_of_use(state: _Link, path: str, use: Mapping[str, Any]) -> Factory | str:
+    if "ambiguous" in use:
+        return f"cannot tell which function `{use['code']}` is: {use['ambiguous']}"
+    return _locate(state, use["callee"], path)
+
+
+def _locate(state: _Link, dotted: str, importer: str, hops: int = 0) -> Factory | str:
+    """The function that ``dotted`` names from ``importer``, or why there is none to follow."""
+    files = state.linking.files
+    absolute = files.absolute(dotted, importer) or dotted
+    cached = state.located.get((absolute, importer))
+    if cached is not None:
+        return cached
+    target = files.resolve(dotted, importer)
+    found: Factory | str
+    if isinstance(target, AmbiguousModule):
+        found = f"cannot tell which file defines `{absolute}`: {target}"
+    elif target is None or not target.rest:
+        found = (
+            f"`{absolute}` is not defined in the files of this run (npu-migrate follows "
+            "functions of the files it is given)"
+        )
+    elif len(target.rest) > 1:
+        found = (
+            f"`{absolute}` is not a function defined at the top of "
+            f"{_display(target.module.path)}, which is what npu-migrate follows"
+        )
+    else:
+        found = _top_level(state, target.module.path, target.rest[0], hops)
+    state.located[(absolute, importer)] = found
+    return found
+
+
+def _top_level(state: _Link, path: str, name: str, hops: int) -> Factory | str:
+    """``name`` at the top of the module ``path``: a function, or a re-export followed."""
+    reader = state.reader(path)
+    if reader is None:
+        return f"{_display(path)}, where `{name}` would be defined, cannot be parsed"
+    bindings = list(_top_level_bindings(reader.index.tree.body, name))
+    if not bindings:
+        return f"`{name}` is not defined at the top of {_display(path)}"
+    if len(bindings) > 1:
+        lines = ", ".join(str(node.lineno) for node in bindings)
+        return f"`{name}` is bound more than once at the top of {_display(path)} (lines {lines})"
+    node = bindings[0]
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return Factory(path, name, node.lineno)
+    if isinstance(node, ast.ImportFrom) and hops < _MAX_REEXPORTS:
+        alias = next(a for a in node.names if (a.asname or a.name) == name)
+        module = "." * node.level + (node.module or "")
+        dotted = f"{module}.{alias.name}" if node.module else f"{module}{alias.name}"
+        return _locate(state, dotted, path, hops + 1)
+    kind = "a class" if isinstance(node, ast.ClassDef) else "not a function"
+    return (
+        f"`{name}` in {_display(path)}:{node.lineno} is {kind}; npu-migrate follows the "
+        "optimizers that functions return"
+    )
+
+
+def _top_level_bindings(body: list[ast.stmt], name: str) -> Iterator[ast.stmt]:
+    """The statements at the top of a module (inside `if`/`try` too) that bind ``name``."""
+    for statement in body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if statement.name == name:
+                yield statement
+        elif isinstance(statement, ast.Import | ast.ImportFrom):
+            bound = [(a.asname or a.name).split(".")[0] for a in statement.names]
+            if name in bound:
+                yield statement
+        elif isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets: list[ast.expr] = (
+                statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            )
+            if any(isinstance(t, ast.Name) and t.id == name for t in _flat(targets)):
+                yield statement
+        elif isinstance(statement, ast.If):
+            yield from _top_level_bindings(statement.body + statement.orelse, name)
+        elif isinstance(statement, ast.Try):
+            blocks = [statement.body, statement.orelse, statement.finalbody]
+            blocks += [handler.body for handler in statement.handlers]
+            for block in blocks:
+                yield from _top_level_bindings(block, name)
+
+
+def _flat(targets: list[ast.expr]) -> Iterator[ast.expr]:
+    for target in targets:
+        if isinstance(target, ast.Tuple | ast.List):
+            yield from _flat(target.elts)
+        else:
+            yield target
+
+
+# -- call sites ----------------------------------------------------------------------------------
+
+
+def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
+    """Every call of each factory in the other files of the run, and the ``amp.initialize``
+    calls its result reaches there (``factories`` facts of the factory's module)."""
+    by_name: dict[str, list[Factory]] = {}
+    for factory in factories:
+        by_name.setdefault(factory.name, []).append(factory)
+        state.of(factory.path, "factories")[factory.name] = {"line": factory.line, "sites": []}
+    containing = state.linking.files.containing(list(by_name))
+    paths = sorted({path for name in by_name for path in containing[name]})
+    for path in paths:
+        reader = state.reader(path)
+        if reader is None:
+            continue
+        wanted = {name for name in by_name if path in containing[name]}
+        for call, factory in _calls_of(state, reader, path, wanted):
+            if factory not in factories:
+                continue
+            flow = OptimizerFlow.of(reader)
+            amps = [
+                _amp_facts(reader, path, amp) for amp in flow.amp_calls_reached.get(id(call), [])
+            ]
+            sites = state.of(factory.path, "factories")[factory.name]["sites"]
+            sites.append({"at": _at(path, call), "amp": amps})
+
+
+def _calls_of(
+    state: _Link, reader: Rule, path: str, names: set[str]
+) -> Iterator[tuple[ast.Call, Factory]]:
+    """The calls in ``path`` (another file than the factory's) of a function named in
+    ``names``, with the factory each resolves to."""
+    for call in reader.index.nodes(ast.Call):
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr not in names:
+            continue
+        if not isinstance(func, ast.Name | ast.Attribute):
+            continue
+        name = reader.qualified_name(func)
+        if not isinstance(name, str) or name.rpartition(".")[2] not in names:
+            continue
+        found = _locate(state, name, path)
+        if isinstance(found, Factory) and found.path != path:
+            yield call, found
+
+
+def _amp_facts(reader: Rule, path: str, call: ast.Call) -> dict[str, Any]:
+    """One ``amp.initialize`` call a factory's result reaches: where, whether it is disabled,
+    and for no switch ("") and each level NPU102's switch may set: why Ascend apex would
+    refuse an NPU fused optimizer there, what must hold at run time, the level set."""
+    levels: dict[str, Any] = {}
+    disabled = False
+    for requested in ("", *OPT_LEVELS):
+        options = amp_options_requesting(reader, call, requested or None)
+        disabled = options.disabled
+        levels[requested] = {
+            "refusal": options.refuses_fused(),
+            "notes": options.run_time_notes(),
+            "switch": options.switch,
+        }
+    return {"at": _at(path, call), "disabled": disabled, "levels": levels}
+
+
+# -- verdicts: what a factory returns, after NPU101 ----------------------------------------------
+
+
+def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory, Facts]:
+    """For each factory of the module ``path``: is the optimizer it returns NPU fused once
+    NPU101 has run there (with the call sites just found), and as written?"""
+    from migrator.rules.optimizers.npu101_npu_fused_optimizer import (
+        NpuFusedOptimizer,  # it imports this
+    )
+
+    reader = state.reader(path)
+    assert reader is not None  # _top_level parsed it
+    index, linking = reader.index, state.linking
+    suppressions = Suppressions.scan(index.source.text)
+    if suppressions.skip_file:
+        why = f"{_display(path)} is left alone by its `skip-file` comment"
+        return {f: _verdict_entry(False, f"{f.shown}: {why}", False, why) for f in factories}
+    linked = {**linking.project.linked, KEY: {path: dict(state.facts.get(path, {}))}}
+    settings = replace(linking.settings, project=replace(linking.project, linked=linked))
+    context = FileContext(path, settings, suppressions, FileView(index), selected=linking.selected)
+    npu101 = NpuFusedOptimizer(context)
+    npu101.check()
+    plans = context.facts.get(NPU101, {})
+    findings = {d.line for d in context.diagnostics if d.code == NPU101}
+    verdicts = {factory: _verdict(npu101, factory, plans, findings, path) for factory in factories}
+    context.facts.clear()  # the flow and plans refer to the index, which the link releases
+    return verdicts
+
+
+def _verdict(
+    rule: Rule, factory: Factory, plans: Mapping[int, Any], findings: set[int], path: str
+) -> Facts:
+    origins = returned_origins(rule, factory.name)
+    if not origins:
+        why = f"its optimizer comes from {factory.shown}, which returns nothing npu-migrate follows"
+        return _verdict_entry(False, why, False, why)
+    problems: dict[str, list[str]] = {"planned": [], "written": []}
+    fused: dict[str, list[str]] = {"planned": [], "written": []}
+    for origin in origins:
+        where = f"{_display(path)}:{origin.lineno}"
+        code = code_of(rule, origin.func if isinstance(origin, ast.Call) else origin)
+        written = npu_fused_name(rule, origin.func) if isinstance(origin, ast.Call) else None
+        plan = plans.get(id(origin))
+        if written is not None:
+            fused["planned"].append(f"`{written}` ({where})")
+            fused["written"].append(f"`{written}` ({where})")
+        elif plan is not None:
+            target = plan.qualified_target
+            fused["planned"].append(f"`{code}` ({where}, made `{target}` by NPU101)")
+            problems["written"].append(f"`{code}` ({where}), not an NPU fused optimizer")
+        elif isinstance(origin, ast.Call) and _known_optimizer(rule, origin):
+            finding = ", see NPU101's finding there" if origin.lineno in findings else ""
+            problem = f"`{code}` ({where}), which stays unfused{finding}"
+            problems["planned"].append(problem)
+            problems["written"].append(problem)
+        else:
+            problem = f"`{code}` ({where}), a value npu-migrate does not follow"
+            problems["planned"].append(problem)
+            problems["written"].append(problem)
+    returns = f"its optimizer comes from {factory.shown}, which returns "
+    whys = {
+        state: returns + ("; ".join(problems[state]) or " or ".join(fused[state]))
+        for state in ("planned", "written")
+    }
+    return _verdict_entry(
+        not problems["planned"], whys["planned"], not problems["written"], whys["written"]
+    )
+
+
+def _known_optimizer(rule: Rule, call: ast.Call) -> bool:
+    return isinstance(rule.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
+
+
+def returned_origins(rule: Rule, name: str) -> list[ast.expr]:
+    """Where the values that the function ``name`` at the top of the module returns come
+    from, through the module's flow (its local helpers included), in source order."""
+    function = _top_level_function(rule.index, name)
+    if function is None:
+        return []
+    flow = OptimizerFlow.of(rule)
+    found: list[ast.expr] = []
+    for statement in rule.index.walk(function):
+        if not isinstance(statement, ast.Return) or statement.value is None:
+            continue
+        if _function_of(rule.index, statement) is not function:
+            continue
+        for origin in flow.origins(statement.value):
+            if all(origin is not seen for seen in found):
+                found.append(origin)
+    return found
+
+
+def _top_level_function(
+    index: ModuleIndex, name: str
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    found = [
+        statement
+        for statement in index.tree.body
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and statement.name == name
+    ]
+    return found[-1] if found else None
+
+
+def _function_of(index: ModuleIndex, node: ast.AST) -> ast.AST | None:
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return ancestor
+    return None
+
+
+# -- 3. check: what NPU101 and NPU102 read -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExternalAmp:
+    """An ``amp.initialize`` call in another file that a factory's optimizer reaches."""
+
+    at: str  # "train.py:20"
+    disabled: bool
+    refusal: str | None
+    notes: tuple[str, ...]
+    switch: str | None
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A call, in another file of the run, of a function of this module that returns the
+    optimizer a constructor builds."""
+
+    factory: str  # the function's name
+    at: str  # "train.py:15"
+    amps: tuple[ExternalAmp, ...]
+
+    @property
+    def with_amp(self) -> tuple[ExternalAmp, ...]:
+        return tuple(amp for amp in self.amps if not amp.disabled)
+
+
+def call_sites(rule: Rule, call: ast.Call) -> list[CallSite]:
+    """The call sites in other files of the functions of this module that return the optimizer
+    ``call`` builds (empty without project facts)."""
+    exported = _exported(rule)
+    if not exported:
+        return []
+    factories = rule.project.links(KEY).get(rule.context.path, {}).get("factories", {})
+    level = requested_here(rule) or ""
+    sites: list[CallSite] = []
+    for name in exported.get(id(call), []):
+        for site in factories[name]["sites"]:
+            amps = tuple(_external_amp(amp, level) for amp in site["amp"])
+            sites.append(CallSite(name, site["at"], amps))
+    return sites
+
+
+def _external_amp(facts: Mapping[str, Any], level: str) -> ExternalAmp:
+    options = facts["levels"][level]
+    return ExternalAmp(
+        facts["at"],
+        facts["disabled"],
+        options["refusal"],
+        tuple(options["notes"]),
+        options["switch"],
+    )
+
+
+_EXPORTED_FACT = "npu1:exported"
+
+
+def _exported(rule: Rule) -> dict[int, list[str]]:
+    """id(origin) -> the names of this module's factories (per the project facts) that return
+    it; computed once per file."""
+    cached = rule.context.facts.get(_EXPORTED_FACT)
+    if isinstance(cached, dict):
+        return cached
+    exported: dict[int, list[str]] = {}
+    factories = rule.project.links(KEY).get(rule.context.path, {}).get("factories", {})
+    for name, facts in factories.items():
+        if not facts["sites"]:
+            continue
+        for origin in returned_origins(rule, name):
+            exported.setdefault(id(origin), []).append(name)
+    rule.context.facts[_EXPORTED_FACT] = exported
+    return exported
+
+
+@dataclass(frozen=True)
+class FactoryVerdict:
+    """What NPU102 knows of an optimizer that a function of another module returns."""
+
+    fused: bool
+    why: str
+
+
+def factory_verdict(rule: Rule, call: ast.Call) -> FactoryVerdict | None:
+    """The verdict on the optimizer that ``call`` (a call of another module's function) gives,
+    as NPU101 leaves it when it runs in this run, as written otherwise; None without facts."""
+    origins = rule.project.links(KEY).get(rule.context.path, {}).get("origins", {})
+    entry = origins.get(_key(call))
+    if entry is None or entry["code"] != code_of(rule, call.func):
+        return None
+    state = "planned" if NPU101 in rule.context.selected else "written"
+    return FactoryVerdict(entry["fused"][state], entry["why"][state])
+
+
+class OptimizerFactories:
+    """What NPU101 and NPU102 declare for factories in other modules: one summary and one link
+    shared under :data:`KEY`, so that either rule selected alone still sees the factories."""
+
+    PROJECT_TRIGGER = PROJECT_TRIGGER
+    PROJECT_KEY = KEY
+
+    @classmethod
+    def wants_summary(cls, source: bytes) -> bool:
+        return wants_summary(source)
+
+    @classmethod
+    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
+        return summarize(index, module)
+
+    @classmethod
+    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
+        return link(linking)

@@ -1,0 +1,460 @@
+"""Code that breaks an NPU fused optimizer, found before NPU101 swaps one in. Not a rule itself.
+
+torch_npu's ``NpuFusedOptimizerBase`` (and Ascend apex's fused optimizers, built on the same
+idea) packs every parameter's gradient into one flat buffer per dtype at the first ``step()`` or
+``zero_grad()``. From then on:
+
+- ``optimizer.zero_grad(set_to_none=True)`` raises ``ValueError`` ("set_to_none is not supported
+  in fused optimizers");
+- a gradient that is set to None or replaced (``p.grad = None``, ``model.zero_grad()``, whose
+  default is ``set_to_none=True`` since torch 2.0) is no longer part of the buffer: the optimizer
+  keeps stepping with the stale values there;
+- parameters must be float32 or float16 (bfloat16 or float64 raise ``TypeError``);
+- sparse gradients (``nn.Embedding(..., sparse=True)``) are not supported.
+
+Where this module looks, for one optimizer constructor (the *scope rule*):
+
+- the optimizer's own ``zero_grad(...)`` anywhere in the file, found by following the names that
+  hold it (:class:`~migrator.rules.optimizers._common.OptimizerFlow`);
+- everything else (a module's ``zero_grad``, ``.grad`` stores, dtype casts of the model whose
+  ``.parameters()`` feed it, ``torch.set_default_dtype``) in the *units* where the optimizer
+  lives: the function that builds it, every function that calls its ``step()`` or
+  ``zero_grad()``, and the module-level code of the file. A unit is a top-level function or a
+  method, with the functions nested in it; a function that never touches the optimizer is
+  another unit, so ``evaluate(model)`` calling ``model.zero_grad()`` does not block the
+  optimizer of ``train()``;
+- sparse embeddings anywhere in the file (the model may be built in another function).
+
+Code in other files (a training loop that receives the optimizer from a factory) is not seen.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_value
+from migrator.analysis.index import dotted_name
+from migrator.rule import Rule
+from migrator.rules.optimizers._common import (
+    FP16_OPTIMIZERS,
+    KNOWN_OPTIMIZERS,
+    NPU1_ROOTS,
+    OptimizerFlow,
+    code_of,
+    line_of,
+    npu_fused_name,
+)
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+# Dtypes the fused optimizers refuse (they take float32 and float16 parameters only).
+_REFUSED_DTYPES = {
+    "torch.bfloat16": "bfloat16",
+    "torch.float64": "float64",
+    "torch.double": "float64",
+}
+_ACCEPTED_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float16", "torch.half"})
+_REFUSED_DTYPE_METHODS = {"bfloat16": "bfloat16", "double": "float64"}
+_PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+_SPARSE_LAYERS = frozenset(
+    {
+        "torch.nn.Embedding",
+        "torch.nn.EmbeddingBag",
+        "torch.nn.modules.sparse.Embedding",
+        "torch.nn.modules.sparse.EmbeddingBag",
+        "torch.nn.Embedding.from_pretrained",
+        "torch.nn.EmbeddingBag.from_pretrained",
+        "torch.nn.functional.embedding",
+        "torch.nn.functional.embedding_bag",
+    }
+)
+_KEEP_FLOAT32 = "keep the parameters in float32 and get lower-precision compute from autocast"
+_ZERO_IN_PLACE = (
+    "zero the gradients with `optimizer.zero_grad()` (it zeroes the flat buffer in place)"
+)
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """One piece of code that breaks the NPU fused optimizer, with what to do about it."""
+
+    node: ast.AST
+    code: str  # the code as quoted in messages, e.g. "`model.zero_grad()`"
+    effect: str  # what it does and what breaks, e.g. "sets the gradients to None, which ..."
+    remedy: str  # how to make the optimizer fusable
+
+    @property
+    def line(self) -> int:
+        return line_of(self.node)
+
+
+class FusionHazards:
+    """The hazards of one file, computed once and looked up per optimizer constructor."""
+
+    def __init__(self, rule: Rule, flow: OptimizerFlow) -> None:
+        self.rule = rule
+        self.index = rule.index
+        self.flow = flow
+
+    def of(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
+        """The hazards for the optimizer that ``constructor`` builds from ``params``, in line
+        order (see the module docstring for where they are looked for)."""
+        units = self._units_of(constructor)
+        found = list(self._own_zero_grads(constructor))
+        found += [h for unit, h in self._module_zero_grads if id(unit) in units]
+        found += [h for unit, h in self._grad_stores if id(unit) in units]
+        found += [h for unit, h in self._default_dtypes if id(unit) in units]
+        found += self._model_casts(units, params)
+        found += self._sparse_layers
+        found.sort(key=lambda hazard: (hazard.line, hazard.node.col_offset))  # type: ignore[attr-defined]
+        return found
+
+    # -- where the optimizer lives -------------------------------------------------------------
+
+    def unit_of(self, node: ast.AST) -> ast.AST:
+        """The top-level function or method ``node`` is in (nested functions included), or the
+        module for module-level code and class bodies."""
+        unit: ast.AST = self.index.tree
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, ast.ClassDef):
+                break
+            if isinstance(ancestor, _FUNCTIONS):
+                unit = ancestor
+        return unit
+
+    def _units_of(self, constructor: ast.Call) -> set[int]:
+        units = {id(self.index.tree), id(self.unit_of(constructor))}
+        for call, optimizers in self._optimizer_calls:
+            if id(constructor) in optimizers:
+                units.add(id(self.unit_of(call)))
+        return units
+
+    @cached_property
+    def _optimizer_calls(self) -> list[tuple[ast.Call, set[int]]]:
+        """Every ``x.step(...)`` / ``x.zero_grad(...)`` with the ids of the optimizer-like
+        calls ``x`` may hold (empty when it holds none: a module, or something untraced)."""
+        found: list[tuple[ast.Call, set[int]]] = []
+        for method in ("step", "zero_grad"):
+            for attribute in self.index.attributes(method):
+                call = self.index.parent(attribute)
+                if isinstance(call, ast.Call) and call.func is attribute:
+                    found.append((call, self._optimizers_held(attribute.value)))
+        return found
+
+    def _optimizers_held(self, receiver: ast.expr) -> set[int]:
+        held: set[int] = set()
+        for origin in self.flow.origins(receiver):
+            if isinstance(origin, ast.Call) and self._builds_optimizer(origin, wrapper=True):
+                held.add(id(origin))
+        return held
+
+    def _builds_optimizer(self, call: ast.Call, wrapper: bool) -> bool:
+        """A known optimizer constructor, or (``wrapper``) a call given one: `hvd.Distributed
+        Optimizer(optimizer)` and the like hand back something used as the optimizer."""
+        if self.rule.may_name(call.func, NPU1_ROOTS):
+            name = self.rule.qualified_name_in(call.func, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
+            if isinstance(name, str) or npu_fused_name(self.rule, call.func) is not None:
+                return True
+        if not wrapper:
+            return False
+        for arg in arguments(call):
+            for origin in self.flow.origins(arg.value):
+                if isinstance(origin, ast.Call) and self._builds_optimizer(origin, wrapper=False):
+                    return True
+        return False
+
+    # -- zero_grad -----------------------------------------------------------------------------
+
+    def _own_zero_grads(self, constructor: ast.Call) -> Iterator[Hazard]:
+        for call, optimizers in self._optimizer_calls:
+            if id(constructor) not in optimizers or not _is_method(call, "zero_grad"):
+                continue
+            set_to_none = argument(call, "set_to_none", 0)
+            if set_to_none is None:
+                continue  # the fused optimizers default to zeroing in place
+            value = literal_value(set_to_none.value)
+            written = f"`{code_of(self.rule, call)}`"
+            if value is NOT_LITERAL:
+                yield Hazard(
+                    call,
+                    written,
+                    "raises ValueError in the NPU fused optimizers when "
+                    f'`{code_of(self.rule, set_to_none.value)}` is true ("set_to_none is not '
+                    'supported in fused optimizers")',
+                    "call `zero_grad()` without `set_to_none` there",
+                )
+            elif value:
+                yield Hazard(
+                    call,
+                    written,
+                    'raises ValueError in the NPU fused optimizers ("set_to_none is '
+                    'not supported in fused optimizers")',
+                    "call `zero_grad()` without `set_to_none` there (the fused optimizers zero "
+                    "their flat gradient buffer in place)",
+                )
+
+    @cached_property
+    def _module_zero_grads(self) -> list[tuple[ast.AST, Hazard]]:
+        """``x.zero_grad()`` on something that holds no optimizer (a module, or untraced)
+        that sets the gradients to None: torch >= 2.0's default, or ``set_to_none=True``."""
+        found: list[tuple[ast.AST, Hazard]] = []
+        for call, optimizers in self._optimizer_calls:
+            if optimizers or not _is_method(call, "zero_grad") or self._own_method(call):
+                continue
+            assert isinstance(call.func, ast.Attribute)
+            receiver = code_of(self.rule, call.func.value)
+            set_to_none = argument(call, "set_to_none", 0)
+            value = True if set_to_none is None else literal_value(set_to_none.value)
+            written = f"`{code_of(self.rule, call)}`"
+            if value is NOT_LITERAL:
+                assert set_to_none is not None
+                effect = (
+                    "sets the gradients to None when "
+                    f"`{code_of(self.rule, set_to_none.value)}` is true, which detaches them from "
+                    "the NPU fused optimizer's flat gradient buffer (it then keeps stepping with "
+                    "stale gradients)"
+                )
+            elif value:
+                default = (
+                    " (nn.Module.zero_grad's default since torch 2.0)"
+                    if set_to_none is None
+                    else ""
+                )
+                effect = (
+                    f"sets the gradients to None{default}, which detaches them from "
+                    "the NPU fused optimizer's flat gradient buffer (it then keeps stepping with "
+                    "stale gradients)"
+                )
+            else:
+                continue
+            remedy = (
+                f"use `optimizer.zero_grad()` (zeroes in place) instead of "
+                f"`{receiver}.zero_grad(...)`, or pass `set_to_none=False`"
+            )
+            found.append((self.unit_of(call), Hazard(call, written, effect, remedy)))
+        return found
+
+    def _own_method(self, call: ast.Call) -> bool:
+        """``self.zero_grad()`` in a class that defines its own ``zero_grad`` (a trainer that
+        forwards to its optimizer, not a module)."""
+        assert isinstance(call.func, ast.Attribute)
+        if not isinstance(call.func.value, ast.Name) or call.func.value.id != "self":
+            return False
+        owner = next((a for a in self.index.ancestors(call) if isinstance(a, ast.ClassDef)), None)
+        return owner is not None and any(
+            isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and statement.name == "zero_grad"
+            for statement in owner.body
+        )
+
+    # -- gradients replaced --------------------------------------------------------------------
+
+    @cached_property
+    def _grad_stores(self) -> list[tuple[ast.AST, Hazard]]:
+        """``p.grad = None``, ``p.grad = t``, ``del p.grad``."""
+        found: list[tuple[ast.AST, Hazard]] = []
+        for attribute in self.index.attributes("grad"):
+            if isinstance(attribute.ctx, ast.Load):
+                continue
+            statement = self.index.statement_of(attribute)
+            if statement is None:
+                continue
+            target = code_of(self.rule, attribute)
+            value = getattr(statement, "value", None)
+            if isinstance(statement, ast.Delete) or (
+                isinstance(value, ast.Constant) and value.value is None
+            ):
+                written = f"`{target} = None`" if value is not None else f"`del {target}`"
+                effect = (
+                    "drops a gradient from the NPU fused "
+                    "optimizer's flat gradient buffer (it then keeps stepping with a stale one)"
+                )
+                remedy = f"{_ZERO_IN_PLACE} instead of setting them to None"
+            else:
+                written = f"`{target} = ...`"
+                effect = (
+                    "replaces a gradient tensor, "
+                    "which detaches it from the NPU fused optimizer's flat gradient buffer (it "
+                    "then keeps stepping with a stale one)"
+                )
+                remedy = f"write into the existing gradient in place (`{target}.copy_(...)`)"
+            found.append((self.unit_of(attribute), Hazard(attribute, written, effect, remedy)))
+        return found
+
+    # -- dtypes --------------------------------------------------------------------------------
+
+    @cached_property
+    def _default_dtypes(self) -> list[tuple[ast.AST, Hazard]]:
+        """``torch.set_default_dtype(torch.bfloat16)``."""
+        found: list[tuple[ast.AST, Hazard]] = []
+        for attribute in self.index.attributes("set_default_dtype"):
+            call = self.index.parent(attribute)
+            if not isinstance(call, ast.Call) or call.func is not attribute or not call.args:
+                continue
+            if self.rule.qualified_name(attribute) != "torch.set_default_dtype":
+                continue
+            refused = self._refused_dtype(call.args[0])
+            if refused is not None:
+                effect = (
+                    f"makes new parameters {refused}, and the NPU fused optimizers take only "
+                    "float32 and float16 parameters (TypeError at the first step)"
+                )
+                remedy = _KEEP_FLOAT32
+                written = f"`{code_of(self.rule, call)}`"
+                found.append((self.unit_of(call), Hazard(call, written, effect, remedy)))
+        return found
+
+    def _refused_dtype(self, node: ast.expr) -> str | None:
+        name = self.rule.qualified_name(node)
+        return _REFUSED_DTYPES.get(name) if isinstance(name, str) else None
+
+    def _model_casts(self, units: set[int], params: ast.expr | None) -> list[Hazard]:
+        """Casts to a refused dtype of the model whose ``.parameters()`` feed the optimizer:
+        ``model.bfloat16()``, ``model.to(torch.bfloat16)``, ``model = Net().to(dtype=...)``."""
+        models = self._models_feeding(params)
+        if not models:
+            return []
+        found: list[Hazard] = []
+        for call, dtype in self._dtype_casts:
+            if id(self.unit_of(call)) not in units or not self._casts_model(call, models):
+                continue
+            written = f"`{code_of(self.rule, call)}`"
+            if dtype is None:
+                effect = (
+                    "may cast this optimizer's parameters to a dtype the NPU fused "
+                    "optimizers refuse (they take only float32 and float16; TypeError at the "
+                    "first step)"
+                )
+            else:
+                effect = (
+                    f"casts this optimizer's parameters to {dtype}, and the NPU fused "
+                    "optimizers take only float32 and float16 parameters (TypeError at the "
+                    "first step)"
+                )
+            remedy = _KEEP_FLOAT32
+            found.append(Hazard(call, written, effect, remedy))
+        return found
+
+    def _models_feeding(self, params: ast.expr | None) -> set[str]:
+        """The spellings of ``x`` in the ``x.parameters()`` calls that ``params`` comes from."""
+        if params is None:
+            return set()
+        models: set[str] = set()
+        for expression in [params, *self.flow.origins(params)]:
+            for node in ast.walk(expression):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _PARAMETER_METHODS
+                ):
+                    spelled = dotted_name(_strip_method_calls(node.func.value))
+                    if spelled is not None:
+                        models.add(spelled)
+        return models
+
+    def _casts_model(self, call: ast.Call, models: set[str]) -> bool:
+        """``call`` casts ``model`` (``model.cuda().bfloat16()``), or its value is assigned to
+        it (``model = Net().to(torch.bfloat16)``)."""
+        assert isinstance(call.func, ast.Attribute)
+        if dotted_name(_strip_method_calls(call.func.value)) in models:
+            return True
+        statement = self.index.statement_of(call)
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            return any(dotted_name(target) in models for target in targets)
+        return False
+
+    @cached_property
+    def _dtype_casts(self) -> list[tuple[ast.Call, str | None]]:
+        """``x.bfloat16()``, ``x.double()``, ``x.to(...)`` / ``x.type(...)`` with a refused dtype;
+        the dtype's name, or None for ``dtype=<run-time value>``."""
+        found: list[tuple[ast.Call, str | None]] = []
+        for method, dtype in _REFUSED_DTYPE_METHODS.items():
+            for attribute in self.index.attributes(method):
+                call = self.index.parent(attribute)
+                if isinstance(call, ast.Call) and call.func is attribute and not call.args:
+                    found.append((call, dtype))
+        for method in ("to", "type"):
+            for attribute in self.index.attributes(method):
+                call = self.index.parent(attribute)
+                if isinstance(call, ast.Call) and call.func is attribute:
+                    casts, refused = self._cast_dtype(call)
+                    if casts:
+                        found.append((call, refused))
+        return found
+
+    def _cast_dtype(self, call: ast.Call) -> tuple[bool, str | None]:
+        """Whether ``call`` may cast to a refused dtype, and which (None: ``dtype=`` is a
+        run-time value)."""
+        for arg in call.args:
+            refused = self._refused_dtype(arg)
+            if refused is not None:
+                return True, refused
+        for keyword in call.keywords:
+            if keyword.arg != "dtype":
+                continue
+            refused = self._refused_dtype(keyword.value)
+            if refused is not None:
+                return True, refused
+            name = self.rule.qualified_name(keyword.value)
+            return not (isinstance(name, str) and name in _ACCEPTED_DTYPES), None
+        return False, None
+
+    # -- sparse gradients ----------------------------------------------------------------------
+
+    @cached_property
+    def _sparse_layers(self) -> list[Hazard]:
+        """``nn.Embedding(..., sparse=True)`` (or a run-time ``sparse=``) anywhere in the file."""
+        found: list[Hazard] = []
+        for call in self.index.nodes(ast.Call):
+            sparse = next((k for k in call.keywords if k.arg == "sparse"), None)
+            if sparse is None or not self.rule.may_name(call.func, NPU1_ROOTS):
+                continue
+            name = self.rule.qualified_name(call.func)
+            if not isinstance(name, str) or name not in _SPARSE_LAYERS:
+                continue
+            value = literal_value(sparse.value)
+            layer = code_of(self.rule, call.func)
+            if value is NOT_LITERAL:
+                written = f"`{layer}(..., sparse={code_of(self.rule, sparse.value)})`"
+                effect = (
+                    "makes sparse gradients when that is true, which the NPU fused optimizers "
+                    "do not support"
+                )
+            elif value:
+                written = f"`{layer}(..., sparse=True)`"
+                effect = "makes sparse gradients, which the NPU fused optimizers do not support"
+            else:
+                continue
+            remedy = (
+                "use dense embeddings (`sparse=False`), or keep the embedding's parameters in an "
+                "unfused optimizer of their own"
+            )
+            found.append(Hazard(call, written, effect, remedy))
+        return found
+
+
+def describe(hazards: list[Hazard]) -> str:
+    """The hazards for a message, the same code doing the same thing listed once with all its
+    lines: "`model.zero_grad()` (lines 44, 58) sets the gradients to None, ..."."""
+    lines: dict[tuple[str, str], list[int]] = {}
+    for hazard in hazards:
+        lines.setdefault((hazard.code, hazard.effect), []).append(hazard.line)
+    parts: list[str] = []
+    for (code, effect), numbers in lines.items():
+        where = ", ".join(str(n) for n in dict.fromkeys(numbers))
+        parts.append(f"{code} ({'lines' if ',' in where else 'line'} {where}) {effect}")
+    return "; ".join(parts)
+
+
+def _is_method(call: ast.Call, name: str) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr == name
+
+
+def _strip_method_calls(node: ast.expr) -> ast.expr:
+    """``model.cuda().half()`` -> ``model``: the object a chain of method calls starts from."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value
+    return node

@@ -1,0 +1,306 @@
+"""NPU102: `amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import Any
+
+import libcst as cst
+
+from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
+from migrator.callargs import append_arg, keyword
+from migrator.callargs import argument as find_argument
+from migrator.diagnostics import Severity
+from migrator.edits import Change
+from migrator.rule import FixSafety, Rule
+from migrator.rules.optimizers._common import (
+    AMP_POSITIONS,
+    FUSED_LEVELS,
+    KNOWN_OPTIMIZERS,
+    NPU1_ROOTS,
+    NPU101,
+    AmpOptions,
+    AmpSink,
+    OptimizerFlow,
+    amp_options,
+    code_of,
+    fused_name,
+    line_of,
+    requested_opt_level,
+)
+from migrator.rules.optimizers._factories import OptimizerFactories, factory_verdict
+
+
+class AmpCombineGrad(OptimizerFactories, Rule):
+    """
+    ## What it does
+    Adds `combine_grad=True` to `apex.amp.initialize(...)` calls (any alias; keyword, positional
+    or list-form optimizers; `amp_inits = amp.initialize(...)`) whose optimizers are all NPU fused
+    optimizers (`apex.optimizers.NpuFused*`, `torch_npu.optim.NpuFused*`), built in the same
+    module (in program order: `model, optimizer = amp_inits` after the call does not count) or
+    returned by a function of another module of the run (`create_optimizer(args, model)` from
+    `utils/optim.py`, which NPU101 rewrites there; the message names it). An
+    explicit `combine_grad=` is kept as written. Not added, and reported, when the literal
+    `opt_level` is O0 or O3 or when O2 is combined with `master_weights=False`, which Ascend apex
+    rejects; added with a note when `opt_level` is not a literal. Every other call given
+    optimizers that gets no `combine_grad=True` says why at its line (optimizers not NPU fused or
+    not traceable, `enabled=False`, `**kwargs`; for a factory: outside the run, an ambiguous
+    import or module, a returned value it cannot follow, a constructor left unfused).
+
+    Option `opt-level` (`[tool.npu-migrate.rules.NPU102] opt-level = "O2"`, one of O0-O3): sets
+    that `opt_level` on every `apex.amp.initialize` it can see, keeping the quotes of the literal
+    it replaces; NPU101 and this rule then plan the optimizers' home and `combine_grad` for that
+    level. Reported, not applied, where the level is computed at run time or may come from
+    `**kwargs`, and where the call passes options Ascend apex refuses with the new level
+    (`master_weights`/`keep_batchnorm_fp32`/`cast_model_type` with O1, `master_weights=False`
+    with O2, `combine_grad` with O0/O3, O1-only options with another level).
+
+    ## Why
+    With `combine_grad=True`, Ascend apex packs the gradients into flat buffers, so unscaling,
+    the overflow check and `zero_grad` run once per buffer instead of once per tensor, and the
+    fused optimizers update those buffers directly.
+
+    ## Example
+    ```python
+    optimizer = apex.optimizers.NpuFusedSGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O2", loss_scale=32.0)
+    ```
+
+    ## Use instead
+    ```python
+    optimizer = apex.optimizers.NpuFusedSGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(
+        model, optimizer, opt_level="O2", loss_scale=32.0, combine_grad=True
+    )
+    ```
+    (the keyword goes on the line style the call already uses).
+
+    ## Fix safety
+    Safe: the gradients keep their values; only their storage changes. Code that replaces
+    `param.grad` tensors or calls `zero_grad(set_to_none=True)` after the first step detaches
+    gradients from the buffers: check such code by hand. The `opt-level` switch changes the
+    precision the model trains in: it is applied only because you asked for it.
+    """
+
+    CODE = "NPU102"
+    NAME = "amp-combine-grad"
+    SUMMARY = "`amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`"
+    FIX_SAFETY = FixSafety.SAFE
+    TRIGGER = ("initialize",)
+    # Optimizers that NPU101 rewrites count as NPU fused ones (its plan, in context.facts).
+    READS = (NPU101,)
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        requested_opt_level(options)
+
+    def check(self) -> None:
+        self.flow = OptimizerFlow.of(self)
+        requested = requested_opt_level(self.options)
+        switch = f' and set `opt_level="{requested}"`' if requested is not None else ""
+        for call, ambiguous in self.flow.ambiguous_amp:
+            self.report(
+                call,
+                f"cannot tell whether this is `apex.amp.initialize`: {ambiguous.describe()}; "
+                "if it is and its optimizers are NPU fused ones, add `combine_grad=True`"
+                f"{switch} by hand",
+            )
+        for sink in self.flow.amp_sinks:
+            self._switch_opt_level(sink.call)
+            self._examine(sink)
+
+    # -- the opt-level switch ------------------------------------------------------------------
+
+    def _switch_opt_level(self, call: ast.Call) -> None:
+        """``opt-level`` in the rule's options: set it on the call, or say why not."""
+        options = amp_options(self, call)
+        requested = requested_opt_level(self.options)
+        if options.switch_blocker is not None:
+            self.report(
+                call,
+                f'`opt-level = "{requested}"` (from [tool.npu-migrate.rules.NPU102]) is not '
+                f"applied here: {options.switch_blocker}; set the level by hand",
+            )
+            return
+        if options.switch is None:
+            return
+        level = options.switch
+        arg = argument(call, "opt_level", AMP_POSITIONS["opt_level"])
+        was = f"was {options.written_level!r}" if arg is not None else "was the default 'O1'"
+        self.fix(
+            call,
+            f'set `opt_level="{level}"` ({was}), as `opt-level` in '
+            "[tool.npu-migrate.rules.NPU102] asks",
+            self.replace(call, cst.Call, _set_opt_level(level)),
+        )
+
+    # -- combine_grad ----------------------------------------------------------------------------
+
+    def _examine(self, sink: AmpSink) -> None:
+        call = sink.call
+        if sink.optimizers is None or literal_value(sink.optimizers) is None:
+            return  # models only: nothing to combine
+        if argument(call, "combine_grad", AMP_POSITIONS["combine_grad"]) is not None:
+            return  # already decided, by the user or a previous run
+        if has_star(call):
+            self.report(
+                call,
+                "arguments passed with `*`/`**` may already set `opt_level` or `combine_grad`: "
+                "if its optimizers are NPU fused ones, add `combine_grad=True` by hand",
+            )
+            return
+        if not self._all_fused(sink):
+            return
+        options = amp_options(self, call)
+        if options.disabled:
+            self.report(
+                call,
+                "`combine_grad=True` not added: this call disables amp (`enabled=False`), so "
+                "it would have no effect",
+                Severity.INFO,
+            )
+            return
+        blocks, note = self._opt_level_check(options)
+        if blocks:
+            self.report(call, note)
+            return
+        message = "added `combine_grad=True`: the gradients of its NPU fused optimizers are packed "
+        message += "into flat buffers"
+        for factory in self.factories:
+            message += f"; {factory}"
+        if note:
+            message += f"; {note}"
+        edit = self.replace(call, cst.Call, _add_combine_grad)
+        self.fix(call, message, edit)
+
+    def _all_fused(self, sink: AmpSink) -> bool:
+        """True when every optimizer reaching the call is NPU fused; reports every other case."""
+        assert sink.optimizers is not None
+        fused: list[ast.expr] = []
+        unfused: list[ast.expr] = []
+        unknown: list[ast.expr] = []
+        self.factories: list[str] = []  # why optimizers from other modules count as fused
+        traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
+        for origin in self.flow.origins(sink.optimizers):
+            if self.flow.exclusive(sink.call, origin):
+                continue  # built only on the path where this amp.initialize does not run
+            verdict = factory_verdict(self, origin) if isinstance(origin, ast.Call) else None
+            if isinstance(origin, ast.Call) and fused_name(self, origin):
+                fused.append(origin)
+            elif isinstance(origin, ast.Call) and self._known_optimizer(origin):
+                unfused.append(origin)
+            elif verdict is not None and verdict.fused:
+                fused.append(origin)
+                self.factories.append(verdict.why)
+            else:
+                unknown.append(origin)
+                if verdict is not None:
+                    traced[id(origin)] = verdict.why
+        if fused and not unfused and not unknown:
+            return True
+        if unknown and not fused and not unfused and traced:
+            reasons = [
+                f"`{code_of(self, o)}` (line {line_of(o)}): "
+                + traced.get(id(o), "npu-migrate traces it no further")
+                for o in unknown
+            ]
+            self.report(
+                sink.call,
+                f"`combine_grad=True` not added: {'; '.join(reasons)}; if its optimizers are "
+                "NPU fused ones, add `combine_grad=True` by hand",
+            )
+            return False
+        if fused:
+            others = self._listed(unfused + unknown)
+            self.report(
+                sink.call,
+                "`combine_grad=True` not added: only some of the optimizers passed here are NPU "
+                f"fused ones; the others come from {others}. Make them NPU fused optimizers too, "
+                "then add `combine_grad=True`",
+            )
+        elif unfused:
+            self.report(
+                sink.call,
+                "`combine_grad=True` not added: the optimizers passed here are not NPU fused "
+                f"ones: {self._listed(unfused)}; combined gradients are for NPU fused "
+                "optimizers: make them NPU fused (NPU101 does where it can), then add "
+                "`combine_grad=True`",
+            )
+        elif unknown:
+            origins = ", ".join(f"`{code_of(self, o)}`" for o in unknown)
+            self.report(
+                sink.call,
+                "cannot see where the optimizer passed here is built (npu-migrate traces it "
+                f"back to {origins} and no further); if it is an NPU fused optimizer, add "
+                "`combine_grad=True`",
+            )
+        else:
+            self.report(
+                sink.call,
+                "`combine_grad=True` not added: no optimizer built in this module reaches this "
+                "call on a path where it runs; if its optimizers are NPU fused ones, add "
+                "`combine_grad=True` by hand",
+            )
+        return False
+
+    def _listed(self, origins: list[ast.expr]) -> str:
+        return ", ".join(
+            f"`{code_of(self, o.func if isinstance(o, ast.Call) else o)}` (line {line_of(o)})"
+            for o in origins
+        )
+
+    def _known_optimizer(self, call: ast.Call) -> bool:
+        """A torch / apex optimizer that stays unfused (NPU101 reported it, or does not run)."""
+        if not self.may_name(call.func, NPU1_ROOTS):
+            return False
+        return isinstance(self.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
+
+    def _opt_level_check(self, options: AmpOptions) -> tuple[bool, str]:
+        """(True, why) when `combine_grad` must not be added; (False, note or "") otherwise."""
+        level = options.level
+        if level is None:
+            return False, (
+                f"`combine_grad` needs opt_level O1 or O2, and `{options.level_code}` must "
+                "be one of them at run time"
+            )
+        if level not in FUSED_LEVELS:
+            return True, (
+                f"not added `combine_grad=True`: Ascend apex accepts it only with opt_level O1 or "
+                f"O2, and this call uses {level!r}; switch to O1 or O2 to get combined gradients"
+            )
+        if level == "O2":
+            if options.master_weights is False:
+                return True, (
+                    "not added `combine_grad=True`: with opt_level O2 Ascend apex needs master "
+                    "weights for it, and this call sets `master_weights=False`; drop that "
+                    "argument to get combined gradients"
+                )
+            if options.master_weights is NOT_LITERAL:
+                return False, (
+                    f"with opt_level O2, `combine_grad` needs master weights: "
+                    f"`{options.master_code}` must not be False at run time"
+                )
+        return False, ""
+
+
+def _set_opt_level(level: str) -> Change:
+    """Set the call's ``opt_level`` (keyword or fourth positional argument) to ``level``,
+    keeping the quotes of the literal it replaces; add it as a keyword when absent."""
+
+    def change(call: cst.Call) -> cst.Call:
+        arg = find_argument(call, "opt_level", AMP_POSITIONS["opt_level"])
+        if arg is None:
+            return append_arg(call, keyword("opt_level", cst.SimpleString(f'"{level}"')))
+        quote = '"'
+        if isinstance(arg.value, cst.SimpleString):
+            quote = arg.value.quote
+        new_value = cst.SimpleString(f"{quote}{level}{quote}")
+        args = [a.with_changes(value=new_value) if a is arg else a for a in call.args]
+        return call.with_changes(args=args)
+
+    return change
+
+
+def _add_combine_grad(call: cst.Call) -> cst.Call:
+    return append_arg(call, keyword("combine_grad", cst.Name("True")))
