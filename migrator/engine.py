@@ -40,7 +40,7 @@ from migrator.diagnostics import Diagnostic, Severity
 from migrator.edits import EditError, apply_edits
 from migrator.imports import apply_import_edits, apply_import_edits_to_text
 from migrator.results import ERROR_CODE, FileResult, Status
-from migrator.rule import FileContext, Rule
+from migrator.rule import FileContext, Rule, chain_order, run_plans
 from migrator.settings import Settings
 from migrator.slices import SliceError, apply_sliced
 from migrator.source import decode, source_encoding
@@ -79,6 +79,15 @@ class Engine:
         and file)."""
         words = (word for rule in self.rules for word in rule.triggers(self.settings))
         return tuple(dict.fromkeys(words))
+
+    @functools.cached_property
+    def chain(self) -> tuple[type[Rule], ...]:
+        """The rules in the order their checks run (providers of plans before readers)."""
+        return chain_order(self.rules)
+
+    @functools.cached_property
+    def run_plans(self) -> dict[type, object]:
+        return run_plans(self.rules, self.settings)
 
     def migrate(self, source: bytes, path: str, *, apply: bool = True) -> FileResult:
         """Run the rules over ``source``; ``apply=False`` (``--check``) writes no edit."""
@@ -137,16 +146,16 @@ class Engine:
     # -- stages ----------------------------------------------------------------------------------
 
     def analyse(self, index: ModuleIndex, path: str, suppressions: Suppressions) -> FileContext:
-        """Every selected rule's ``check``, in code order, over one shared context."""
+        """Every selected rule's ``check``, in chain order, over one shared context."""
         context = FileContext(
             path,
             self.settings,
             suppressions,
             FileView(index, fast=self.fast),
-            selected=frozenset(rule.CODE for rule in self.rules),
+            plans=dict(self.run_plans),
         )
         trigger_text = index.source.text
-        for rule in self.rules:
+        for rule in self.chain:
             if self.fast and not rule.triggered_by(trigger_text, self.settings):
                 continue
             try:

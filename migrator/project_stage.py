@@ -19,7 +19,7 @@ from migrator.analysis.project import (
     module_name,
     read_python,
 )
-from migrator.rule import Linking, Rule
+from migrator.rule import Linking, Rule, run_plans
 from migrator.settings import Settings
 
 
@@ -121,7 +121,7 @@ class ProjectBuilder:
         if settings is None:
             settings = Settings()
         files = ProjectFiles(self.paths, read)
-        linking = Linking(facts, files, settings, frozenset(rule.CODE for rule in self.rules))
+        linking = Linking(facts, files, settings, run_plans(self.rules, settings))
         linked: dict[str, dict[str, Facts]] = {}
         try:
             for key, rule in sorted(linkers.items()):

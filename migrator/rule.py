@@ -40,10 +40,13 @@ What a rule costs is visible in what it uses:
   all rules; they get the concrete node with everything inside it already edited and return
   its replacement, built from that node, never from the original text. They need no libcst
   metadata: positions come from ``ast``.
-- ``READS`` names the rules whose planned fixes this rule takes into account
-  (``context.facts[code]``); the engine runs rules in code order, so a rule only reads
-  earlier codes. NPU102 adds ``combine_grad=True`` for optimizers that NPU101 *will* make
-  NpuFused; both edits land in the same pass.
+- Plans: a rule that builds on another one's decisions reads its *plan*, a typed value the
+  other rule publishes (``self.publish(FusedPlans(...))`` in ``check``) or gives for the whole
+  run (``run_plans(settings)``). ``PROVIDES`` / ``RUN_PLANS`` declare what a rule publishes,
+  ``READS`` what it reads (``self.read_plan(FusedPlans)``: None when the provider does not run); the
+  engine runs every provider before its readers (:func:`chain_order`), in code order otherwise.
+  NPU102 adds ``combine_grad=True`` for optimizers that NPU101 *will* make NpuFused; both edits
+  land in the same pass.
 
 Inside ``check``:
 
@@ -64,9 +67,9 @@ from __future__ import annotations
 import ast
 import enum
 import inspect
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import libcst as cst
 
@@ -82,6 +85,8 @@ from migrator.source import Source
 from migrator.suppressions import Suppressions
 
 DOC_SECTIONS = ("What it does", "Why", "Example", "Use instead", "Fix safety")
+
+PlanT = TypeVar("PlanT")
 
 
 class FixSafety(enum.StrEnum):
@@ -99,7 +104,7 @@ class Linking:
     project: ProjectFacts  # every rule's summaries (no links yet)
     files: ProjectFiles
     settings: Settings
-    selected: frozenset[str]  # the codes of the rules that run
+    plans: Mapping[type, object]  # the run plans of the rules that run (Rule.run_plans)
 
 
 @dataclass
@@ -114,11 +119,8 @@ class FileContext:
     edits: list[Edit] = field(default_factory=list)
     imports: list[ImportRequest] = field(default_factory=list)
     removals: list[ImportRemoval] = field(default_factory=list)
-    # Facts one rule leaves for a later one, keyed by the writer's rule code (see READS).
-    facts: dict[str, Any] = field(default_factory=dict)
-    # The codes of the rules selected for this run, for a rule whose plan depends on what a
-    # later rule will do (NPU101 follows NPU102's `opt-level` switch only when NPU102 runs).
-    selected: frozenset[str] = frozenset()
+    # The plans of this run and file, by type: the run plans, then what rules publish.
+    plans: dict[type, object] = field(default_factory=dict)
     released: bool = False  # see release()
     _text: str = ""
 
@@ -149,7 +151,7 @@ class FileContext:
         self.edits.clear()
         self.imports.clear()
         self.removals.clear()
-        self.facts.clear()
+        self.plans.clear()
         self.view.release()
         self.index.release()
         self.released = True
@@ -163,7 +165,11 @@ class Rule:
     SUMMARY: ClassVar[str]
     FIX_SAFETY: ClassVar[FixSafety]
     TRIGGER: ClassVar[tuple[str, ...]]
-    READS: ClassVar[tuple[str, ...]] = ()
+    # Plans (typed values, see the module docstring): what check() publishes for the file,
+    # what run_plans() gives for the whole run, and what check() reads of other rules'.
+    PROVIDES: ClassVar[tuple[type, ...]] = ()
+    RUN_PLANS: ClassVar[tuple[type, ...]] = ()
+    READS: ClassVar[tuple[type, ...]] = ()
     # An opt-in rule runs only when a --select (or config `select`) entry names its full code:
     # a prefix such as "NPU1", or no selection at all, leaves it out (see registry.select_rules).
     OPT_IN: ClassVar[bool] = False
@@ -197,6 +203,28 @@ class Rule:
     def check(self) -> None:
         """Examine the file and record findings (see the module docstring)."""
         raise NotImplementedError
+
+    @classmethod
+    def run_plans(cls, settings: Settings) -> tuple[object, ...]:
+        """The plans this rule gives for the whole run (one of each ``RUN_PLANS`` type at
+        most), known from the settings before any file is read."""
+        return ()
+
+    # -- plans -----------------------------------------------------------------------------------
+
+    def publish(self, plan: object) -> None:
+        """Leave ``plan`` for the rules that read its type (declared in ``PROVIDES``)."""
+        if type(plan) not in self.PROVIDES:
+            raise TypeError(f"{self.CODE} publishes a {type(plan).__name__} not in PROVIDES")
+        self.context.plans[type(plan)] = plan
+
+    def read_plan(self, kind: type[PlanT]) -> PlanT | None:
+        """The plan of type ``kind`` (declared in ``READS``) for this file, or None when no
+        rule of the run provides it."""
+        if kind not in self.READS:
+            raise TypeError(f"{self.CODE} reads a {kind.__name__} not in READS")
+        found = self.context.plans.get(kind)
+        return found if isinstance(found, kind) else None
 
     @classmethod
     def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
@@ -367,3 +395,37 @@ class Rule:
         removal = ImportRemoval(module, obj, asname)
         if removal not in self.context.removals:
             self.context.removals.append(removal)
+
+
+def chain_order(rules: Sequence[type[Rule]]) -> tuple[type[Rule], ...]:
+    """``rules`` in the order their checks run: every rule after the rules that publish a plan
+    it reads (``PROVIDES`` / ``READS``), in code order otherwise. A cycle is a programming error.
+    """
+    pending = sorted(rules, key=lambda rule: rule.CODE)
+    ordered: list[type[Rule]] = []
+    while pending:
+        for rule in pending:
+            waiting = [
+                other
+                for other in pending
+                if other is not rule and set(other.PROVIDES) & set(rule.READS)
+            ]
+            if not waiting:
+                ordered.append(rule)
+                pending.remove(rule)
+                break
+        else:
+            codes = ", ".join(rule.CODE for rule in pending)
+            raise RuntimeError(f"the plans of {codes} depend on each other in a cycle")
+    return tuple(ordered)
+
+
+def run_plans(rules: Sequence[type[Rule]], settings: Settings) -> dict[type, object]:
+    """The run plans of ``rules`` by type."""
+    found: dict[type, object] = {}
+    for rule in rules:
+        for plan in rule.run_plans(settings):
+            if type(plan) not in rule.RUN_PLANS:
+                raise TypeError(f"{rule.CODE} gives a {type(plan).__name__} not in RUN_PLANS")
+            found[type(plan)] = plan
+    return found

@@ -1,22 +1,32 @@
 """Several rules over one file: one analysis of the original, edits composed in one pass.
 
 Every rule reports against the original file's lines, even when an earlier rule's edit adds a
-line; a rule that depends on another reads its plan (``context.facts``) instead of its output,
-and both edits land in the same pass, inner node before outer node.
+line; a rule that depends on another reads its plan (a typed value, ``Rule.publish`` /
+``Rule.read_plan``) instead of its output, and both edits land in the same pass, inner node before
+outer node; the chain runs every provider of a plan before its readers, whatever their codes.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 import libcst as cst
+import pytest
 
 from migrator.callargs import append_arg, keyword
 from migrator.diagnostics import Severity
 from migrator.engine import Engine, migrate_source
 from migrator.results import Status
-from migrator.rule import FixSafety, Rule
+from migrator.rule import FixSafety, Rule, chain_order
 from migrator.settings import Settings
+
+
+@dataclass(frozen=True)
+class HelperCalls:
+    """NPU801's plan: the `helper(...)` calls it respells, by id."""
+
+    calls: frozenset[int]
 
 
 class AddsApexImport(Rule):
@@ -27,9 +37,10 @@ class AddsApexImport(Rule):
     SUMMARY = "test rule"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ("helper",)
+    PROVIDES = (HelperCalls,)
 
     def check(self) -> None:
-        planned = self.context.facts.setdefault(self.CODE, set())
+        planned: set[int] = set()
         for name in self.index.names("helper"):
             call = self.index.parent(name)
             if not (isinstance(call, ast.Call) and call.func is name):
@@ -38,6 +49,7 @@ class AddsApexImport(Rule):
             if self.fix(call, "helper -> apex.helper", edit):
                 self.add_import("apex")
                 planned.add(id(call))
+        self.publish(HelperCalls(frozenset(planned)))
 
 
 class ReportsCuda(Rule):
@@ -55,17 +67,19 @@ class ReportsCuda(Rule):
 
 
 class MarksHelperCalls(Rule):
-    """Adds `marked=True` to the calls NPU801 rewrites: it reads NPU801's plan."""
+    """Adds `marked=True` to the calls NPU801 rewrites: it reads NPU801's plan. Its code comes
+    before NPU801's, so only the chain order makes it run after NPU801."""
 
-    CODE = "NPU803"
+    CODE = "NPU800"
     NAME = "marks-helper-calls"
     SUMMARY = "test rule"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ("helper",)
-    READS = ("NPU801",)
+    READS = (HelperCalls,)
 
     def check(self) -> None:
-        planned = self.context.facts.get("NPU801", set())
+        plan = self.read_plan(HelperCalls)
+        planned = plan.calls if plan is not None else frozenset()
         for call in self.index.nodes(ast.Call):
             if id(call) in planned:
                 edit = self.replace(
@@ -111,7 +125,7 @@ def test_a_rule_reading_another_rules_plan_edits_the_same_call_in_the_same_pass(
     assert result.migrated == (
         b"import apex\napex.helper(1, marked=True)\nhelper(2)  # npu-migrate: ignore\n"
     )
-    assert [(d.line, d.code) for d in result.diagnostics] == [(1, "NPU801"), (1, "NPU803")]
+    assert [(d.line, d.code) for d in result.diagnostics] == [(1, "NPU800"), (1, "NPU801")]
     # Without the rule it depends on, it has nothing to act on.
     alone = migrate_source(b"helper(1)\n", "t.py", (MarksHelperCalls,), Settings())
     assert alone.status is Status.UNCHANGED and not alone.diagnostics
@@ -129,3 +143,54 @@ def test_check_mode_never_parses_with_libcst() -> None:
 def test_report_only_findings_never_parse_with_libcst() -> None:
     result = Engine((ReportsCuda,), Settings()).migrate(SOURCE, "t.py")
     assert result.status is Status.UNCHANGED and result.diagnostics and not result.parsed
+
+
+def test_the_chain_runs_providers_before_readers_and_code_order_otherwise() -> None:
+    assert chain_order((MarksHelperCalls, ReportsCuda, AddsApexImport)) == (
+        AddsApexImport,
+        MarksHelperCalls,
+        ReportsCuda,
+    )
+
+
+class ReadsWithoutDeclaring(Rule):
+    CODE = "NPU804"
+    NAME = "reads-without-declaring"
+    SUMMARY = "test rule"
+    FIX_SAFETY = FixSafety.NONE
+    TRIGGER = ("helper",)
+
+    def check(self) -> None:
+        self.read_plan(HelperCalls)
+
+
+def test_reading_an_undeclared_plan_fails_the_file_with_the_rules_code() -> None:
+    result = migrate_source(b"helper()\n", "t.py", (ReadsWithoutDeclaring,), Settings())
+    assert result.status is Status.ERROR
+    assert "NPU804" in result.diagnostics[0].message
+    assert "HelperCalls not in READS" in result.diagnostics[0].message
+
+
+class CircularA(Rule):
+    CODE = "NPU805"
+    NAME = "circular-a"
+    SUMMARY = "test rule"
+    FIX_SAFETY = FixSafety.NONE
+    TRIGGER = ("x",)
+    PROVIDES = (HelperCalls,)
+    READS = (int,)
+
+
+class CircularB(Rule):
+    CODE = "NPU806"
+    NAME = "circular-b"
+    SUMMARY = "test rule"
+    FIX_SAFETY = FixSafety.NONE
+    TRIGGER = ("x",)
+    PROVIDES = (int,)
+    READS = (HelperCalls,)
+
+
+def test_plans_that_depend_on_each_other_are_refused() -> None:
+    with pytest.raises(RuntimeError, match="NPU805, NPU806"):
+        chain_order((CircularB, CircularA))

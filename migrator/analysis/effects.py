@@ -1,4 +1,4 @@
-"""What a statement line reads and changes: the facts NPU203 proves its moves with. Not a rule.
+"""What a statement line reads and changes: the facts NPU203 proves its moves with.
 
 NPU203 moves an optimizer above a DDP wrap only when nothing it skips over can tell the
 difference. The proof works on dotted paths (``model``, ``args.lr``, ``model.module.head``)
@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import ast
 import enum
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.analysis.calls import arguments
 from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimizer_class
-from migrator.analysis.functions import KEY as FUNCTIONS_KEY
 from migrator.analysis.functions import (
     FunctionSummary,
     ModuleFunctions,
@@ -36,8 +35,8 @@ from migrator.analysis.functions import (
 )
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.names import Ambiguous
-from migrator.rule import Rule
-from migrator.rules.optimizers._common import planned_fused
+from migrator.analysis.project import Facts
+from migrator.analysis.view import FileView
 
 DDP_CLASSES = frozenset(
     {
@@ -146,10 +145,24 @@ class Wrap:
 
 
 class CallNames:
-    """What a call is, through the rule's name resolution."""
+    """What a call is, through the file's name resolution.
 
-    def __init__(self, rule: Rule) -> None:
-        self.rule = rule
+    ``links`` are the linked project facts of the functions and classes of other modules (see
+    :func:`~migrator.analysis.functions.link`); ``respelled`` maps id(call) to the qualified
+    name of the class a rule will give a constructor call (NPU101's NPU fused optimizers).
+    """
+
+    def __init__(
+        self,
+        view: FileView,
+        path: str,
+        links: Mapping[str, Facts],
+        respelled: Mapping[int, str],
+    ) -> None:
+        self.view = view
+        self.path = path
+        self.links = links
+        self.respelled = respelled
         self._functions: ModuleFunctions | None = None
         self._linked: dict[int, FunctionSummary | None] = {}
         self._classes: ModuleClasses | None = None
@@ -161,7 +174,7 @@ class CallNames:
         func = call.func
         if isinstance(func, ast.Name):
             if self._functions is None:
-                self._functions = ModuleFunctions(self.rule.index)
+                self._functions = ModuleFunctions(self.view.index)
             if func.id in self._functions.definitions:
                 return self._functions.summary_of_call(call)
         if id(call) not in self._linked:
@@ -169,13 +182,12 @@ class CallNames:
         return self._linked[id(call)]
 
     def linked_summary(self, func: ast.expr) -> FunctionSummary | None:
-        links = self.rule.project.links(FUNCTIONS_KEY)
-        if not links or dotted_path(func) is None:
+        if not self.links or dotted_path(func) is None:
             return None  # a call of no plain name or attribute path is never followed
-        name = self.rule.qualified_name(func)
+        name = self.view.qualified_name(func)
         if not isinstance(name, str):
             return None  # unknown or ambiguous: an unknown call, as without the facts
-        return linked_summary(links, self.rule.context.path, name, self.rule.code(func))
+        return linked_summary(self.links, self.path, name, self.view.code(func))
 
     def optimizer_class(self, call: ast.Call) -> OptimizerClass | None:
         """The optimizer class of the repository that ``call`` builds: one of this module,
@@ -188,22 +200,21 @@ class CallNames:
     def _optimizer_class(self, func: ast.expr) -> OptimizerClass | None:
         if isinstance(func, ast.Name):
             if self._classes is None:
-                self._classes = ModuleClasses(self.rule.index, self.rule.qualified_name)
+                self._classes = ModuleClasses(self.view.index, self.view.qualified_name)
             if func.id in self._classes.definitions:
                 return self.own_class(func)
-        links = self.rule.project.links(FUNCTIONS_KEY)
-        if not links or dotted_path(func) is None:
+        if not self.links or dotted_path(func) is None:
             return None
-        name = self.rule.qualified_name(func)
+        name = self.view.qualified_name(func)
         if not isinstance(name, str):
             return None  # unknown or ambiguous: an unknown call, as without the facts
-        return linked_class(links, self.rule.context.path, name, self.rule.code(func))
+        return linked_class(self.links, self.path, name, self.view.code(func))
 
     def own_class(self, func: ast.Name) -> OptimizerClass | None:
         """The optimizer class of this module that the name at the call can only mean."""
         assert self._classes is not None
         definition = self._classes.definitions[func.id]
-        bindings = self.rule.index.bindings_of(func)
+        bindings = self.view.index.bindings_of(func)
         if len(bindings) != 1 or bindings[0].node is not definition:
             return None  # shadowed where it is called (a parameter, a local of that name)
         verdict = self._classes.verdict(func.id)
@@ -212,13 +223,13 @@ class CallNames:
     def is_amp_initialize(self, node: ast.AST) -> bool:
         return (
             isinstance(node, ast.Call)
-            and self.rule.qualified_name_in(node.func, {AMP_INITIALIZE}) == AMP_INITIALIZE
+            and self.view.qualified_name_in(node.func, {AMP_INITIALIZE}) == AMP_INITIALIZE
         )
 
     def builds_optimizer(self, call: ast.Call) -> bool:
         if isinstance(call.func, ast.Attribute) and call.func.attr == ADD_PARAM_GROUP:
             return True
-        name = self.rule.qualified_name(call.func)
+        name = self.view.qualified_name(call.func)
         if isinstance(name, str) and (is_optimizer_class(name) or name == AMP_INITIALIZE):
             return True
         return self.optimizer_class(call) is not None
@@ -231,7 +242,7 @@ class CallNames:
     def callee(self, call: ast.Call) -> Path | None:
         """The path of the callee as the migrated code spells it.
 
-        NPU101 may respell an optimizer class (its plan is in ``context.facts``, see READS):
+        A rule may respell an optimizer class (``respelled``: NPU101's plans):
         ``O.SGD`` becomes ``O.NpuFusedSGD`` when ``O`` is the new class's module, else the class
         is spelled out in full (``torch_npu.optim.NpuFusedSGD``, imported at the top). A plain
         name keeps where it is bound (its import is rewritten in place), or is spelled out in
@@ -239,13 +250,13 @@ class CallNames:
         one refused, and the engine's idempotence check leaves the file as it was.
         """
         written = dotted_path(call.func)
-        plan = planned_fused(self.rule).get(id(call))
-        if plan is None or not isinstance(call.func, ast.Attribute):
+        target = self.respelled.get(id(call))
+        if target is None or not isinstance(call.func, ast.Attribute):
             return written
-        home = plan.qualified_target.rpartition(".")[0]
-        if self.rule.qualified_name(call.func.value) == home:
+        home = target.rpartition(".")[0]
+        if self.view.qualified_name(call.func.value) == home:
             return written
-        return tuple(plan.qualified_target.split("."))
+        return tuple(target.split("."))
 
     def wrap_of(self, node: ast.Assign) -> Wrap | None:
         """``target = DDP(source, ...)``, also followed by a device move of the wrapper
@@ -261,7 +272,7 @@ class CallNames:
             and isinstance(func.value, ast.Call)
         ):
             moved, call = call, func.value
-        name = self.rule.qualified_name_in(call.func, DDP_CLASSES)
+        name = self.view.qualified_name_in(call.func, DDP_CLASSES)
         target = dotted_path(node.targets[0])
         if not isinstance(name, str) or target is None:
             return None
@@ -494,7 +505,7 @@ class EffectsCollector:
     # -- uses ------------------------------------------------------------------------------------
 
     def call(self, node: ast.Call) -> None:
-        name = self.calls.rule.qualified_name(node.func)
+        name = self.calls.view.qualified_name(node.func)
         if isinstance(name, Ambiguous) and any(c in DDP_CLASSES for c in name.candidates):
             self.effects.ambiguous.append((node, name))
         func = node.func

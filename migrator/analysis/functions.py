@@ -63,7 +63,6 @@ from migrator.analysis.classes import summary_from_facts as class_from_facts
 from migrator.analysis.index import ModuleIndex, full_name, resolution_base
 from migrator.analysis.project import Facts, ProjectFiles, Resolved
 from migrator.analysis.scopes import BindingKind
-from migrator.rule import Linking
 
 DDP_PREFIX = "module."
 # Every non-empty end of "module.": a text that starts with one of them can match across the
@@ -436,8 +435,6 @@ def _substring_is_invariant(text: str) -> bool:
 
 # -- functions of other modules of the run (see the module docstring) ---------------------------
 
-# Where NPU203's project facts are kept (its code: Rule.project_key).
-KEY = "NPU203"
 # Names that are never a function of the repository.
 _LIBRARY_ROOTS = frozenset({"torch", "apex", "torch_npu", "builtins"})
 _MAX_REEXPORTS = 4  # `from .params import get_params_groups` in a package, followed this often
@@ -524,17 +521,18 @@ def _callee(index: ModuleIndex, call: ast.Call) -> str | None:
     return name
 
 
-def link(linking: Linking) -> Mapping[str, Facts] | None:
-    """For each summarised file, the callees that are functions or classes at the top of a
-    module of the run (``callees``: qualified name -> path and name); for each of those
-    modules, the verdict on each function asked for (``functions``: name -> :func:`verdict`)
-    and on each optimizer class (``classes``: name -> ``ModuleClasses.verdict``, see
-    npu203_classes; a class that is no optimizer class is left out)."""
+def link(summaries: Mapping[str, Facts], files: ProjectFiles) -> Mapping[str, Facts] | None:
+    """For each file of ``summaries`` (what :func:`summarize` gave, by path), the callees that
+    are functions or classes at the top of a module of the run (``callees``: qualified name ->
+    path and name); for each of those modules, the verdict on each function asked for
+    (``functions``: name -> :func:`verdict`) and on each optimizer class (``classes``: name ->
+    ``ModuleClasses.verdict``, see :mod:`migrator.analysis.classes`; a class that is no
+    optimizer class is left out)."""
     facts: dict[str, dict[str, Any]] = {}
     wanted: dict[str, dict[BindingKind, set[str]]] = {}
-    for path, summary in linking.project.summaries(KEY).items():
+    for path, summary in summaries.items():
         for callee in summary["callees"]:
-            found = _locate(linking.files, callee, path)
+            found = _locate(files, callee, path)
             if found is None:
                 continue
             home, name, kind = found
@@ -544,7 +542,7 @@ def link(linking: Linking) -> Mapping[str, Facts] | None:
             }
             wanted.setdefault(home, {}).setdefault(kind, set()).add(name)
     for home, by_kind in sorted(wanted.items()):
-        index = linking.files.index(home)
+        index = files.index(home)
         assert index is not None  # _locate parsed it
         function_names = by_kind.get(BindingKind.FUNCTION, set())
         if function_names:

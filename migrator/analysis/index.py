@@ -62,6 +62,11 @@ def start_of(node: ast.AST) -> Position:
     return node.lineno, node.col_offset  # type: ignore[attr-defined,return-value]
 
 
+def line_of(node: ast.AST) -> int:
+    """The 1-based line where ``node`` starts."""
+    return node.lineno  # type: ignore[attr-defined,no-any-return]
+
+
 def full_name(node: ast.AST | None) -> str | None:
     """libcst's ``get_full_name_for_node``: ``a.b.c`` for names, attributes, the callee of a
     call and the value of a subscript; ``None.x`` when the base has no name."""

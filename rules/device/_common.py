@@ -466,15 +466,20 @@ class DeviceFlow:
     """Where a module uses devices, as NPU303 sees it: every device position with its place,
     and every expression that :func:`values_reaching` finds there (with the position's place).
 
-    NPU303 computes it and leaves it in ``context.facts["NPU303"]``; NPU925 reads it to report
-    only the ``"cuda"`` literals that NPU303 does not reach."""
+    Computed once per file (:func:`device_flow`): NPU303 rewrites the literals it reaches,
+    NPU925 reports the ``"cuda"`` literals it does not."""
 
     positions: tuple[tuple[ast.AST, Place], ...]
     reached: tuple[tuple[ast.AST, Place], ...]
 
 
 def device_flow(rule: Rule) -> DeviceFlow:
-    """The module's device positions and the values reaching them, in source order."""
+    """The module's device positions and the values reaching them, in source order (computed
+    once per file: NPU303 rewrites what reaches them, NPU925 reports the rest)."""
+    return rule.view.memo(DeviceFlow, lambda: _device_flow(rule))
+
+
+def _device_flow(rule: Rule) -> DeviceFlow:
     positions = tuple(device_positions(rule))
     reached = tuple(
         (value, place) for position, place in positions for value in values_reaching(rule, position)

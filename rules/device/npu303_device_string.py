@@ -73,7 +73,6 @@ class DeviceString(Rule):
     def check(self) -> None:
         targets: dict[int, ast.AST] = {}
         flow = device_flow(self)
-        self.context.facts[self.CODE] = flow  # NPU925 reports the "cuda" literals it misses
         for value, place in flow.reached:
             if is_cuda_device_string(self, value) and _fits(self, value, place):
                 targets.setdefault(id(value), value)

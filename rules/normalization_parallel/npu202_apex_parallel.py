@@ -174,8 +174,6 @@ class ApexParallelToTorch(Rule):
         self.blocked_funcs: set[int] = set()  # id(func node) of calls left alone
         self.blocked_names: set[str] = set()  # local names whose import must stay apex
         self.imports: dict[int, ImportPlan] = {}  # id(ImportFrom) -> how it is rewritten
-        self.rehomed: set[int] = set()  # id(ImportFrom) of the imports actually rewritten
-        self.replaced: set[int] = set()  # id(Attribute) of the accesses actually rewritten
 
     def check(self) -> None:
         self.nn = torch_nn_prefix(self)
@@ -189,8 +187,6 @@ class ApexParallelToTorch(Rule):
         self.check_attributes()  # before the calls: same order as a bottom-up visit
         for call in calls:
             self.check_call(call)
-        # NPU203 reads which apex DDP calls become torch's DistributedDataParallel.
-        self.context.facts[self.CODE] = {"torch_ddp_calls": self.torch_ddp_calls(calls)}
 
     # -- planning the calls ----------------------------------------------------------------------
 
@@ -315,7 +311,6 @@ class ApexParallelToTorch(Rule):
             edit = rehome_statement(self, statement, plan.moves)
             if not self.fix(statement, message, edit, *plan.uses):
                 continue
-            self.rehomed.add(id(statement))
             if any(home.module is None for home in plan.moves.values()):
                 self.ensure_torch_spelling()
 
@@ -373,7 +368,6 @@ class ApexParallelToTorch(Rule):
         replacement = f"{self.nn}.{member}"
         edit = self.replace(node, cst.Attribute, lambda _: dotted_expression(replacement))
         if self.fix(node, f"replaced `{name}` with `torch.nn.{member}`", edit):
-            self.replaced.add(id(node))
             self.ensure_torch_spelling()
             queue_removal_of_base_import(self, node)
 
@@ -407,36 +401,6 @@ class ApexParallelToTorch(Rule):
                 "removed arguments torch's version does not take: " + "; ".join(plan.notes),
                 self.replace(call, cst.Call, drop_arguments(plan.removed)),
             )
-
-    # -- what NPU203 reads -----------------------------------------------------------------------
-
-    def torch_ddp_calls(self, calls: list[ast.Call]) -> dict[int, ast.Call]:
-        """The apex DDP calls that this rule turns into torch DDP calls, by id."""
-        found: dict[int, ast.Call] = {}
-        for call in calls:
-            plan = self.plans.get(id(call))
-            if plan is None or plan.blockers or plan.name not in APEX_DDP:
-                continue
-            func = call.func
-            if (isinstance(func, ast.Attribute) and id(func) in self.replaced) or (
-                isinstance(func, ast.Name) and self.rehomed_name(func)
-            ):
-                found[id(call)] = call
-        return found
-
-    def rehomed_name(self, name: ast.Name) -> bool:
-        """Whether the import that binds ``name`` was rewritten to import it from torch."""
-        for statement in binding_imports(self, name):
-            plan = self.imports.get(id(statement))
-            if plan is None or id(statement) not in self.rehomed:
-                continue
-            assert isinstance(statement, ast.ImportFrom)
-            if any(
-                bound_name(alias) == name.id and alias.name in plan.moves
-                for alias in statement.names
-            ):
-                return True
-        return False
 
 
 def drop_arguments(doomed: list[int]) -> Callable[[cst.Call], cst.Call]:

@@ -31,11 +31,10 @@ from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import Facts, Module
 from migrator.edits import Edit, Lines
 from migrator.rule import FileContext, FixSafety, Linking, Rule
-from migrator.rules.optimizers._common import NPU101
+from migrator.rules.optimizers._plans import FusedPlans, RemovedWraps, planned
 
 _TARGET_WORDS = (b"optim", b"add_param_group", b"initialize")
 NOT_MOVABLE = "it is built inside a loop or a block this rule does not move statements out of"
-NPU104 = "NPU104"  # the key of NPU104's facts: the wraps it removes
 
 Line = list[ast.stmt]  # one statement line: `a = 1; b = 2` is one line of two statements
 
@@ -136,7 +135,7 @@ class OptimizerBeforeDdp(Rule):
     TRIGGER = ("DataParallel",)
     # NPU101's respelling of optimizer classes: a moved statement reads its callee as rewritten;
     # NPU104's removed wraps (replaced by combine_ddp) are no wraps to move above.
-    READS = (NPU101, NPU104)
+    READS = (FusedPlans, RemovedWraps)
     # The files it checks are summarised: the functions and classes of other modules of the run
     # they call (see npu203_functions, npu203_classes), whose verdicts the link computes there.
     PROJECT_TRIGGER = TRIGGER
@@ -154,11 +153,13 @@ class OptimizerBeforeDdp(Rule):
 
     @classmethod
     def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
-        return functions.link(linking)
+        return functions.link(linking.project.summaries(cls.project_key()), linking.files)
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
-        self.calls = CallNames(self)
+        respelled = {key: plan.qualified_target for key, plan in planned(self).items()}
+        links = self.project.links(self.project_key())
+        self.calls = CallNames(self.view, context.path, links, respelled)
 
     def check(self) -> None:
         if not self.wrap_calls:
@@ -416,7 +417,8 @@ class OptimizerBeforeDdp(Rule):
 
     def real_wraps(self, effects: Effects) -> list[Wrap]:
         """The DDP wraps of a line, but those NPU104 removes (combine_ddp replaces them)."""
-        removed = self.context.facts.get(NPU104, {}).get("removed_wraps", frozenset())
+        removed_wraps = self.read_plan(RemovedWraps)
+        removed = removed_wraps.calls if removed_wraps is not None else frozenset()
         return [w for w in effects.wraps if not w.data_parallel and id(w.call) not in removed]
 
     def targets_after(self, original: Sequence[Line], start: int) -> list[Target]:

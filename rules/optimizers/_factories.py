@@ -42,17 +42,10 @@ from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, Module
 from migrator.analysis.view import FileView
 from migrator.rule import FileContext, Linking, Rule
-from migrator.rules.optimizers._common import (
-    KNOWN_OPTIMIZERS,
-    NPU101,
-    OPT_LEVELS,
-    OptimizerFlow,
-    amp_options_requesting,
-    code_of,
-    npu_fused_name,
-    requested_here,
-)
-from migrator.settings import Settings
+from migrator.rules.optimizers._amp import amp_options
+from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._plans import FusedPlans, FusedSwaps, OptLevelSwitch, switched_level
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPT_LEVELS
 from migrator.suppressions import Suppressions
 
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
@@ -67,26 +60,6 @@ _MAX_REEXPORTS = 4  # `from .optim import build` in an __init__.py, followed thi
 
 def wants_summary(source: bytes) -> bool:
     return any(word.encode() in source for word in PROJECT_TRIGGER) and _ALSO_NEEDED in source
-
-
-# -- a module read for the facts -----------------------------------------------------------------
-
-
-class _Reader(Rule):
-    """Reads a module for the project facts: names, text and the optimizer flow, never findings.
-    No ``CODE``: the registry does not list it."""
-
-    NAME = "npu1-project-reader"
-    SUMMARY = "reads modules for NPU101/NPU102's project facts"
-    TRIGGER = ()
-
-    def check(self) -> None:  # pragma: no cover - never run as a rule
-        raise NotImplementedError
-
-
-def _reader(index: ModuleIndex, path: str, settings: Settings, selected: frozenset[str]) -> Rule:
-    context = FileContext(path, settings, Suppressions(), FileView(index), selected=selected)
-    return _Reader(context)
 
 
 def _display(path: str) -> str:
@@ -105,7 +78,7 @@ def _key(call: ast.AST) -> str:
 
 
 def summarize(index: ModuleIndex, module: Module) -> Facts | None:
-    reader = _reader(index, module.path, Settings(), frozenset())
+    reader = FileView(index)
     flow = OptimizerFlow.of(reader)
     uses: list[dict[str, Any]] = []
     for sink in flow.amp_sinks:
@@ -122,7 +95,7 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
     return {"uses": uses} if uses else None
 
 
-def _use(reader: Rule, call: ast.Call) -> dict[str, Any] | None:
+def _use(reader: FileView, call: ast.Call) -> dict[str, Any] | None:
     """The callee of ``call`` when it may be a function of another module of the run."""
     if not isinstance(call.func, ast.Name | ast.Attribute):
         return None
@@ -131,10 +104,10 @@ def _use(reader: Rule, call: ast.Call) -> dict[str, Any] | None:
     if isinstance(name, Ambiguous):
         if any(_is_library(candidate) for candidate in name.candidates):
             return None  # an optimizer class of torch or apex: NPU101 reports the ambiguity
-        return {**where, "code": code_of(reader, call.func), "ambiguous": name.describe()}
+        return {**where, "code": reader.written(call.func), "ambiguous": name.describe()}
     if name is None or _is_library(name):
         return None
-    return {**where, "code": code_of(reader, call.func), "callee": name}
+    return {**where, "code": reader.written(call.func), "callee": name}
 
 
 def _is_library(name: str) -> bool:
@@ -162,20 +135,22 @@ class _Link:
     """The state of one link stage."""
 
     linking: Linking
-    readers: dict[str, Rule | None] = field(default_factory=dict)
+    readers: dict[str, FileView | None] = field(default_factory=dict)
     located: dict[tuple[str, str], Factory | str] = field(default_factory=dict)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> facts
 
-    def reader(self, path: str) -> Rule | None:
-        """A reader over a file of the run, with the run's settings and selection."""
+    def reader(self, path: str) -> FileView | None:
+        """The view of a file of the run (None: it cannot be read or parsed)."""
         if path not in self.readers:
             index = self.linking.files.index(path)
-            self.readers[path] = (
-                None
-                if index is None
-                else _reader(index, path, self.linking.settings, self.linking.selected)
-            )
+            self.readers[path] = None if index is None else FileView(index)
         return self.readers[path]
+
+    @property
+    def switched_level(self) -> str | None:
+        """The ``opt_level`` NPU102's option sets in this run, if it runs and sets one."""
+        switch = self.linking.plans.get(OptLevelSwitch)
+        return switch.level if isinstance(switch, OptLevelSwitch) else None
 
     def of(self, path: str, part: str) -> dict[str, Any]:
         return self.facts.setdefault(path, {}).setdefault(part, {})
@@ -335,7 +310,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
 
 
 def _calls_of(
-    state: _Link, reader: Rule, path: str, names: set[str]
+    state: _Link, reader: FileView, path: str, names: set[str]
 ) -> Iterator[tuple[ast.Call, Factory]]:
     """The calls in ``path`` (another file than the factory's) of a function named in
     ``names``, with the factory each resolves to."""
@@ -353,14 +328,14 @@ def _calls_of(
             yield call, found
 
 
-def _amp_facts(reader: Rule, path: str, call: ast.Call) -> dict[str, Any]:
+def _amp_facts(reader: FileView, path: str, call: ast.Call) -> dict[str, Any]:
     """One ``amp.initialize`` call a factory's result reaches: where, whether it is disabled,
     and for no switch ("") and each level NPU102's switch may set: why Ascend apex would
     refuse an NPU fused optimizer there, what must hold at run time, the level set."""
     levels: dict[str, Any] = {}
     disabled = False
     for requested in ("", *OPT_LEVELS):
-        options = amp_options_requesting(reader, call, requested or None)
+        options = amp_options(reader, call, requested or None)
         disabled = options.disabled
         levels[requested] = {
             "refusal": options.refuses_fused(),
@@ -389,20 +364,24 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         return {f: _verdict_entry(False, f"{f.shown}: {why}", False, why) for f in factories}
     linked = {**linking.project.linked, KEY: {path: dict(state.facts.get(path, {}))}}
     settings = replace(linking.settings, project=replace(linking.project, linked=linked))
-    context = FileContext(path, settings, suppressions, FileView(index), selected=linking.selected)
-    npu101 = NpuFusedOptimizer(context)
-    npu101.check()
-    plans = context.facts.get(NPU101, {})
-    findings = {d.line for d in context.diagnostics if d.code == NPU101}
-    verdicts = {factory: _verdict(npu101, factory, plans, findings, path) for factory in factories}
-    context.facts.clear()  # the flow and plans refer to the index, which the link releases
+    view = FileView(index)
+    context = FileContext(path, settings, suppressions, view, plans=dict(linking.plans))
+    NpuFusedOptimizer(context).check()
+    published = context.plans.get(FusedPlans)
+    plans = published.by_call if isinstance(published, FusedPlans) else {}
+    code = NpuFusedOptimizer.CODE
+    findings = {d.line for d in context.diagnostics if d.code == code}
+    verdicts = {factory: _verdict(view, factory, plans, findings, path) for factory in factories}
+    # The plans and the flow hold nodes of the index, which the link stage releases.
+    context.plans.clear()
+    view.release()
     return verdicts
 
 
 def _verdict(
-    rule: Rule, factory: Factory, plans: Mapping[int, Any], findings: set[int], path: str
+    view: FileView, factory: Factory, plans: Mapping[int, Any], findings: set[int], path: str
 ) -> Facts:
-    origins = returned_origins(rule, factory.name)
+    origins = returned_origins(view, factory.name)
     if not origins:
         why = f"its optimizer comes from {factory.shown}, which returns nothing npu-migrate follows"
         return _verdict_entry(False, why, False, why)
@@ -410,8 +389,8 @@ def _verdict(
     fused: dict[str, list[str]] = {"planned": [], "written": []}
     for origin in origins:
         where = f"{_display(path)}:{origin.lineno}"
-        code = code_of(rule, origin.func if isinstance(origin, ast.Call) else origin)
-        written = npu_fused_name(rule, origin.func) if isinstance(origin, ast.Call) else None
+        code = view.written(origin.func if isinstance(origin, ast.Call) else origin)
+        written = npu_fused_name(view, origin.func) if isinstance(origin, ast.Call) else None
         plan = plans.get(id(origin))
         if written is not None:
             fused["planned"].append(f"`{written}` ({where})")
@@ -420,7 +399,7 @@ def _verdict(
             target = plan.qualified_target
             fused["planned"].append(f"`{code}` ({where}, made `{target}` by NPU101)")
             problems["written"].append(f"`{code}` ({where}), not an NPU fused optimizer")
-        elif isinstance(origin, ast.Call) and _known_optimizer(rule, origin):
+        elif isinstance(origin, ast.Call) and _known_optimizer(view, origin):
             finding = ", see NPU101's finding there" if origin.lineno in findings else ""
             problem = f"`{code}` ({where}), which stays unfused{finding}"
             problems["planned"].append(problem)
@@ -439,22 +418,22 @@ def _verdict(
     )
 
 
-def _known_optimizer(rule: Rule, call: ast.Call) -> bool:
-    return isinstance(rule.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
+def _known_optimizer(view: FileView, call: ast.Call) -> bool:
+    return isinstance(view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
 
 
-def returned_origins(rule: Rule, name: str) -> list[ast.expr]:
+def returned_origins(view: FileView, name: str) -> list[ast.expr]:
     """Where the values that the function ``name`` at the top of the module returns come
     from, through the module's flow (its local helpers included), in source order."""
-    function = _top_level_function(rule.index, name)
+    function = _top_level_function(view.index, name)
     if function is None:
         return []
-    flow = OptimizerFlow.of(rule)
+    flow = OptimizerFlow.of(view)
     found: list[ast.expr] = []
-    for statement in rule.index.walk(function):
+    for statement in view.index.walk(function):
         if not isinstance(statement, ast.Return) or statement.value is None:
             continue
-        if _function_of(rule.index, statement) is not function:
+        if _function_of(view.index, statement) is not function:
             continue
         for origin in flow.origins(statement.value):
             if all(origin is not seen for seen in found):
@@ -515,7 +494,7 @@ def call_sites(rule: Rule, call: ast.Call) -> list[CallSite]:
     if not exported:
         return []
     factories = rule.project.links(KEY).get(rule.context.path, {}).get("factories", {})
-    level = requested_here(rule) or ""
+    level = switched_level(rule) or ""
     sites: list[CallSite] = []
     for name in exported.get(id(call), []):
         for site in factories[name]["sites"]:
@@ -535,24 +514,21 @@ def _external_amp(facts: Mapping[str, Any], level: str) -> ExternalAmp:
     )
 
 
-_EXPORTED_FACT = "npu1:exported"
-
-
 def _exported(rule: Rule) -> dict[int, list[str]]:
     """id(origin) -> the names of this module's factories (per the project facts) that return
     it; computed once per file."""
-    cached = rule.context.facts.get(_EXPORTED_FACT)
-    if isinstance(cached, dict):
-        return cached
-    exported: dict[int, list[str]] = {}
     factories = rule.project.links(KEY).get(rule.context.path, {}).get("factories", {})
-    for name, facts in factories.items():
-        if not facts["sites"]:
-            continue
-        for origin in returned_origins(rule, name):
-            exported.setdefault(id(origin), []).append(name)
-    rule.context.facts[_EXPORTED_FACT] = exported
-    return exported
+
+    def exported() -> dict[int, list[str]]:
+        found: dict[int, list[str]] = {}
+        for name, facts in factories.items():
+            if not facts["sites"]:
+                continue
+            for origin in returned_origins(rule.view, name):
+                found.setdefault(id(origin), []).append(name)
+        return found
+
+    return rule.view.memo(_exported, exported)
 
 
 @dataclass(frozen=True)
@@ -568,9 +544,9 @@ def factory_verdict(rule: Rule, call: ast.Call) -> FactoryVerdict | None:
     as NPU101 leaves it when it runs in this run, as written otherwise; None without facts."""
     origins = rule.project.links(KEY).get(rule.context.path, {}).get("origins", {})
     entry = origins.get(_key(call))
-    if entry is None or entry["code"] != code_of(rule, call.func):
+    if entry is None or entry["code"] != rule.view.written(call.func):
         return None
-    state = "planned" if NPU101 in rule.context.selected else "written"
+    state = "planned" if rule.read_plan(FusedSwaps) is not None else "written"
     return FactoryVerdict(entry["fused"][state], entry["why"][state])
 
 

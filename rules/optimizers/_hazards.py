@@ -36,17 +36,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_value
-from migrator.analysis.index import dotted_name
-from migrator.rule import Rule
-from migrator.rules.optimizers._common import (
-    FP16_OPTIMIZERS,
-    KNOWN_OPTIMIZERS,
-    NPU1_ROOTS,
-    OptimizerFlow,
-    code_of,
-    line_of,
-    npu_fused_name,
-)
+from migrator.analysis.index import dotted_name, line_of
+from migrator.analysis.view import FileView
+from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 # Dtypes the fused optimizers refuse (they take float32 and float16 parameters only).
@@ -93,9 +86,9 @@ class Hazard:
 class FusionHazards:
     """The hazards of one file, computed once and looked up per optimizer constructor."""
 
-    def __init__(self, rule: Rule, flow: OptimizerFlow) -> None:
-        self.rule = rule
-        self.index = rule.index
+    def __init__(self, view: FileView, flow: OptimizerFlow) -> None:
+        self.view = view
+        self.index = view.index
         self.flow = flow
 
     def of(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
@@ -153,9 +146,9 @@ class FusionHazards:
     def _builds_optimizer(self, call: ast.Call, wrapper: bool) -> bool:
         """A known optimizer constructor, or (``wrapper``) a call given one: `hvd.Distributed
         Optimizer(optimizer)` and the like hand back something used as the optimizer."""
-        if self.rule.may_name(call.func, NPU1_ROOTS):
-            name = self.rule.qualified_name_in(call.func, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
-            if isinstance(name, str) or npu_fused_name(self.rule, call.func) is not None:
+        if self.view.may_name(call.func, NPU1_ROOTS):
+            name = self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
+            if isinstance(name, str) or npu_fused_name(self.view, call.func) is not None:
                 return True
         if not wrapper:
             return False
@@ -175,13 +168,13 @@ class FusionHazards:
             if set_to_none is None:
                 continue  # the fused optimizers default to zeroing in place
             value = literal_value(set_to_none.value)
-            written = f"`{code_of(self.rule, call)}`"
+            written = f"`{self.view.written(call)}`"
             if value is NOT_LITERAL:
                 yield Hazard(
                     call,
                     written,
                     "raises ValueError in the NPU fused optimizers when "
-                    f'`{code_of(self.rule, set_to_none.value)}` is true ("set_to_none is not '
+                    f'`{self.view.written(set_to_none.value)}` is true ("set_to_none is not '
                     'supported in fused optimizers")',
                     "call `zero_grad()` without `set_to_none` there",
                 )
@@ -204,15 +197,15 @@ class FusionHazards:
             if optimizers or not _is_method(call, "zero_grad") or self._own_method(call):
                 continue
             assert isinstance(call.func, ast.Attribute)
-            receiver = code_of(self.rule, call.func.value)
+            receiver = self.view.written(call.func.value)
             set_to_none = argument(call, "set_to_none", 0)
             value = True if set_to_none is None else literal_value(set_to_none.value)
-            written = f"`{code_of(self.rule, call)}`"
+            written = f"`{self.view.written(call)}`"
             if value is NOT_LITERAL:
                 assert set_to_none is not None
                 effect = (
                     "sets the gradients to None when "
-                    f"`{code_of(self.rule, set_to_none.value)}` is true, which detaches them from "
+                    f"`{self.view.written(set_to_none.value)}` is true, which detaches them from "
                     "the NPU fused optimizer's flat gradient buffer (it then keeps stepping with "
                     "stale gradients)"
                 )
@@ -261,7 +254,7 @@ class FusionHazards:
             statement = self.index.statement_of(attribute)
             if statement is None:
                 continue
-            target = code_of(self.rule, attribute)
+            target = self.view.written(attribute)
             value = getattr(statement, "value", None)
             if isinstance(statement, ast.Delete) or (
                 isinstance(value, ast.Constant) and value.value is None
@@ -293,7 +286,7 @@ class FusionHazards:
             call = self.index.parent(attribute)
             if not isinstance(call, ast.Call) or call.func is not attribute or not call.args:
                 continue
-            if self.rule.qualified_name(attribute) != "torch.set_default_dtype":
+            if self.view.qualified_name(attribute) != "torch.set_default_dtype":
                 continue
             refused = self._refused_dtype(call.args[0])
             if refused is not None:
@@ -302,12 +295,12 @@ class FusionHazards:
                     "float32 and float16 parameters (TypeError at the first step)"
                 )
                 remedy = _KEEP_FLOAT32
-                written = f"`{code_of(self.rule, call)}`"
+                written = f"`{self.view.written(call)}`"
                 found.append((self.unit_of(call), Hazard(call, written, effect, remedy)))
         return found
 
     def _refused_dtype(self, node: ast.expr) -> str | None:
-        name = self.rule.qualified_name(node)
+        name = self.view.qualified_name(node)
         return _REFUSED_DTYPES.get(name) if isinstance(name, str) else None
 
     def _model_casts(self, units: set[int], params: ast.expr | None) -> list[Hazard]:
@@ -320,7 +313,7 @@ class FusionHazards:
         for call, dtype in self._dtype_casts:
             if id(self.unit_of(call)) not in units or not self._casts_model(call, models):
                 continue
-            written = f"`{code_of(self.rule, call)}`"
+            written = f"`{self.view.written(call)}`"
             if dtype is None:
                 effect = (
                     "may cast this optimizer's parameters to a dtype the NPU fused "
@@ -398,7 +391,7 @@ class FusionHazards:
             refused = self._refused_dtype(keyword.value)
             if refused is not None:
                 return True, refused
-            name = self.rule.qualified_name(keyword.value)
+            name = self.view.qualified_name(keyword.value)
             return not (isinstance(name, str) and name in _ACCEPTED_DTYPES), None
         return False, None
 
@@ -410,15 +403,15 @@ class FusionHazards:
         found: list[Hazard] = []
         for call in self.index.nodes(ast.Call):
             sparse = next((k for k in call.keywords if k.arg == "sparse"), None)
-            if sparse is None or not self.rule.may_name(call.func, NPU1_ROOTS):
+            if sparse is None or not self.view.may_name(call.func, NPU1_ROOTS):
                 continue
-            name = self.rule.qualified_name(call.func)
+            name = self.view.qualified_name(call.func)
             if not isinstance(name, str) or name not in _SPARSE_LAYERS:
                 continue
             value = literal_value(sparse.value)
-            layer = code_of(self.rule, call.func)
+            layer = self.view.written(call.func)
             if value is NOT_LITERAL:
-                written = f"`{layer}(..., sparse={code_of(self.rule, sparse.value)})`"
+                written = f"`{layer}(..., sparse={self.view.written(sparse.value)})`"
                 effect = (
                     "makes sparse gradients when that is true, which the NPU fused optimizers "
                     "do not support"

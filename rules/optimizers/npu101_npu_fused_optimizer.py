@@ -10,42 +10,44 @@ from typing import Literal
 import libcst as cst
 
 from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
+from migrator.analysis.index import line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.callargs import append_arg, keyword, remove_arg_objects
 from migrator.diagnostics import Severity
 from migrator.edits import NodeEdit
 from migrator.rule import FixSafety, Rule
-from migrator.rules.optimizers._common import (
-    APEX_HOME,
-    FP16_OPTIMIZERS,
-    KNOWN_OPTIMIZERS,
-    NPU1_ROOTS,
-    NPU101,
-    OPTIMIZER_MODULES,
-    OPTIMIZER_TRIGGER,
-    SOURCES,
-    TARGET_PARAMETERS,
-    TORCH_NPU_HOME,
-    UNSUPPORTED,
-    AmpOptions,
-    FusedPlan,
-    OptimizerFlow,
-    Source,
-    amp_options,
-    code_of,
-    line_of,
-    npu_fused_name,
-    written_span,
-)
+from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._factories import (
     CallSite,
     ExternalAmp,
     OptimizerFactories,
     call_sites,
 )
+from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard
 from migrator.rules.optimizers._hazards import describe as describe_hazards
+from migrator.rules.optimizers._plans import (
+    FusedPlan,
+    FusedPlans,
+    FusedSwaps,
+    OptLevelSwitch,
+    switched_level,
+)
+from migrator.rules.optimizers._tables import (
+    APEX_HOME,
+    FP16_OPTIMIZERS,
+    KNOWN_OPTIMIZERS,
+    NPU1_ROOTS,
+    OPTIMIZER_MODULES,
+    OPTIMIZER_TRIGGER,
+    SOURCES,
+    TARGET_PARAMETERS,
+    TORCH_NPU_HOME,
+    UNSUPPORTED,
+    Source,
+)
+from migrator.settings import Settings
 
 # Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
 PERFORMANCE_ONLY = frozenset(
@@ -209,10 +211,18 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
+    PROVIDES = (FusedPlans,)
+    RUN_PLANS = (FusedSwaps,)
+    # NPU102's opt-level switch decides which amp levels the optimizers will run with.
+    READS = (OptLevelSwitch,)
+
+    @classmethod
+    def run_plans(cls, settings: Settings) -> tuple[object, ...]:
+        return (FusedSwaps(),)
 
     def check(self) -> None:
-        self.flow = OptimizerFlow.of(self)
-        self.hazards = FusionHazards(self, self.flow)
+        self.flow = OptimizerFlow.of(self.view)
+        self.hazards = FusionHazards(self.view, self.flow)
         self.plans: list[Plan] = []
         self.import_rewrites: dict[int, ImportRewrite] = {}  # id(ImportFrom) -> its rewrite
         wrapped = self._report_fp16_wrappers()
@@ -272,7 +282,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 # NVIDIA apex's classes fail on Ascend: manual; torch's run unfused: info.
                 apex = name.startswith(APEX_HOME + ".")
                 severity = Severity.MANUAL if apex else Severity.INFO
-                self.report(node, _class_value_message(code_of(self, node), name), severity)
+                self.report(node, _class_value_message(self.view.written(node), name), severity)
         for lookup in self._getattr_values():
             if not self._suppressed(lookup):
                 self.report(lookup, _DYNAMIC_LOOKUP_ADVICE)
@@ -390,7 +400,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
 
     def _check_apex_home(self, call: ast.Call) -> None:
         """An Ascend apex fused optimizer that never reaches amp here raises in `step()`."""
-        name = npu_fused_name(self, call.func)
+        name = npu_fused_name(self.view, call.func)
         if (
             name is None
             or not name.startswith(APEX_HOME + ".")
@@ -429,7 +439,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             else "migrate it by hand"
         )
         return (
-            f"cannot tell which optimizer `{code_of(self, call.func)}` is: {name.describe()}; "
+            f"cannot tell which optimizer `{self.view.written(call.func)}` is: {name.describe()}; "
             f"npu-migrate only rewrites names with a single origin: {advice}"
         )
 
@@ -472,7 +482,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             self.report(call, _hazard_message(source, target, hazards))
             return
         amp_calls = self.flow.amp_calls_reached.get(id(call), [])
-        settings = [amp_options(self, amp_call) for amp_call in amp_calls]
+        settings = [
+            amp_options(self.view, amp_call, switched_level(self)) for amp_call in amp_calls
+        ]
         for options in settings:
             refusal = options.refuses_fused()
             if refusal is not None:
@@ -544,7 +556,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         problems: list[str] = []
         dropped_notes: list[str] = []
         for index, (arg, name) in enumerate(zip(plan.arguments, names, strict=True)):
-            value_code = code_of(self, arg.value)
+            value_code = self.view.written(arg.value)
             if name == "adam_w_mode":
                 plan.dropped.add(index)
                 plan.notes.append(f"`adam_w_mode={value_code}` chose `{plan.target}`")
@@ -700,7 +712,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 else:
                     self.add_import("apex", after="apex")  # next to the file's other apex imports
             published[id(plan.call)] = self._published(plan)
-        self.context.facts[NPU101] = published
+        self.publish(FusedPlans(published))
 
     def _rewritten_import(self, plan: Plan) -> ast.ImportFrom | None:
         if plan.func_style not in ("alias", "rename"):
@@ -733,7 +745,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         if plan.func_style == "attr" and isinstance(func, ast.Attribute):
             return len(plan.target) - len(func.attr)
         new = plan.target if plan.func_style == "rename" else plan.qualified_target
-        return len(new) - len(code_of(self, func))
+        return len(new) - len(self.view.written(func))
 
     def _call_edit(self, plan: Plan) -> NodeEdit:
         """One edit of the call: its arguments (renamed, dropped, added), the continuation
@@ -787,20 +799,20 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         return [label in aligned for label in labels[1:]]
 
     def _func_written_end(self, call: ast.Call) -> int:
-        return written_span(self, call.func)[1]
+        return self.view.written_span(call.func)[1]
 
     def _opening_paren(self, call: ast.Call) -> int:
         return self.source.text.index("(", self._func_written_end(call))
 
     def _argument_label(self, arg: Argument) -> str:
-        return arg.keyword if arg.keyword is not None else code_of(self, arg.value)
+        return arg.keyword if arg.keyword is not None else self.view.written(arg.value)
 
     def _argument_start(self, arg: Argument) -> tuple[int, int]:
         """1-based line and 0-based column where an argument starts, as libcst counts it."""
         if arg.keyword is not None or arg.star:
             line, column = self.source.position(arg.node)
             return line, column - 1
-        start, _ = written_span(self, arg.value)
+        start, _ = self.view.written_span(arg.value)
         line = self.source.line_of_offset(start)
         return line, start - self.source.line_starts[line - 1]
 
@@ -885,7 +897,7 @@ def _bind(rule: Rule, args: list[Argument], source: Source) -> tuple[list[str], 
     for arg in args:
         if arg.star:
             problems.append(
-                f"arguments passed as `{arg.star}{code_of(rule, arg.value)}` cannot be checked"
+                f"arguments passed as `{arg.star}{rule.view.written(arg.value)}` cannot be checked"
             )
             names.append("")
         elif arg.keyword is None:
@@ -913,7 +925,7 @@ def _fused_adam_target(
     value = literal_value(arg.value)
     if value is NOT_LITERAL:
         return None, (
-            f"`adam_w_mode={code_of(rule, arg.value)}` is not a literal, so npu-migrate cannot "
+            f"`adam_w_mode={rule.view.written(arg.value)}` is not a literal, so npu-migrate cannot "
             "choose between NpuFusedAdamW (True) and NpuFusedAdam (False)"
         )
     return ("NpuFusedAdamW" if value else "NpuFusedAdam"), None

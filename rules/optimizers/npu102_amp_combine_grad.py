@@ -9,27 +9,30 @@ from typing import Any
 import libcst as cst
 
 from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
+from migrator.analysis.index import line_of
 from migrator.callargs import append_arg, keyword
 from migrator.callargs import argument as find_argument
 from migrator.diagnostics import Severity
 from migrator.edits import Change
 from migrator.rule import FixSafety, Rule
-from migrator.rules.optimizers._common import (
+from migrator.rules.optimizers._amp import AmpOptions, amp_options
+from migrator.rules.optimizers._factories import OptimizerFactories, factory_verdict
+from migrator.rules.optimizers._flow import AmpSink, OptimizerFlow, fused_name
+from migrator.rules.optimizers._plans import (
+    FusedPlans,
+    FusedSwaps,
+    OptLevelSwitch,
+    planned,
+    switched_level,
+)
+from migrator.rules.optimizers._tables import (
     AMP_POSITIONS,
     FUSED_LEVELS,
     KNOWN_OPTIMIZERS,
     NPU1_ROOTS,
-    NPU101,
-    AmpOptions,
-    AmpSink,
-    OptimizerFlow,
-    amp_options,
-    code_of,
-    fused_name,
-    line_of,
     requested_opt_level,
 )
-from migrator.rules.optimizers._factories import OptimizerFactories, factory_verdict
+from migrator.settings import Settings
 
 
 class AmpCombineGrad(OptimizerFactories, Rule):
@@ -88,15 +91,22 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     SUMMARY = "`amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ("initialize",)
-    # Optimizers that NPU101 rewrites count as NPU fused ones (its plan, in context.facts).
-    READS = (NPU101,)
+    RUN_PLANS = (OptLevelSwitch,)
+    # Optimizers that NPU101 rewrites count as NPU fused ones; factories of other modules are
+    # judged as NPU101 leaves them when it runs.
+    READS = (FusedPlans, FusedSwaps, OptLevelSwitch)
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         requested_opt_level(options)
 
+    @classmethod
+    def run_plans(cls, settings: Settings) -> tuple[object, ...]:
+        level = requested_opt_level(settings.options_for(cls.CODE))
+        return (OptLevelSwitch(level),) if level is not None else ()
+
     def check(self) -> None:
-        self.flow = OptimizerFlow.of(self)
+        self.flow = OptimizerFlow.of(self.view)
         requested = requested_opt_level(self.options)
         switch = f' and set `opt_level="{requested}"`' if requested is not None else ""
         for call, ambiguous in self.flow.ambiguous_amp:
@@ -114,7 +124,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
 
     def _switch_opt_level(self, call: ast.Call) -> None:
         """``opt-level`` in the rule's options: set it on the call, or say why not."""
-        options = amp_options(self, call)
+        options = amp_options(self.view, call, switched_level(self))
         requested = requested_opt_level(self.options)
         if options.switch_blocker is not None:
             self.report(
@@ -152,7 +162,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             return
         if not self._all_fused(sink):
             return
-        options = amp_options(self, call)
+        options = amp_options(self.view, call, switched_level(self))
         if options.disabled:
             self.report(
                 call,
@@ -186,7 +196,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             if self.flow.exclusive(sink.call, origin):
                 continue  # built only on the path where this amp.initialize does not run
             verdict = factory_verdict(self, origin) if isinstance(origin, ast.Call) else None
-            if isinstance(origin, ast.Call) and fused_name(self, origin):
+            if isinstance(origin, ast.Call) and fused_name(self.view, planned(self), origin):
                 fused.append(origin)
             elif isinstance(origin, ast.Call) and self._known_optimizer(origin):
                 unfused.append(origin)
@@ -201,7 +211,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             return True
         if unknown and not fused and not unfused and traced:
             reasons = [
-                f"`{code_of(self, o)}` (line {line_of(o)}): "
+                f"`{self.view.written(o)}` (line {line_of(o)}): "
                 + traced.get(id(o), "npu-migrate traces it no further")
                 for o in unknown
             ]
@@ -228,7 +238,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 "`combine_grad=True`",
             )
         elif unknown:
-            origins = ", ".join(f"`{code_of(self, o)}`" for o in unknown)
+            origins = ", ".join(f"`{self.view.written(o)}`" for o in unknown)
             self.report(
                 sink.call,
                 "cannot see where the optimizer passed here is built (npu-migrate traces it "
@@ -246,7 +256,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
 
     def _listed(self, origins: list[ast.expr]) -> str:
         return ", ".join(
-            f"`{code_of(self, o.func if isinstance(o, ast.Call) else o)}` (line {line_of(o)})"
+            f"`{self.view.written(o.func if isinstance(o, ast.Call) else o)}` (line {line_of(o)})"
             for o in origins
         )
 

@@ -8,22 +8,15 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from migrator.analysis.calls import argument, arguments, literal_value
+from migrator.analysis.index import line_of, start_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.diagnostics import Severity
 from migrator.edits import Change
 from migrator.rule import FixSafety, Rule
-from migrator.rules.optimizers._common import (
-    NPU101,
-    NPU_FUSED,
-    OPTIMIZER_TRIGGER,
-    OptimizerFlow,
-    code_of,
-    fused_name,
-    line_of,
-    planned_fused,
-    source_order,
-)
+from migrator.rules.optimizers._flow import OptimizerFlow, fused_name
+from migrator.rules.optimizers._plans import FusedPlans, planned
+from migrator.rules.optimizers._tables import NPU_FUSED, OPTIMIZER_TRIGGER
 
 PARAMS = "params"
 LINE_LENGTH = 100  # a merged `params` longer than this is written one `+ part` per line
@@ -132,23 +125,23 @@ class MergeParamGroups(Rule):
     # `NpuFused` in the file, or a constructor that NPU101 makes NpuFused: NPU101's trigger
     # matches both (see check() for the cheap test that tells them apart).
     TRIGGER = OPTIMIZER_TRIGGER
-    # Constructors that NPU101 rewrites count as NPU fused optimizers (its plan, context.facts).
-    READS = (NPU101,)
+    # Constructors that NPU101 rewrites count as NPU fused optimizers.
+    READS = (FusedPlans,)
 
     def check(self) -> None:
-        if "NpuFused" not in self.source.text and not planned_fused(self):
+        if "NpuFused" not in self.source.text and not planned(self):
             return  # no NPU fused optimizer, written or planned: nothing to merge
-        self.flow = OptimizerFlow.of(self)
-        planned = planned_fused(self)
-        constructors = [plan.call for plan in planned.values()]
+        self.flow = OptimizerFlow.of(self.view)
+        rewritten = planned(self)
+        constructors = [plan.call for plan in rewritten.values()]
         for call in self.flow.candidates:
-            if id(call) in planned:
+            if id(call) in rewritten:
                 continue
-            if fused_name(self, call):
+            if fused_name(self.view, rewritten, call):
                 constructors.append(call)
             else:
                 self._examine_ambiguous(call)
-        for call in sorted(constructors, key=source_order):
+        for call in sorted(constructors, key=start_of):
             self._examine_constructor(call)
         self._examine_add_param_group()
 
@@ -198,7 +191,7 @@ class MergeParamGroups(Rule):
         if mergeable:
             self.report(
                 call,
-                f"cannot tell whether `{code_of(self, call.func)}` is an NPU fused optimizer: "
+                f"cannot tell whether `{self.view.written(call.func)}` is an NPU fused optimizer: "
                 f"{name.describe()}; if it is, parameter "
                 f"{_groups_text(mergeable[0])} share all hyper-parameters: merge them into "
                 "one group by hand (the fused optimizer fuses per group)",
@@ -224,7 +217,7 @@ class MergeParamGroups(Rule):
             return None
         others = sorted(
             (node for node in self.index.references(binding) if node is not params),
-            key=source_order,
+            key=start_of,
         )
         mutation = next((node for node in others if self._mutates(node)), None)
         if mutation is not None:
@@ -257,7 +250,7 @@ class MergeParamGroups(Rule):
                 and isinstance(binding.node, ast.Name)
                 and isinstance(self.index.parent(binding.node), ast.AugAssign)
             ),
-            key=source_order,
+            key=start_of,
         )
         if augmented:
             how = f"are added to `{name.id}` at line {line_of(augmented[0])}"
@@ -333,7 +326,7 @@ class MergeParamGroups(Rule):
         self.report(
             params,
             f"the parameter groups of this NPU fused optimizer come from "
-            f"`{code_of(self, value)}`, which npu-migrate does not look into: if several "
+            f"`{self.view.written(value)}`, which npu-migrate does not look into: if several "
             "share all hyper-parameters, put their parameters in one group there (the fused "
             "optimizer fuses per group)",
             Severity.INFO,
@@ -348,19 +341,19 @@ class MergeParamGroups(Rule):
                 if isinstance(subscript := self.index.parent(attribute), ast.Subscript)
                 and subscript.value is attribute
             ),
-            key=source_order,
+            key=start_of,
         )
         for subscript in subscripts:
             index = _literal_index(subscript)
             if index is None or index < 0 or index >= first_merged:
-                return f"line {line_of(subscript)} indexes `{code_of(self, subscript)}`"
+                return f"line {line_of(subscript)} indexes `{self.view.written(subscript)}`"
         pairing = sorted(
             (
                 call
                 for name in (*self.index.names("enumerate"), *self.index.names("zip"))
                 if isinstance(call := self.index.parent(name), ast.Call) and call.func is name
             ),
-            key=source_order,
+            key=start_of,
         )
         for call in pairing:
             for arg in arguments(call):
@@ -368,7 +361,7 @@ class MergeParamGroups(Rule):
                 if isinstance(value, ast.Attribute) and value.attr == "param_groups":
                     assert isinstance(call.func, ast.Name)
                     return (
-                        f"line {line_of(call)} pairs `{code_of(self, value)}` with positions "
+                        f"line {line_of(call)} pairs `{self.view.written(value)}` with positions "
                         f"in `{call.func.id}(...)`"
                     )
         return None
@@ -398,7 +391,7 @@ class MergeParamGroups(Rule):
         assert value is not None
         start_line, start = self.source.position(value)
         start -= 1  # 0-based, as the indentation it becomes
-        plan = planned_fused(self).get(id(call))
+        plan = planned(self).get(id(call))
         if plan is not None:
             start = plan.output_column(start_line, start)
         one_line = len(" + ".join(self._part(g) for g in merge.members))
@@ -407,7 +400,7 @@ class MergeParamGroups(Rule):
     def _part(self, group: Group) -> str:
         """How the group's params appear in the concatenation (see :func:`_concatenation`)."""
         assert group.params is not None
-        code = code_of(self, group.params)
+        code = self.view.written(group.params)
         return code if isinstance(group.params, (ast.List, ast.ListComp)) else f"list({code})"
 
     def _examine_add_param_group(self) -> None:
@@ -420,7 +413,7 @@ class MergeParamGroups(Rule):
                 if isinstance(call := self.index.parent(attribute), ast.Call)
                 and call.func is attribute
             ),
-            key=source_order,
+            key=start_of,
         )
         for call in calls:
             func = call.func
@@ -429,12 +422,14 @@ class MergeParamGroups(Rule):
             if len(args) != 1 or not isinstance(args[0].value, ast.Dict):
                 continue
             origins = self.flow.origins(func.value)
-            if not any(isinstance(o, ast.Call) and fused_name(self, o) for o in origins):
+            if not any(
+                isinstance(o, ast.Call) and fused_name(self.view, planned(self), o) for o in origins
+            ):
                 continue
             group = self._group(0, args[0].value)
             if group.signature is None:
                 continue
-            key = (code_of(self, func.value), group.signature)
+            key = (self.view.written(func.value), group.signature)
             if key in seen:
                 self.report(
                     call,
@@ -475,7 +470,7 @@ class MergeParamGroups(Rule):
 
     def _pure_fingerprint(self, value: ast.expr) -> str | None:
         """A formatting-independent text of ``value`` when it is side-effect free, else None."""
-        code = code_of(self, value)
+        code = self.view.written(value)
         tree: ast.AST = value
         if "\n" in code or "\\" in code:
             # Compared as the expression's text parses on its own line, as it always was.

@@ -14,7 +14,8 @@ from migrator.analysis.names import Ambiguous
 from migrator.callargs import append_arg, find_keyword, keyword
 from migrator.edits import Edit
 from migrator.rule import FixSafety, Rule
-from migrator.rules.optimizers._common import NPU101, fused_name
+from migrator.rules.optimizers._flow import fused_name
+from migrator.rules.optimizers._plans import FusedPlans, RemovedWraps, planned
 
 AMP_INITIALIZE = "apex.amp.initialize"
 APEX_DDP = frozenset(
@@ -120,7 +121,8 @@ class AmpCombineDdp(Rule):
     OPT_IN = True
     # Every wrap it acts on resolves to a DistributedDataParallel class, so the file names it.
     TRIGGER = ("DistributedDataParallel",)
-    READS = (NPU101,)
+    PROVIDES = (RemovedWraps,)
+    READS = (FusedPlans,)
 
     def check(self) -> None:
         plans: dict[int, WrapPlan] = {}
@@ -146,7 +148,7 @@ class AmpCombineDdp(Rule):
                 continue
             plans[id(call)] = plan
             self.apply(plan, name)
-        self.context.facts[self.CODE] = {"removed_wraps": frozenset(plans)}
+        self.publish(RemovedWraps(frozenset(plans)))
 
     @property
     def amp_calls(self) -> list[ast.Call]:
@@ -295,7 +297,7 @@ class AmpCombineDdp(Rule):
                 and isinstance(earlier.targets[0], ast.Name)
                 and isinstance(earlier.value, ast.Call)
             ):
-                if fused_name(self, earlier.value) is not None:
+                if fused_name(self.view, planned(self), earlier.value) is not None:
                     return None
                 return (
                     f"`{value.id}` (line {earlier.lineno}) is not an NPU fused optimizer, nor "

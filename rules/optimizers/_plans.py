@@ -1,0 +1,83 @@
+"""The plans the NPU1xx rules publish for each other (see ``Rule.publish``). Not a rule.
+
+- :class:`FusedPlans` (NPU101): the constructor calls NPU101 rewrites into NPU fused optimizers,
+  so that NPU102, NPU103, NPU104 and NPU203 treat those calls as NPU fused already (every rule
+  analyses the original file; the edits of all of them land in one pass).
+- :class:`FusedSwaps` (NPU101, for the run): NPU101 runs, so factories in other modules are
+  judged as NPU101 will leave them.
+- :class:`OptLevelSwitch` (NPU102, for the run): the ``opt_level`` NPU102's option sets on every
+  ``amp.initialize``, which NPU101 must plan for.
+- :class:`RemovedWraps` (NPU104): the DDP wraps NPU104 removes, which NPU203 must not move
+  optimizers ahead of.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from migrator.rule import Rule
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """NPU101's rewrite of one constructor call into an NPU fused optimizer.
+
+    Besides the new class, it says how the rewrite moves the text on the call's lines, for a
+    later rule whose edit depends on columns of the rewritten code (NPU103's line wrapping):
+    the callee's new spelling is ``shift`` characters longer (shorter when negative), which
+    moves what follows it on its line, and the continuation lines in ``realigned`` that were
+    aligned with the opening parenthesis move with it.
+    """
+
+    call: ast.Call
+    qualified_target: str  # e.g. "apex.optimizers.NpuFusedSGD"
+    func_end: tuple[int, int]  # 1-based line and 0-based column where the callee ends
+    shift: int = 0
+    realigned: frozenset[int] = frozenset()
+
+    def output_column(self, line: int, column: int) -> int:
+        """Where 0-based ``column`` of ``line`` (original code) is once the call is rewritten."""
+        end_line, end_column = self.func_end
+        if line in self.realigned or (line == end_line and column >= end_column):
+            return column + self.shift
+        return column
+
+
+@dataclass(frozen=True)
+class FusedPlans:
+    """NPU101's plan for a file: id(constructor call) -> its rewrite."""
+
+    by_call: Mapping[int, FusedPlan]
+
+
+@dataclass(frozen=True)
+class FusedSwaps:
+    """NPU101 runs: the optimizers it can swap are swapped everywhere in the run."""
+
+
+@dataclass(frozen=True)
+class OptLevelSwitch:
+    """NPU102's ``opt-level`` option: the ``opt_level`` it sets on every ``amp.initialize``."""
+
+    level: str
+
+
+@dataclass(frozen=True)
+class RemovedWraps:
+    """NPU104's plan for a file: the DDP wrap calls it removes, by id."""
+
+    calls: frozenset[int]
+
+
+def planned(rule: Rule) -> Mapping[int, FusedPlan]:
+    """NPU101's plans of the file ``rule`` checks (empty when NPU101 does not run)."""
+    plans = rule.read_plan(FusedPlans)
+    return plans.by_call if plans is not None else {}
+
+
+def switched_level(rule: Rule) -> str | None:
+    """The ``opt_level`` NPU102's option sets in this run (None: no switch, or no NPU102)."""
+    switch = rule.read_plan(OptLevelSwitch)
+    return switch.level if switch is not None else None
