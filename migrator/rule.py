@@ -1,4 +1,4 @@
-"""The rule interface: one class per rule, one rule per module in ``rules/``.
+"""The rule interface: one class per rule, one rule per module, in a family package of ``rules/``.
 
 A rule has a declarative header and one method, :meth:`Rule.check`, that examines the file's
 Python ``ast`` through a shared :class:`~migrator.analysis.index.ModuleIndex` and records findings::
@@ -181,6 +181,9 @@ class Rule:
     # Rules that share one cross-file analysis give the same key (NPU101 and NPU102: "NPU1"):
     # each file is summarised, and the summaries linked, once per key. Empty: the rule's CODE.
     PROJECT_KEY: ClassVar[str] = ""
+    # msFmkTransplt's review sheets (--format csv): findings of a rule that sets this are rows
+    # of `unsupported_api.csv` (APIs the NPU lacks); fixes of every rule are `change_list.csv`.
+    UNSUPPORTED_API_SHEET: ClassVar[bool] = False
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
@@ -203,6 +206,13 @@ class Rule:
     def check(self) -> None:
         """Examine the file and record findings (see the module docstring)."""
         raise NotImplementedError
+
+    @classmethod
+    def scan_shell_line(cls, code: str, path: str, number: int) -> Iterator[Diagnostic]:
+        """What this rule reports on one line of a shell launch script (``--include-shell``;
+        ``code`` is the line without its comment). Shell scripts are never rewritten: these
+        are ``manual`` or ``info`` findings under the rule's code. Most rules have none."""
+        return iter(())
 
     @classmethod
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:

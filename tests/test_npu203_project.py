@@ -1,5 +1,5 @@
 """NPU203 and functions and optimizer classes of other modules of the run (project facts;
-rules/npu203_functions.py, rules/npu203_classes.py).
+migrator/analysis/functions.py, migrator/analysis/classes.py).
 
 The fixtures (fixtures/npu203/*.project) hold the shapes of real repositories; these tests hold
 what fixtures cannot show: a relative import inside a package through the real CLI, which files
@@ -149,7 +149,7 @@ def test_a_function_bound_twice_in_its_module_is_not_followed(tmp_path: Path) ->
     assert not facts.links("NPU203")
 
 
-# -- optimizer classes of the repository (rules/npu203_classes.py) ----------------------------
+# -- optimizer classes of the repository (migrator/analysis/classes.py) --------------------------
 
 CLASSES = """
 import torch

@@ -170,7 +170,8 @@ class CallNames:
 
     def function_summary(self, call: ast.Call) -> FunctionSummary | None:
         """The summary of the pure function that ``call`` calls: one of this module, or one
-        of another module of the run per the project facts (see npu203_functions); else None."""
+        of another module of the run per the project facts (see
+        :mod:`migrator.analysis.functions`); else None."""
         func = call.func
         if isinstance(func, ast.Name):
             if self._functions is None:
@@ -192,7 +193,7 @@ class CallNames:
     def optimizer_class(self, call: ast.Call) -> OptimizerClass | None:
         """The optimizer class of the repository that ``call`` builds: one of this module,
         bound once by its ``class`` statement, or one of another module of the run per the
-        project facts (see npu203_classes); else None."""
+        project facts (see :mod:`migrator.analysis.classes`); else None."""
         if id(call) not in self._optimizer_classes:
             self._optimizer_classes[id(call)] = self._optimizer_class(call.func)
         return self._optimizer_classes[id(call)]
@@ -524,7 +525,7 @@ class EffectsCollector:
             if callee is not None:
                 self.read(callee)
         elif self.calls.movable_class(node):
-            # An optimizer class of the repository: read like torch's (see npu203_classes).
+            # An optimizer class of the repository: read like torch's (migrator.analysis.classes).
             callee = dotted_path(func)
             if callee is not None:
                 self.read(callee)

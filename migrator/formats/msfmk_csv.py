@@ -8,7 +8,7 @@ on them, so these files have the same names and the same columns:
 - ``change_list.csv``: ``File, Start Line, End Line, Operation Type, Message``, one row per edit
   (``fixed`` diagnostic; in ``--check`` / ``--diff`` the edits the run would make);
 - ``unsupported_api.csv``: ``File, Start Line, End Line, OP, Tips``, one row per diagnostic of
-  the unsupported-API rules (:data:`UNSUPPORTED_API_CODES`).
+  the unsupported-API rules (those that set ``Rule.UNSUPPORTED_API_SHEET``: NPU930, NPU931).
 
 A diagnostic is a point, so both line columns hold its line. ``Operation Type`` is ``MODIFY``
 (msFmkTransplt's other values, ``INSERT`` and ``DELETE``, describe its own rule engine's edits).
@@ -36,15 +36,13 @@ from pathlib import Path
 from migrator.diagnostics import Severity
 from migrator.files import write_atomic
 from migrator.formats import Finding, ProjectPaths, findings
+from migrator.registry import all_rules
 from migrator.runner import RunResult
 
 CHANGE_LIST = "change_list.csv"
 UNSUPPORTED_API = "unsupported_api.csv"
 CHANGE_COLUMNS = ("File", "Start Line", "End Line", "Operation Type", "Message")
 UNSUPPORTED_COLUMNS = ("File", "Start Line", "End Line", "OP", "Tips")
-# The report-only rules whose findings are msFmkTransplt's "unsupported API" rows: torch APIs
-# that torch_npu does not support, and those it supports with a difference in behaviour.
-UNSUPPORTED_API_CODES = ("NPU930", "NPU931")
 OPERATION_TYPE = "MODIFY"
 
 _QUOTED = re.compile(r"`([^`]+)`")
@@ -77,9 +75,15 @@ def unsupported_rows(result: RunResult, paths: ProjectPaths) -> list[Row]:
     return [
         _row(finding, api_name(finding))
         for finding in findings(result, paths)
-        if finding.diagnostic.code in UNSUPPORTED_API_CODES
+        if finding.diagnostic.code in unsupported_api_codes()
         and finding.diagnostic.severity is not Severity.ERROR
     ]
+
+
+def unsupported_api_codes() -> frozenset[str]:
+    """The rules whose findings are msFmkTransplt's "unsupported API" rows: torch APIs that
+    torch_npu does not support, and those it supports with a difference in behaviour."""
+    return frozenset(rule.CODE for rule in all_rules() if rule.UNSUPPORTED_API_SHEET)
 
 
 def api_name(finding: Finding) -> str:

@@ -22,8 +22,8 @@ from migrator.analysis.calls import StringLiteral, argument, keyword, positional
 from migrator.analysis.index import full_name
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding
-from migrator.analysis.view import Location
-from migrator.diagnostics import Severity
+from migrator.analysis.view import FileView
+from migrator.diagnostics import Diagnostic, Severity
 from migrator.rule import FixSafety, Rule
 from migrator.settings import Target
 
@@ -107,6 +107,17 @@ RANK_NAME = re.compile(r"(local_)?rank")
 INDEX_NAME = re.compile(r"(local_)?rank|(local_)?gpu(_id|_index)?|(device|gpu)_(id|idx|index)")
 
 
+# Shell launch scripts (--include-shell): what the device rules report there, never rewritten.
+SHELL_NOT_REWRITTEN = "npu-migrate does not rewrite shell scripts"
+
+
+def shell_finding(
+    path: str, line: int, offset: int, code: str, message: str, severity: Severity = Severity.MANUAL
+) -> Diagnostic:
+    """A finding in a shell script at 0-based ``offset`` of ``line``, saying it stays as is."""
+    return Diagnostic(path, line, offset + 1, code, severity, f"{message}; {SHELL_NOT_REWRITTEN}")
+
+
 class Place(enum.Enum):
     """What a device position accepts: any device, or only a device type ("cuda", not "cuda:0")."""
 
@@ -144,11 +155,11 @@ def names_match(node: ast.AST, pattern: re.Pattern[str]) -> bool:
     return name is not None and pattern.fullmatch(name) is not None
 
 
-def torch_name(rule: Rule, node: ast.AST) -> str | None:
+def torch_name(view: FileView, node: ast.AST) -> str | None:
     """The qualified name of ``node`` when it may be a torch name, else None (cheap)."""
-    if not rule.may_name(node, TORCH_ROOTS):
+    if not view.may_name(node, TORCH_ROOTS):
         return None
-    name = rule.qualified_name(node)
+    name = view.qualified_name(node)
     return name if isinstance(name, str) else None
 
 
@@ -158,34 +169,34 @@ TORCH_ROOTS = frozenset({"torch", "torch_npu"})
 # -- strings -------------------------------------------------------------------------------------
 
 
-def string_body(rule: Rule, node: ast.AST) -> str | None:
+def string_body(view: FileView, node: ast.AST) -> str | None:
     """The text between the quotes of a str literal written as one token (None for bytes)."""
-    literal = string_literal(rule.source, node)
+    literal = string_literal(view.source, node)
     if literal is None or literal.is_bytes or literal.is_format:
         return None
     return literal.body
 
 
-def simple_string(rule: Rule, node: ast.AST) -> StringLiteral | None:
+def simple_string(view: FileView, node: ast.AST) -> StringLiteral | None:
     """``node`` as one plain (not formatted) string literal token, bytes included."""
-    literal = string_literal(rule.source, node)
+    literal = string_literal(view.source, node)
     if literal is None or literal.is_format or not isinstance(node, ast.Constant):
         return None
     return literal
 
 
-def is_cuda_device_string(rule: Rule, node: ast.AST) -> bool:
+def is_cuda_device_string(view: FileView, node: ast.AST) -> bool:
     if isinstance(node, ast.Constant):
-        body = string_body(rule, node)
+        body = string_body(view, node)
         return body is not None and CUDA_DEVICE_TEXT.fullmatch(body) is not None
     if isinstance(node, ast.JoinedStr):
-        return cuda_fstring_head(rule, node) is not None
+        return cuda_fstring_head(view, node) is not None
     return False
 
 
-def cuda_fstring_head(rule: Rule, node: ast.JoinedStr) -> str | None:
+def cuda_fstring_head(view: FileView, node: ast.JoinedStr) -> str | None:
     """``f"cuda:{rank}"``: the leading text, when the rest are only expressions."""
-    literal = string_literal(rule.source, node)
+    literal = string_literal(view.source, node)
     if literal is None or not literal.is_format or len(node.values) < 2:
         return None
     head, *rest = node.values
@@ -231,7 +242,7 @@ DEVICE_MESHES = {
 DEVICE_MESH_FROM_GROUP = {f"{module}.DeviceMesh.from_group" for module in _MESH_MODULES}
 
 
-def device_positions(rule: Rule) -> Iterator[tuple[ast.AST, Place]]:
+def device_positions(view: FileView) -> Iterator[tuple[ast.AST, Place]]:
     """Every expression of the module that is used as a device (or a device type).
 
     Calls: ``torch.device(x)``, ``.to(x)``, ``f(device=x)``, ``f(map_location=x)`` (the values of a
@@ -242,9 +253,9 @@ def device_positions(rule: Rule) -> Iterator[tuple[ast.AST, Place]]:
     ``*device`` name, assignments to a ``*device`` name or attribute (any case),
     ``*device`` parameter defaults, and the default and choices of an ``--*device``
     command-line option or absl flag."""
-    index = rule.index
+    index = view.index
     for call in index.nodes(ast.Call):
-        yield from _call_positions(rule, call)
+        yield from _call_positions(view, call)
     for comparison in index.nodes(ast.Compare):
         yield from _comparison_positions(comparison)
     for assign in index.nodes(ast.Assign):
@@ -253,14 +264,14 @@ def device_positions(rule: Rule) -> Iterator[tuple[ast.AST, Place]]:
     for annotated in index.nodes(ast.AnnAssign):
         if annotated.value is not None and names_match(annotated.target, DEVICE_NAME):
             yield annotated.value, Place.DEVICE
-    for parameter, default in parameter_defaults(rule):
+    for parameter, default in parameter_defaults(view):
         if DEVICE_NAME.fullmatch(parameter.arg):
             yield default, Place.DEVICE
 
 
-def parameter_defaults(rule: Rule) -> Iterator[tuple[ast.arg, ast.expr]]:
+def parameter_defaults(view: FileView) -> Iterator[tuple[ast.arg, ast.expr]]:
     """Each parameter that has a default, with its default."""
-    for arguments in rule.index.nodes(ast.arguments):
+    for arguments in view.index.nodes(ast.arguments):
         plain = [*arguments.posonlyargs, *arguments.args]
         yield from zip(
             plain[len(plain) - len(arguments.defaults) :], arguments.defaults, strict=True
@@ -270,8 +281,8 @@ def parameter_defaults(rule: Rule) -> Iterator[tuple[ast.arg, ast.expr]]:
                 yield keyword_only, value
 
 
-def _call_positions(rule: Rule, call: ast.Call) -> Iterator[tuple[ast.AST, Place]]:
-    name = torch_name(rule, call.func)
+def _call_positions(view: FileView, call: ast.Call) -> Iterator[tuple[ast.AST, Place]]:
+    name = torch_name(view, call.func)
     first = positional(call)[:1]
     if name in DEVICE_CONSTRUCTORS:
         found = argument(call, "type", 0)
@@ -297,7 +308,7 @@ def _call_positions(rule: Rule, call: ast.Call) -> Iterator[tuple[ast.AST, Place
         if second:
             yield second[0].value, Place.DEVICE_TYPE
     else:
-        for value in option_values(rule, call, DEVICE_NAME):
+        for value in option_values(view, call, DEVICE_NAME):
             yield value, Place.DEVICE
     for given in call.keywords:
         if given.arg == "device" and name not in GRAD_SCALERS:
@@ -352,18 +363,18 @@ _ABSL_FLAG_NAMES = {name.rpartition(".")[2] for name in ABSL_STRING_FLAGS}
 ABSL_ROOTS = frozenset({"absl"})
 
 
-def option_values(rule: Rule, call: ast.Call, pattern: re.Pattern[str]) -> Iterator[ast.expr]:
+def option_values(view: FileView, call: ast.Call, pattern: re.Pattern[str]) -> Iterator[ast.expr]:
     """The default and the choices of a command-line option whose name matches ``pattern``:
     ``parser.add_argument("--device", default=..., choices=[...])`` and the absl flags
     ``flags.DEFINE_string("base_device", <default>, ...)`` /
     ``flags.DEFINE_enum("backend", <default>, [<values>], ...)``."""
     if is_add_argument(call):
-        if not option_matches(rule, call, pattern):
+        if not option_matches(view, call, pattern):
             return
         default, choices = keyword(call, "default"), keyword(call, "choices")
-    elif (flag := _absl_string_flag(rule, call)) is not None:
+    elif (flag := _absl_string_flag(view, call)) is not None:
         name = argument(call, "name", 0)
-        body = None if name is None else _option_body(rule, name.value)
+        body = None if name is None else _option_body(view, name.value)
         if body is None or not pattern.fullmatch(body):
             return
         default = argument(call, "default", 1)
@@ -377,40 +388,40 @@ def option_values(rule: Rule, call: ast.Call, pattern: re.Pattern[str]) -> Itera
             yield _element_value(element)
 
 
-def _absl_string_flag(rule: Rule, call: ast.Call) -> str | None:
+def _absl_string_flag(view: FileView, call: ast.Call) -> str | None:
     """The qualified name of an absl ``DEFINE_string`` / ``DEFINE_enum`` call, else None."""
     func = call.func
-    if last_name(func) not in _ABSL_FLAG_NAMES or not rule.may_name(func, ABSL_ROOTS):
+    if last_name(func) not in _ABSL_FLAG_NAMES or not view.may_name(func, ABSL_ROOTS):
         return None
-    name = rule.qualified_name(func)
+    name = view.qualified_name(func)
     return name if isinstance(name, str) and name in ABSL_STRING_FLAGS else None
 
 
-def option_texts(rule: Rule, call: ast.Call) -> list[str]:
+def option_texts(view: FileView, call: ast.Call) -> list[str]:
     """``add_argument("--dist-backend", ...)`` -> ["dist_backend"] (dashes read as ``_``)."""
     texts = []
     for found in positional(call):
-        body = _option_body(rule, found.value)
+        body = _option_body(view, found.value)
         if body is not None:
             texts.append(body.lstrip("-").replace("-", "_"))
     return texts
 
 
-def _option_body(rule: Rule, node: ast.AST) -> str | None:
-    literal = simple_string(rule, node)
+def _option_body(view: FileView, node: ast.AST) -> str | None:
+    literal = simple_string(view, node)
     if literal is None:
         return None
     return "" if literal.is_bytes else literal.body
 
 
-def option_matches(rule: Rule, call: ast.Call, pattern: re.Pattern[str]) -> bool:
-    return any(pattern.fullmatch(text) for text in option_texts(rule, call))
+def option_matches(view: FileView, call: ast.Call, pattern: re.Pattern[str]) -> bool:
+    return any(pattern.fullmatch(text) for text in option_texts(view, call))
 
 
 # -- values that reach a position ----------------------------------------------------------------
 
 
-def values_reaching(rule: Rule, node: ast.AST, depth: int = 0) -> Iterator[ast.AST]:
+def values_reaching(view: FileView, node: ast.AST, depth: int = 0) -> Iterator[ast.AST]:
     """The literal-ish expressions that may be the value of ``node``.
 
     Looks through ``a if c else b``, ``a or b``, ``"cuda:{}".format(i)``, ``"cuda:%d" % i`` and
@@ -419,35 +430,35 @@ def values_reaching(rule: Rule, node: ast.AST, depth: int = 0) -> Iterator[ast.A
     if depth > 4:
         return
     if isinstance(node, ast.IfExp):
-        yield from values_reaching(rule, node.body, depth + 1)
-        yield from values_reaching(rule, node.orelse, depth + 1)
+        yield from values_reaching(view, node.body, depth + 1)
+        yield from values_reaching(view, node.orelse, depth + 1)
     elif isinstance(node, ast.BoolOp):
         # libcst nests `a or b or c` as ((a or b) or c): the same depths here.
         values = node.values
         for position, value in enumerate(values):
             nesting = len(values) - max(position, 1)
-            yield from values_reaching(rule, value, depth + nesting)
+            yield from values_reaching(view, value, depth + nesting)
     elif (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "format"
-        and simple_string(rule, node.func.value) is not None
+        and simple_string(view, node.func.value) is not None
     ):
         yield node.func.value
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-        if simple_string(rule, node.left) is not None:
+        if simple_string(view, node.left) is not None:
             yield node.left
     elif isinstance(node, ast.Name):
-        for value in assigned_values(rule, node):
-            yield from values_reaching(rule, value, depth + 1)
+        for value in assigned_values(view, node):
+            yield from values_reaching(view, value, depth + 1)
     else:
         yield node
 
 
-def assigned_values(rule: Rule, name: ast.Name) -> list[ast.expr]:
+def assigned_values(view: FileView, name: ast.Name) -> list[ast.expr]:
     """The right-hand sides of plain ``name = value`` statements that bind ``name`` here."""
     values = []
-    for binding in rule.index.bindings_of(name):
+    for binding in view.index.bindings_of(name):
         statement = binding.statement
         if isinstance(statement, ast.Assign):
             whole = all(isinstance(t, ast.Name) and t.id == name.id for t in statement.targets)
@@ -473,16 +484,16 @@ class DeviceFlow:
     reached: tuple[tuple[ast.AST, Place], ...]
 
 
-def device_flow(rule: Rule) -> DeviceFlow:
+def device_flow(view: FileView) -> DeviceFlow:
     """The module's device positions and the values reaching them, in source order (computed
     once per file: NPU303 rewrites what reaches them, NPU925 reports the rest)."""
-    return rule.view.memo(DeviceFlow, lambda: _device_flow(rule))
+    return view.memo(DeviceFlow, lambda: _device_flow(view))
 
 
-def _device_flow(rule: Rule) -> DeviceFlow:
-    positions = tuple(device_positions(rule))
+def _device_flow(view: FileView) -> DeviceFlow:
+    positions = tuple(device_positions(view))
     reached = tuple(
-        (value, place) for position, place in positions for value in values_reaching(rule, position)
+        (value, place) for position, place in positions for value in values_reaching(view, position)
     )
     return DeviceFlow(positions, reached)
 
@@ -513,14 +524,14 @@ class Index(enum.Enum):
     NO = "no"  # anything else: a device, a string, a tensor
 
 
-def int_index(rule: Rule, node: ast.AST, depth: int = 0) -> Index:
+def int_index(view: FileView, node: ast.AST, depth: int = 0) -> Index:
     """Whether ``node`` is an integer device index (see the docs for the exact rules)."""
     if depth > 4:
         return Index.NO
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return Index.INT
     if isinstance(node, ast.Call):
-        name = torch_name(rule, node.func)
+        name = torch_name(view, node.func)
         full = full_name(node.func)
         if name in INT_RETURNING_CALLS or full in {"int", "len"}:
             return Index.INT
@@ -528,77 +539,77 @@ def int_index(rule: Rule, node: ast.AST, depth: int = 0) -> Index:
     if isinstance(node, ast.BinOp):  # `rank % torch.cuda.device_count()`: int op int
         operands = (node.left, node.right)
         if isinstance(node.op, INT_OPERATORS) and all(
-            int_index(rule, operand, depth + 1) is Index.INT for operand in operands
+            int_index(view, operand, depth + 1) is Index.INT for operand in operands
         ):
             return Index.INT
         return Index.NO
     if isinstance(node, ast.Name):
-        bindings = rule.index.bindings_of(node)
-        if bindings and all(_binds_an_int(rule, node, b, depth) for b in bindings):
+        bindings = view.index.bindings_of(node)
+        if bindings and all(_binds_an_int(view, node, b, depth) for b in bindings):
             return Index.INT
         return Index.MAYBE if INDEX_NAME.fullmatch(node.id) else Index.NO
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        attribute = _self_attribute(rule, node, depth)
+        attribute = _self_attribute(view, node, depth)
         if attribute is not None:
             return attribute
-        option = _int_option(rule, node.attr)
+        option = _int_option(view, node.attr)
         if option is not None:
             return option
         return Index.MAYBE if INDEX_NAME.fullmatch(node.attr) else Index.NO
     return Index.NO
 
 
-def _self_attribute(rule: Rule, node: ast.Attribute, depth: int) -> Index | None:
+def _self_attribute(view: FileView, node: ast.Attribute, depth: int) -> Index | None:
     """``self.gpu_id`` inside a method: INT when the file assigns ``<x>.gpu_id`` only as
     ``self.gpu_id = <int>`` in the methods of that class (or ``gpu_id = <int>`` in its body),
     MAYBE or NO (by its name) when some assignment may bind something else, None when the file
     does not assign it at all (or ``node`` is not an attribute of a method's ``self``)."""
     assert isinstance(node.value, ast.Name)
-    owner = _method_class(rule, node.value)
+    owner = _method_class(view, node.value)
     if owner is None:
         return None
-    values = _attribute_values(rule, owner, node.attr)
+    values = _attribute_values(view, owner, node.attr)
     if values is not None and not values:
         return None
-    if values is not None and all(int_index(rule, v, depth + 1) is Index.INT for v in values):
+    if values is not None and all(int_index(view, v, depth + 1) is Index.INT for v in values):
         return Index.INT
     return Index.MAYBE if INDEX_NAME.fullmatch(node.attr) else Index.NO
 
 
-def _method_class(rule: Rule, name: ast.Name) -> ast.ClassDef | None:
+def _method_class(view: FileView, name: ast.Name) -> ast.ClassDef | None:
     """The class whose instance ``name`` is: the first parameter of a plain method (not a
     static or class method), never rebound."""
-    bindings = rule.index.bindings_of(name)
+    bindings = view.index.bindings_of(name)
     if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
         return None
     parameter = bindings[0].node
-    arguments = rule.index.parent(parameter)
-    function = rule.index.parent(arguments) if arguments is not None else None
+    arguments = view.index.parent(parameter)
+    function = view.index.parent(arguments) if arguments is not None else None
     if not isinstance(arguments, ast.arguments) or not isinstance(
         function, (ast.FunctionDef, ast.AsyncFunctionDef)
     ):
         return None
     plain = [*arguments.posonlyargs, *arguments.args]
-    owner = rule.index.parent(function)
+    owner = view.index.parent(function)
     if not plain or plain[0] is not parameter or not isinstance(owner, ast.ClassDef):
         return None
     decorators = {full_name(decorator) for decorator in function.decorator_list}
     return None if decorators & {"staticmethod", "classmethod"} else owner
 
 
-def _attribute_values(rule: Rule, owner: ast.ClassDef, attr: str) -> list[ast.expr] | None:
+def _attribute_values(view: FileView, owner: ast.ClassDef, attr: str) -> list[ast.expr] | None:
     """Every value the file assigns to the attribute ``attr`` of ``owner``'s instances, or None
     when something else may set it: an assignment of ``<x>.attr`` that is not a whole
     ``self.attr = value`` in a method of ``owner`` (another object, a tuple target, ``+=``, a
     loop or ``with`` target), or a ``setattr`` call that may name it."""
     values = []
-    for attribute in rule.index.attributes(attr):
+    for attribute in view.index.attributes(attr):
         if not isinstance(attribute.ctx, ast.Store):
             continue
-        statement = rule.index.parent(attribute)
+        statement = view.index.parent(attribute)
         if not (
             isinstance(attribute.value, ast.Name)
-            and _method_class(rule, attribute.value) is owner
+            and _method_class(view, attribute.value) is owner
             and isinstance(statement, (ast.Assign, ast.AnnAssign))
             and statement.value is not None
             and any(attribute is target for target in _targets(statement))
@@ -612,7 +623,7 @@ def _attribute_values(rule: Rule, owner: ast.ClassDef, attr: str) -> list[ast.ex
             if statement.value is None:
                 continue  # `gpu_id: int`: a declaration, no value
             values.append(statement.value)
-    if any(_may_set(rule, name, attr) for name in rule.index.names("setattr")):
+    if any(_may_set(view, name, attr) for name in view.index.names("setattr")):
         return None
     return values
 
@@ -621,16 +632,16 @@ def _targets(statement: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
     return statement.targets if isinstance(statement, ast.Assign) else [statement.target]
 
 
-def _may_set(rule: Rule, name: ast.Name, attr: str) -> bool:
+def _may_set(view: FileView, name: ast.Name, attr: str) -> bool:
     """Whether ``setattr(obj, <name>, value)`` may set ``attr``."""
-    call = rule.index.parent(name)
+    call = view.index.parent(name)
     if not isinstance(call, ast.Call) or call.func is not name:
         return False
     given = positional(call)[1:2]
-    return not given or string_body(rule, given[0].value) in (None, attr)
+    return not given or string_body(view, given[0].value) in (None, attr)
 
 
-def _binds_an_int(rule: Rule, name: ast.Name, binding: Binding, depth: int) -> bool:
+def _binds_an_int(view: FileView, name: ast.Name, binding: Binding, depth: int) -> bool:
     """Whether ``binding`` (one of those that reach ``name``) always binds an int: a whole
     assignment of an int, an int parameter, or the counter of ``for i in range(...)`` /
     ``for i, _ in enumerate(...)``. Any other binding (a tuple unpacking, a ``with`` target,
@@ -638,40 +649,40 @@ def _binds_an_int(rule: Rule, name: ast.Name, binding: Binding, depth: int) -> b
     statement = binding.statement
     if statement is not None:
         value = statement.value
-        return value is not None and int_index(rule, value, depth + 1) is Index.INT
+        return value is not None and int_index(view, value, depth + 1) is Index.INT
     if isinstance(binding.node, ast.arg):
-        return _is_int_parameter(rule, name, binding.node)
+        return _is_int_parameter(view, name, binding.node)
     if isinstance(binding.node, ast.Name):
-        return _is_loop_counter(rule, binding.node)
+        return _is_loop_counter(view, binding.node)
     return False
 
 
-def _is_int_parameter(rule: Rule, name: ast.Name, parameter: ast.arg) -> bool:
+def _is_int_parameter(view: FileView, name: ast.Name, parameter: ast.arg) -> bool:
     """A parameter annotated ``int``, or an unannotated ``rank`` / ``local_rank`` parameter with
     no default. (A ``gpu`` parameter is not enough: the imagenet example calls
     ``main_worker(args.gpu, ...)`` with None when it does not spawn.)"""
     if parameter.annotation is not None:
         return full_name(parameter.annotation) == "int"
-    return not _has_default(rule, parameter) and RANK_NAME.fullmatch(name.id) is not None
+    return not _has_default(view, parameter) and RANK_NAME.fullmatch(name.id) is not None
 
 
-def _is_loop_counter(rule: Rule, target: ast.Name) -> bool:
+def _is_loop_counter(view: FileView, target: ast.Name) -> bool:
     """``for target in range(...)`` or ``for target, _ in enumerate(...)``, with the builtin
     ``range`` / ``enumerate``."""
-    parent = rule.index.parent(target)
+    parent = view.index.parent(target)
     if isinstance(parent, ast.Tuple) and parent.elts and parent.elts[0] is target:
-        loop, counting = rule.index.parent(parent), "builtins.enumerate"
+        loop, counting = view.index.parent(parent), "builtins.enumerate"
     else:
         loop, counting = parent, "builtins.range"
     if not isinstance(loop, (ast.For, ast.comprehension)) or not isinstance(loop.iter, ast.Call):
         return False
     if loop.target is not (parent if counting == "builtins.enumerate" else target):
         return False
-    return rule.qualified_name(loop.iter.func) == counting
+    return view.qualified_name(loop.iter.func) == counting
 
 
-def _has_default(rule: Rule, parameter: ast.arg) -> bool:
-    arguments = rule.index.parent(parameter)
+def _has_default(view: FileView, parameter: ast.arg) -> bool:
+    arguments = view.index.parent(parameter)
     if not isinstance(arguments, ast.arguments):
         return False
     plain = [*arguments.posonlyargs, *arguments.args]
@@ -684,11 +695,11 @@ def _has_default(rule: Rule, parameter: ast.arg) -> bool:
     return False
 
 
-def _int_option(rule: Rule, dest: str) -> Index | None:
+def _int_option(view: FileView, dest: str) -> Index | None:
     """``args.local_rank`` from ``parser.add_argument("--local_rank", type=int, default=0)``:
     an int when the option has ``type=int`` and an int default (or is required); MAYBE when its
     default is ``None`` (then ``f"npu:{args.gpu}"`` would give ``"npu:None"``)."""
-    call = _option_call(rule, dest)
+    call = _option_call(view, dest)
     if call is None:
         return None
     type_arg = keyword(call, "type")
@@ -715,16 +726,16 @@ def _int_option(rule: Rule, dest: str) -> Index | None:
     return Index.MAYBE
 
 
-def _option_call(rule: Rule, dest: str) -> ast.Call | None:
+def _option_call(view: FileView, dest: str) -> ast.Call | None:
     """The first ``add_argument`` call that defines option ``dest``."""
-    for attribute in rule.index.attributes("add_argument"):
-        call = rule.index.parent(attribute)
+    for attribute in view.index.attributes("add_argument"):
+        call = view.index.parent(attribute)
         if not isinstance(call, ast.Call) or call.func is not attribute:
             continue
         dest_arg = keyword(call, "dest")
-        if dest_arg is not None and _option_body(rule, dest_arg.value) == dest:
+        if dest_arg is not None and _option_body(view, dest_arg.value) == dest:
             return call
-        if dest in option_texts(rule, call):
+        if dest in option_texts(view, call):
             return call
     return None
 
@@ -732,11 +743,11 @@ def _option_call(rule: Rule, dest: str) -> ast.Call | None:
 # -- report-only rules ---------------------------------------------------------------------------
 
 
-def outermost_uses(rule: Rule) -> Iterator[ast.Name | ast.Attribute]:
+def outermost_uses(view: FileView) -> Iterator[ast.Name | ast.Attribute]:
     """Every whole dotted use (``torch.cuda.nvtx.mark``, not its ``torch.cuda`` part) of a name
     that may resolve under torch, in source order."""
-    index = rule.index
-    reaching = index.names_reaching(TORCH_ROOTS) if rule.context.fast else None
+    index = view.index
+    reaching = index.names_reaching(TORCH_ROOTS) if view.fast else None
     identifiers = sorted(index.identifiers())
     found: list[ast.Name | ast.Attribute] = []
     for identifier in identifiers:
@@ -768,7 +779,7 @@ class ReportUses(Rule):
         raise NotImplementedError
 
     def check(self) -> None:
-        for node in outermost_uses(self):
+        for node in outermost_uses(self.view):
             self._check(node)
 
     def _check(self, node: ast.Name | ast.Attribute) -> None:
@@ -788,6 +799,3 @@ class ReportUses(Rule):
         message = self.message(name, node)
         if message is not None:
             self.report(node, message, self.SEVERITY)
-
-
-__all__ = ["Location"]

@@ -79,7 +79,7 @@ class CudaMethod(Rule):
                 self._check_call(parent, attribute)
 
     def _check_call(self, call: ast.Call, func: ast.Attribute) -> None:
-        if torch_name(self, func) == "torch.cuda":  # the module, not a method
+        if torch_name(self.view, func) == "torch.cuda":  # the module, not a method
             return
         if is_accelerator(self):
             self._to_accelerator(call, func)
@@ -89,7 +89,7 @@ class CudaMethod(Rule):
 
     def _check_reference(self, attribute: ast.Attribute) -> None:
         """``map(torch.Tensor.cuda, batch)``: the unbound method, not a call."""
-        if is_accelerator(self) or torch_name(self, attribute) not in METHOD_REFERENCES:
+        if is_accelerator(self) or torch_name(self.view, attribute) not in METHOD_REFERENCES:
             return
         if self.fix(self.attr_position(attribute), "`.cuda` -> `.npu`", self._rename(attribute)):
             add_device_import(self)
@@ -102,7 +102,7 @@ class CudaMethod(Rule):
     def _to_accelerator(self, call: ast.Call, func: ast.Attribute) -> None:
         device_arg = argument(call, "device", 0)
         # an index, or None for "the current device": torch.device(type, None) accepts both
-        if device_arg is not None and int_index(self, device_arg.value) is Index.NO:
+        if device_arg is not None and int_index(self.view, device_arg.value) is Index.NO:
             self.report(
                 device_arg.node,
                 "`.cuda(<device>)` with a device that is not an index: pass the device to "
@@ -139,4 +139,4 @@ def _is_getattr_cuda(rule: Rule, call: ast.Call) -> bool:
     if full_name(call.func) != "getattr" or len(call.args) + len(call.keywords) < 2:
         return False
     arguments = all_arguments(call)
-    return string_body(rule, arguments[1].value) == "cuda"
+    return string_body(rule.view, arguments[1].value) == "cuda"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
 
 import libcst as cst
 
@@ -10,6 +12,7 @@ from migrator.analysis.calls import positional
 from migrator.analysis.index import full_name
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import Location
+from migrator.diagnostics import Diagnostic
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_API,
@@ -23,6 +26,7 @@ from migrator.rules.device._common import (
     add_device_import,
     expression,
     is_accelerator,
+    shell_finding,
     string_body,
     torch_name,
 )
@@ -35,6 +39,10 @@ IMPORTED_MODULES = {"torch.cuda": "torch_npu.npu", "torch.cuda.amp": "torch_npu.
 PATCHERS = frozenset({"unittest.mock.patch", "mock.patch"})
 # pytest's fixtures, which are parameters and resolve to nothing: known by their usual names.
 FIXTURE_PATCHERS = {("mocker", "patch"), ("monkeypatch", "setattr")}
+
+
+# `torch.cuda.X` in inline Python of a shell script.
+SHELL_TORCH_CUDA = re.compile(r"\btorch\.cuda\.(\w+)")
 
 
 class TorchCudaApi(Rule):
@@ -85,6 +93,20 @@ class TorchCudaApi(Rule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ("cuda",)
 
+    @classmethod
+    def scan_shell_line(cls, code: str, path: str, number: int) -> Iterator[Diagnostic]:
+        """``python -c "import torch; torch.cuda.set_device(...)"`` and here-documents."""
+        for match in SHELL_TORCH_CUDA.finditer(code):
+            name = match.group(1)
+            yield shell_finding(
+                path,
+                number,
+                match.start(),
+                cls.CODE,
+                f"inline Python uses `torch.cuda.{name}`: write `torch.npu.{name}` and "
+                "`import torch_npu`",
+            )
+
     def check(self) -> None:
         for attribute in self.index.attributes("cuda"):
             self._check_cuda(attribute)
@@ -119,7 +141,7 @@ class TorchCudaApi(Rule):
         patcher = self._patcher(call.func)
         if patcher is None:
             return
-        body = string_body(self, constant)
+        body = string_body(self.view, constant)
         if body is None or body != constant.value:
             return  # escapes or an implicit concatenation: not worth the risk
         parts = body.split(".")
@@ -181,7 +203,7 @@ class TorchCudaApi(Rule):
         return (
             isinstance(node, ast.Attribute)
             and node.attr == "cuda"
-            and torch_name(self, node.value) == "torch"
+            and torch_name(self.view, node.value) == "torch"
         )
 
     def _members(self, node: ast.Attribute) -> tuple[str | None, str | None]:
@@ -276,7 +298,7 @@ class TorchCudaApi(Rule):
             add_device_import(self)
 
     def _accelerator_call(self, call: ast.Call) -> None:
-        name = torch_name(self, call.func)
+        name = torch_name(self.view, call.func)
         if name == "torch.cuda.amp.autocast" and self._is_written_out(call.func):
             if positional(call):
                 self.report(

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
 
 import libcst as cst
 
 from migrator.analysis.calls import string_literal
+from migrator.diagnostics import Diagnostic
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_TYPE,
@@ -18,9 +21,13 @@ from migrator.rules.device._common import (
     expression,
     is_accelerator,
     is_cuda_device_string,
+    shell_finding,
     simple_string,
     string_body,
 )
+
+# `--device cuda:0` style options in a shell script.
+SHELL_DEVICE_OPTION = re.compile(r"(--[\w-]*device)(?:=|\s+)[\"']?(cuda(?::\d+)?)\b")
 
 
 class DeviceString(Rule):
@@ -70,11 +77,24 @@ class DeviceString(Rule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ('"cuda', "'cuda")
 
+    @classmethod
+    def scan_shell_line(cls, code: str, path: str, number: int) -> Iterator[Diagnostic]:
+        """``--device cuda:0`` style options of a launch command."""
+        for match in SHELL_DEVICE_OPTION.finditer(code):
+            option, device = match.group(1), match.group(2)
+            yield shell_finding(
+                path,
+                number,
+                match.start(2),
+                cls.CODE,
+                f"`{option}` selects `{device}`: pass `{'npu' + device[4:]}`",
+            )
+
     def check(self) -> None:
         targets: dict[int, ast.AST] = {}
-        flow = device_flow(self)
+        flow = device_flow(self.view)
         for value, place in flow.reached:
-            if is_cuda_device_string(self, value) and _fits(self, value, place):
+            if is_cuda_device_string(self.view, value) and _fits(self, value, place):
                 targets.setdefault(id(value), value)
             elif _is_concatenated_device(self, value):
                 self.report(
@@ -111,13 +131,13 @@ def _fits(rule: Rule, node: ast.AST, place: Place) -> bool:
     """A device type position takes ``"cuda"``, not ``"cuda:0"``."""
     if place is Place.DEVICE:
         return True
-    return isinstance(node, ast.Constant) and string_body(rule, node) == "cuda"
+    return isinstance(node, ast.Constant) and string_body(rule.view, node) == "cuda"
 
 
 def _is_concatenated_device(rule: Rule, node: ast.AST) -> bool:
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
         return False
-    left = simple_string(rule, node.left)
+    left = simple_string(rule.view, node.left)
     return left is not None and not left.is_bytes and left.body.startswith("cuda")
 
 
@@ -147,14 +167,14 @@ def _accelerator_code(rule: Rule, node: ast.AST) -> str | None:
     accelerator = "{" + ACCELERATOR_TYPE + "}"
     if isinstance(node, ast.Constant):
         quote = literal.quote
-        body = string_body(rule, node) or ""
+        body = string_body(rule.view, node) or ""
         if body == "cuda":
             return ACCELERATOR_TYPE
         match = CUDA_DEVICE_TEXT.fullmatch(body)
         if match is None or not body[5:].isdigit():
             return None  # a "cuda:{}" / "cuda:%d" template: formatted later, by the user's code
         return f"f{quote}{accelerator}:{body[5:]}{quote}"
-    assert isinstance(node, ast.JoinedStr) and cuda_fstring_head(rule, node) is not None
+    assert isinstance(node, ast.JoinedStr) and cuda_fstring_head(rule.view, node) is not None
     quote = literal.quote[-1]
     return f"f{quote}{accelerator}{literal.body[4:]}{quote}"
 

@@ -85,7 +85,7 @@ class IntDevice(Rule):
         if not (is_to and call.args) and not has_device and not lone_argument:
             return []
         found = []
-        name = torch_name(self, call.func)
+        name = torch_name(self.view, call.func)
         first = positional(call)
         if first and (is_to or (name in DEVICE_CONSTRUCTORS and len(arguments(call)) == 1)):
             found.append(first[0].value)
@@ -95,7 +95,7 @@ class IntDevice(Rule):
         return found
 
     def _explicit_device(self, value: ast.expr) -> None:
-        kind = int_index(self, value)
+        kind = int_index(self.view, value)
         if kind is Index.NO:
             return
         code = self.code(value)

@@ -11,6 +11,7 @@ import libcst as cst
 
 from migrator.analysis.calls import argument, keyword
 from migrator.analysis.index import full_name
+from migrator.diagnostics import Diagnostic
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_DEVICE,
@@ -22,6 +23,7 @@ from migrator.rules.device._common import (
     names_match,
     option_values,
     parameter_defaults,
+    shell_finding,
     simple_string,
     string_body,
     torch_name,
@@ -47,6 +49,10 @@ IS_NCCL_AVAILABLE = "torch.distributed.is_nccl_available"
 ACCELERATOR_BACKEND = f"torch.distributed.get_default_backend_for_device({ACCELERATOR_DEVICE})"
 # "cpu:gloo,cuda:nccl": one backend per device type
 PER_DEVICE_BACKENDS = re.compile(r"(\w+:\w+,)*\w+:\w+")
+
+
+# `--dist-backend nccl` style options in a shell script.
+SHELL_BACKEND_OPTION = re.compile(r"(--[\w-]*backend)(?:=|\s+)[\"']?(nccl)\b")
 
 
 class NcclBackend(Rule):
@@ -92,10 +98,22 @@ class NcclBackend(Rule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ("nccl",)
 
+    @classmethod
+    def scan_shell_line(cls, code: str, path: str, number: int) -> Iterator[Diagnostic]:
+        """``--dist-backend nccl`` style options of a launch command."""
+        for match in SHELL_BACKEND_OPTION.finditer(code):
+            yield shell_finding(
+                path,
+                number,
+                match.start(2),
+                cls.CODE,
+                f"`{match.group(1)}` selects nccl: pass hccl",
+            )
+
     def check(self) -> None:
         targets: dict[int, ast.Constant] = {}
         for position in _backend_positions(self):
-            for value in values_reaching(self, position):
+            for value in values_reaching(self.view, position):
                 if isinstance(value, ast.Constant):
                     if _new_backend_text(self, value) is not None:
                         targets.setdefault(id(value), value)
@@ -108,7 +126,7 @@ class NcclBackend(Rule):
         for value in sorted(targets.values(), key=lambda v: (v.lineno, v.col_offset)):
             self._rewrite(value)
         for call in self.calls_to(TORCH_ROOTS):
-            if torch_name(self, call.func) == IS_NCCL_AVAILABLE:
+            if torch_name(self.view, call.func) == IS_NCCL_AVAILABLE:
                 self._is_nccl_available(call)
 
     def _rewrite(self, node: ast.Constant) -> None:
@@ -116,13 +134,13 @@ class NcclBackend(Rule):
         assert text is not None
         old = self.code(node)
         if is_accelerator(self):
-            if string_body(self, node) != "nccl":
+            if string_body(self.view, node) != "nccl":
                 self.report(node, "per-device backend string: add the accelerator's by hand")
                 return
             new = ACCELERATOR_BACKEND
             edit = self.replace(node, cst.SimpleString, lambda _: expression(ACCELERATOR_BACKEND))
         else:
-            literal = simple_string(self, node)
+            literal = simple_string(self.view, node)
             assert literal is not None
             new = f"{literal.prefix}{literal.quote}{text}{literal.quote}"
 
@@ -165,7 +183,7 @@ class NcclBackend(Rule):
 
 
 def _new_backend_text(rule: Rule, node: ast.AST) -> str | None:
-    body = string_body(rule, node)
+    body = string_body(rule.view, node)
     if body == "nccl":
         return "hccl"
     if body and PER_DEVICE_BACKENDS.fullmatch(body) and "cuda:nccl" in body.split(","):
@@ -186,14 +204,14 @@ def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:
 def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
     index = rule.index
     for call in index.nodes(ast.Call):
-        position = BACKEND_POSITIONS.get(torch_name(rule, call.func) or "")
+        position = BACKEND_POSITIONS.get(torch_name(rule.view, call.func) or "")
         if position is not None:
             found = argument(call, "backend", position)
             if found is not None:
                 yield found.value
             yield from _backend_in_kwargs(rule, call)
         else:
-            yield from option_values(rule, call, BACKEND_NAME)
+            yield from option_values(rule.view, call, BACKEND_NAME)
     for assign in index.nodes(ast.Assign):
         if any(names_match(target, BACKEND_NAME) for target in assign.targets):
             yield assign.value
@@ -202,7 +220,7 @@ def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
             if annotated.value is not None:
                 yield annotated.value
             yield from _literal_choices(rule, annotated.annotation)
-    for parameter, default in parameter_defaults(rule):
+    for parameter, default in parameter_defaults(rule.view):
         if BACKEND_NAME.fullmatch(parameter.arg):
             yield default
     for comparison in index.nodes(ast.Compare):
@@ -221,10 +239,10 @@ def _backend_in_kwargs(rule: Rule, call: ast.Call) -> Iterator[ast.AST]:
     for unpacked in call.keywords:
         if unpacked.arg is not None:
             continue
-        for mapping in values_reaching(rule, unpacked.value):
+        for mapping in values_reaching(rule.view, unpacked.value):
             if isinstance(mapping, ast.Dict):
                 for key, value in zip(mapping.keys, mapping.values, strict=True):
-                    if key is not None and string_body(rule, key) == "backend":
+                    if key is not None and string_body(rule.view, key) == "backend":
                         yield value
             elif (
                 isinstance(mapping, ast.Call)
@@ -248,7 +266,7 @@ def _literal_choices(rule: Rule, annotation: ast.expr) -> Iterator[ast.AST]:
 
 def _names_backend(rule: Rule, node: ast.AST) -> bool:
     if isinstance(node, ast.Call):
-        return torch_name(rule, node.func) == GET_BACKEND
+        return torch_name(rule.view, node.func) == GET_BACKEND
     return names_match(node, BACKEND_NAME)
 
 

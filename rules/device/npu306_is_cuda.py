@@ -105,7 +105,7 @@ def _is_getattr_is_cuda(rule: Rule, call: ast.Call) -> bool:
     return (
         full_name(call.func) == "getattr"
         and len(given) > 1
-        and string_body(rule, given[1].value) == "is_cuda"
+        and string_body(rule.view, given[1].value) == "is_cuda"
     )
 
 

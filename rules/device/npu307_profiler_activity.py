@@ -70,7 +70,7 @@ class ProfilerActivityCuda(Rule):
     def check(self) -> None:
         activities = self.index.attributes("CUDA")
         self.kept_imports = self._kept_imports()
-        self.profiles_cuda = any(torch_name(self, a) == CUDA_ACTIVITY for a in activities)
+        self.profiles_cuda = any(torch_name(self.view, a) == CUDA_ACTIVITY for a in activities)
         for attribute in activities:
             self._check_activity(attribute)
         if self.profiles_cuda and not is_accelerator(self):
@@ -134,7 +134,7 @@ class ProfilerActivityCuda(Rule):
     def _check_profiler_member(self, node: ast.Attribute) -> None:
         if not isinstance(node.value, ast.Attribute):
             return  # written out: `torch.profiler.profile`, not an imported name
-        if torch_name(self, node.value) != PROFILER:
+        if torch_name(self.view, node.value) != PROFILER:
             return
         member = node.attr
         edit = self.replace(

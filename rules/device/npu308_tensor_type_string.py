@@ -92,7 +92,7 @@ class TensorTypeString(Rule):
         for constant in self.index.nodes(ast.Constant):
             if id(constant) in self.handled or not _may_name_cuda_type(constant):
                 continue
-            body = string_body(self, constant)
+            body = string_body(self.view, constant)
             if body is not None and CUDA_TYPE_NAME.fullmatch(body):
                 self.report(
                     constant,
@@ -107,7 +107,7 @@ class TensorTypeString(Rule):
         """Every string literal that reaches a tensor-type position, in source order."""
         found: list[ast.AST] = []
         for position in self._positions():
-            for value in values_reaching(self, position):
+            for value in values_reaching(self.view, position):
                 found.extend(_elements(value))
         found.sort(key=self.source.start)
         return iter(found)
@@ -140,14 +140,14 @@ class TensorTypeString(Rule):
             return
         name = self.qualified_name_in(node, DEFAULT_TYPE_SETTERS)
         if isinstance(name, Ambiguous):
-            for value in values_reaching(self, given.value):
+            for value in values_reaching(self.view, given.value):
                 if _is_cuda_type_literal(self, value) and id(value) not in self.handled:
                     self.handled.add(id(value))
                     self.report(
                         value,
                         f"cannot tell whether this sets torch's default tensor type: "
                         f"{name.describe()}; if it does, use "
-                        f"{_npu_spelling(string_body(self, value) or '')}",
+                        f"{_npu_spelling(string_body(self.view, value) or '')}",
                     )
             return
         if name in DEFAULT_TYPE_SETTERS:
@@ -156,7 +156,7 @@ class TensorTypeString(Rule):
     # -- fixing ----------------------------------------------------------------------------------
 
     def _migrate(self, node: ast.AST) -> None:
-        body = string_body(self, node)
+        body = string_body(self.view, node)
         if body is None or not body.startswith(CUDA_PREFIX):
             return
         if not CUDA_TYPE_NAME.fullmatch(body):
@@ -190,7 +190,7 @@ def _may_name_cuda_type(node: ast.Constant) -> bool:
 
 
 def _is_cuda_type_literal(rule: Rule, node: ast.AST) -> bool:
-    body = string_body(rule, node) if isinstance(node, ast.Constant) else None
+    body = string_body(rule.view, node) if isinstance(node, ast.Constant) else None
     return body is not None and CUDA_TYPE_NAME.fullmatch(body) is not None
 
 

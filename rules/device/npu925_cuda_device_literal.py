@@ -83,7 +83,7 @@ class CudaDeviceLiteral(Rule):
     TRIGGER = ('"cuda', "'cuda")
 
     def check(self) -> None:
-        flow = device_flow(self)  # NPU303's: it reports the "cuda" literals NPU303 misses
+        flow = device_flow(self.view)  # NPU303's: it reports the "cuda" literals NPU303 misses
         reached = {id(value) for value, _ in flow.reached}
         candidates = [node for node in self._cuda_literals() if id(node) not in reached]
         if not candidates:
@@ -109,11 +109,11 @@ class CudaDeviceLiteral(Rule):
         for constant in self.index.nodes(ast.Constant):
             value = constant.value
             if isinstance(value, str) and value.startswith("cuda"):
-                body = string_body(self, constant)
+                body = string_body(self.view, constant)
                 if body is not None and CUDA_LITERAL.fullmatch(body):
                     yield constant
         for joined in self.index.nodes(ast.JoinedStr):
-            if cuda_fstring_head(self, joined) is not None:
+            if cuda_fstring_head(self.view, joined) is not None:
                 yield joined
 
     # -- where values become devices -------------------------------------------------------------
@@ -237,7 +237,7 @@ class CudaDeviceLiteral(Rule):
         return None
 
     def _default_of(self, default: ast.AST, sinks: Sinks) -> str | None:
-        for parameter, value in parameter_defaults(self):
+        for parameter, value in parameter_defaults(self.view):
             if value is default and id(parameter) in sinks.parameters:
                 line = sinks.parameters[id(parameter)][1]
                 return (

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from migrator.analysis.calls import string_literal
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import Location
-from migrator.diagnostics import Severity
+from migrator.diagnostics import Diagnostic, Severity
 from migrator.rule import FixSafety, Rule
-from migrator.rules.device._common import string_body
+from migrator.rules.device._common import shell_finding, string_body
 
 # Environment variable names this rule knows, as whole words.
 ENVIRONMENT_NAME = re.compile(
@@ -134,6 +135,18 @@ class CudaEnvironment(Rule):
     FIX_SAFETY = FixSafety.NONE
     TRIGGER = TRIGGER_WORDS
 
+    @classmethod
+    def scan_shell_line(cls, code: str, path: str, number: int) -> Iterator[Diagnostic]:
+        """``export CUDA_VISIBLE_DEVICES=0,1``, ``NCCL_DEBUG=INFO torchrun ...``,
+        ``$CUDA_VISIBLE_DEVICES``, ``unset NCCL_P2P_DISABLE``."""
+        for match in ENVIRONMENT_NAME.finditer(code):
+            name = match.group(1)
+            message, severity = advice_for(name)
+            use = _shell_use(code, match.start(1), match.end(1))
+            yield shell_finding(
+                path, number, match.start(1), cls.CODE, f"`{name}` ({use}): {message}", severity
+            )
+
     def check(self) -> None:
         for constant in self.index.nodes(ast.Constant):
             value = constant.value
@@ -146,7 +159,7 @@ class CudaEnvironment(Rule):
     def _check_string(self, constant: ast.Constant) -> None:
         if isinstance(self.index.parent(constant), ast.Expr):
             return  # a docstring or a bare string: prose about the variable, not a use of it
-        body = string_body(self, constant)
+        body = string_body(self.view, constant)
         if body is None:
             return
         if ENVIRONMENT_NAME.fullmatch(body):
@@ -227,3 +240,15 @@ class CudaEnvironment(Rule):
             return False
         name = self.qualified_name_in(node, {ENVIRON})
         return name if isinstance(name, Ambiguous) else name == ENVIRON
+
+
+def _shell_use(code: str, start: int, end: int) -> str:
+    """How a shell line uses the variable at ``code[start:end]``."""
+    before = code[:start].rstrip("{")
+    if before.endswith("$"):
+        return "read here"
+    if code.startswith("=", end):
+        return "set here"
+    if re.search(r"\bunset\s+(-v\s+)?$", code[:start]):
+        return "unset here"
+    return "named here"

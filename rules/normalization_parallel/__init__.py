@@ -4,3 +4,6 @@
 optimizer built before DDP wraps the model (NPU203). Shared, not a rule: ``_common`` (import
 re-homing and source-text helpers).
 """
+
+# The document that explains this family (its rule table is generated: tools/rule_tables.py).
+DOCS = "docs/rules-normalization-parallel.md"

@@ -21,6 +21,7 @@ from libcst.helpers import get_full_name_for_node
 from migrator.analysis.calls import Argument
 from migrator.analysis.index import EVERYTHING, base_name, full_name
 from migrator.analysis.scopes import BindingKind
+from migrator.analysis.view import FileView
 from migrator.edits import NodeEdit
 from migrator.rule import Rule
 
@@ -54,32 +55,32 @@ def bound_name(alias: ast.alias) -> str:
     return alias.asname or alias.name.split(".")[0]
 
 
-def alone_on_its_line(rule: Rule, statement: ast.stmt) -> bool:
+def alone_on_its_line(view: FileView, statement: ast.stmt) -> bool:
     """Whether ``statement`` is a statement line of its own, which an edit can replace by
     several lines: not ``a; b``, not the body of ``if x: b``."""
-    parent = rule.index.parent(statement)
+    parent = view.index.parent(statement)
     for field_name in ("body", "orelse", "finalbody"):
         body = getattr(parent, field_name, None)
         if isinstance(body, list) and any(s is statement for s in body):
             line = next(
-                line for line in rule.index.lines(body) if any(s is statement for s in line)
+                line for line in view.index.lines(body) if any(s is statement for s in line)
             )
             if len(line) != 1:
                 return False
-    return starts_its_line(rule, statement)
+    return starts_its_line(view, statement)
 
 
-def starts_its_line(rule: Rule, statement: ast.stmt) -> bool:
+def starts_its_line(view: FileView, statement: ast.stmt) -> bool:
     """Nothing but indentation before ``statement`` on its first line (an indented block)."""
-    source = rule.source
+    source = view.source
     line_start = source.line_starts[statement.lineno - 1]
     return not source.text[line_start : source.start(statement)].strip()
 
 
-def torch_nn_prefix(rule: Rule) -> str:
+def torch_nn_prefix(view: FileView) -> str:
     """How the file spells ``torch.nn`` at module level: ``nn`` when it imports it so, else
     ``torch.nn`` (the rule then asks for ``import torch``)."""
-    for statement in rule.index.tree.body:
+    for statement in view.index.tree.body:
         if isinstance(statement, ast.ImportFrom):
             # As libcst's full name of the module: the dots of a relative import do not count.
             if statement.module == "torch" and any(
@@ -103,13 +104,13 @@ def candidate_names(rule: Rule) -> list[ast.Name]:
     return found
 
 
-def candidate_attributes(rule: Rule, attrs: Iterable[str]) -> list[ast.Attribute]:
+def candidate_attributes(view: FileView, attrs: Iterable[str]) -> list[ast.Attribute]:
     """The ``x.<attr>`` nodes for ``attrs`` that may resolve under apex, inner ones first."""
     found = [
         attribute
         for attr in attrs
-        for attribute in rule.index.attributes(attr)
-        if rule.may_name(attribute, APEX_ROOTS)
+        for attribute in view.index.attributes(attr)
+        if view.may_name(attribute, APEX_ROOTS)
     ]
     found.sort(key=_source_order)
     return found
@@ -124,10 +125,10 @@ def _source_order(node: ast.AST) -> tuple[int, int, int, int]:
     )
 
 
-def binding_imports(rule: Rule, name: ast.Name) -> list[ast.Import | ast.ImportFrom]:
+def binding_imports(view: FileView, name: ast.Name) -> list[ast.Import | ast.ImportFrom]:
     """The import statements among the bindings ``name`` may refer to (order-blind)."""
     found: list[ast.Import | ast.ImportFrom] = []
-    for binding in rule.index.bindings_of(name):
+    for binding in view.index.bindings_of(name):
         statement = binding.node
         if (
             binding.kind is BindingKind.IMPORT
@@ -149,7 +150,7 @@ def queue_removal_of_base_import(rule: Rule, node: ast.Attribute) -> None:
         return
     access = full_name(node) or ""
     best: tuple[int, tuple[str, str | None, str | None]] | None = None
-    for statement in binding_imports(rule, base):
+    for statement in binding_imports(rule.view, base):
         for removal, reaches in _removals_binding(statement, base.id):
             through = access == reaches or access.startswith(reaches + ".")
             if through and (best is None or len(reaches) > best[0]):
@@ -216,57 +217,11 @@ def is_constant(node: ast.AST, value: object) -> bool:
 _BLANKS = " \t\f\r\n\\"
 
 
-def written(rule: Rule, node: ast.AST) -> str:
-    """The code of ``node`` with the parentheses that group it, as libcst prints the node
-    (``ast`` positions leave them out: ``message_size=(2**25)``)."""
-    text = rule.source.text
-    start, end = rule.source.span(node)
-    bounds = _grouping_bounds(rule, node)
-    if bounds is None:
-        return text[start:end]
-    low, high = bounds
-    while True:
-        before = start - 1
-        while before >= low and text[before] in _BLANKS:
-            before -= 1
-        after = end
-        while after < high and text[after] in _BLANKS:
-            after += 1
-        if before < low or after >= high or text[before] != "(" or text[after] != ")":
-            return text[start:end]
-        start, end = before, after + 1
-
-
-def _grouping_bounds(rule: Rule, node: ast.AST) -> tuple[int, int] | None:
-    """The character range that parentheses grouping ``node`` must lie in: inside its parent,
-    and not the parentheses of a call or of a class's bases."""
-    parent = rule.index.parent(node)
-    if parent is None or isinstance(parent, ast.ClassDef) or not hasattr(parent, "lineno"):
-        return None
-    source = rule.source
-    start, end = source.span(parent)
-    if isinstance(parent, ast.Call):
-        opening = _call_opening(rule, parent)
-        if node is parent.func:
-            return start, opening
-        return opening + 1, end - 1
-    return start, end
-
-
-def _call_opening(rule: Rule, call: ast.Call) -> int:
-    """The offset of the parenthesis that opens ``call``'s arguments."""
-    text = rule.source.text
-    offset = rule.source.end(call.func)
-    while text[offset] != "(":
-        offset += 1  # blanks, and the closing parentheses of a parenthesized callee
-    return offset
-
-
-def argument_code(rule: Rule, argument: Argument) -> str:
+def argument_code(view: FileView, argument: Argument) -> str:
     """One argument as libcst prints it: from its start to the next argument, comma and
     comments included, stripped (``*args,`` when more arguments follow)."""
-    text = rule.source.text
-    start, end = rule.source.span(argument.node)
+    text = view.source.text
+    start, end = view.source.span(argument.node)
     end = _skip_blanks_and_comments(text, end)
     if end < len(text) and text[end] == ",":
         end = _skip_blanks_and_comments(text, end + 1)

@@ -30,7 +30,6 @@ from migrator.rules.normalization_parallel._common import (
     rehome_statement,
     starts_its_line,
     torch_nn_prefix,
-    written,
 )
 
 APEX_MODULES = ("apex.normalization", "apex.normalization.fused_layer_norm")
@@ -194,7 +193,7 @@ class FusedLayerNormToTorch(Rule):
         return not norm.unsafe or self.settings.unsafe_fixes
 
     def check(self) -> None:
-        self.nn = torch_nn_prefix(self)
+        self.nn = torch_nn_prefix(self.view)
         for statement in self.index.nodes(ast.Try):
             if self.fallback_unreachable(statement):
                 self.collapsible[id(statement)] = statement
@@ -242,9 +241,9 @@ class FusedLayerNormToTorch(Rule):
             return False
         # Indented blocks only (`try: x` on one line is left alone), so that their statement
         # lines can take the place of the whole statement.
-        if not starts_its_line(self, statement.body[0]):
+        if not starts_its_line(self.view, statement.body[0]):
             return False
-        if statement.orelse and not starts_its_line(self, statement.orelse[0]):
+        if statement.orelse and not starts_its_line(self.view, statement.orelse[0]):
             return False
         found_import = False
         for small in statement.body:
@@ -303,7 +302,7 @@ class FusedLayerNormToTorch(Rule):
     def import_moves(self, statement: ast.ImportFrom) -> dict[str, NewHome]:
         inside_kept_try = self.inside_try(statement) and not self.in_collapsed(statement)
         suppressed = self.suppressed(statement)
-        if not suppressed and not alone_on_its_line(self, statement):
+        if not suppressed and not alone_on_its_line(self.view, statement):
             self.report(
                 statement,
                 "this apex normalization import shares its line with another statement: "
@@ -455,14 +454,14 @@ class FusedLayerNormToTorch(Rule):
             def rename(name: cst.Name) -> cst.BaseExpression:
                 return name.with_changes(value=norm.torch_name)
 
-        for statement in binding_imports(self, node):
+        for statement in binding_imports(self.view, node):
             plan = self.imports.get(id(statement))
             if plan is not None and norm.apex_name in plan.moves:
                 plan.uses.append(self.replace(node, cst.Name, rename))
                 return
 
     def check_attributes(self) -> None:
-        for attribute in candidate_attributes(self, ATTRIBUTE_NAMES):
+        for attribute in candidate_attributes(self.view, ATTRIBUTE_NAMES):
             if not self.in_collapsed(attribute):
                 self.check_attribute(attribute)
 
@@ -488,7 +487,7 @@ class FusedLayerNormToTorch(Rule):
     def report_ambiguous(self, node: ast.AST, name: Ambiguous) -> None:
         self.report(
             node,
-            f"cannot tell whether `{written(self, node)}` is apex's normalization: "
+            f"cannot tell whether `{self.view.written(node)}` is apex's normalization: "
             f"{name.describe()}; if it is, use `torch.nn.LayerNorm` / `torch.nn.RMSNorm` (with "
             "`eps=1e-5`) and drop `memory_efficient`",
         )
@@ -557,7 +556,7 @@ class FusedLayerNormToTorch(Rule):
         if starred is not None:
             self.report(
                 call,
-                f"check that `{argument_code(self, starred)}` passes no `memory_efficient` "
+                f"check that `{argument_code(self.view, starred)}` passes no `memory_efficient` "
                 f"(torch.nn.{norm.torch_name} does not take it)"
                 + (" and pass `eps=1e-5` unless it sets eps" if norm.needs_eps else ""),
             )
@@ -569,7 +568,7 @@ class FusedLayerNormToTorch(Rule):
         notes = []
         if doomed:
             notes.append(
-                f"dropped `memory_efficient={written(self, doomed[0].value)}`: torch.nn."
+                f"dropped `memory_efficient={self.view.written(doomed[0].value)}`: torch.nn."
                 f"{norm.torch_name} has no such option (apex used it to recompute activations "
                 "in backward and save memory; the results are the same)"
             )

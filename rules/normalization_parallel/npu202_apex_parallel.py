@@ -30,7 +30,6 @@ from migrator.rules.normalization_parallel._common import (
     queue_removal_of_base_import,
     rehome_statement,
     torch_nn_prefix,
-    written,
 )
 
 APEX_DDP = frozenset(
@@ -176,7 +175,7 @@ class ApexParallelToTorch(Rule):
         self.imports: dict[int, ImportPlan] = {}  # id(ImportFrom) -> how it is rewritten
 
     def check(self) -> None:
-        self.nn = torch_nn_prefix(self)
+        self.nn = torch_nn_prefix(self.view)
         # inner calls first, as a bottom-up visit leaves them
         calls = sorted(self.calls_to(APEX_ROOTS), key=_start_then_end)
         for call in calls:
@@ -230,7 +229,7 @@ class ApexParallelToTorch(Rule):
                 parameter = argument.keyword
                 if parameter == "module":
                     continue
-            given = f"`{parameter}={written(self, argument.value)}`"
+            given = f"`{parameter}={self.view.written(argument.value)}`"
             if parameter in DDP_DROPPED:
                 plan.removed.append(argument.index)
                 plan.notes.append(f"{given} ({DDP_DROPPED[parameter]})")
@@ -256,7 +255,7 @@ class ApexParallelToTorch(Rule):
                 parameter = next((n for n, p in switches.items() if p == argument.index), None)
             if parameter is None or parameter not in switches:
                 continue
-            given = f"`{parameter}={written(self, argument.value)}`"
+            given = f"`{parameter}={self.view.written(argument.value)}`"
             if constant(argument.value) is False:
                 plan.removed.append(argument.index)
                 plan.notes.append(f"{given} (the default)")
@@ -266,7 +265,7 @@ class ApexParallelToTorch(Rule):
 
     def unseen(self, argument: Argument) -> str:
         """Why a call with ``*args`` / ``**kwargs`` is left alone."""
-        return f"cannot see the arguments in `{argument_code(self, argument)}`"
+        return f"cannot see the arguments in `{argument_code(self.view, argument)}`"
 
     # -- imports ---------------------------------------------------------------------------------
 
@@ -275,7 +274,7 @@ class ApexParallelToTorch(Rule):
             module = absolute_module(statement)
             if module is None or not module.startswith(APEX_PARALLEL):
                 continue  # every name this rule moves is under apex.parallel
-            if not alone_on_its_line(self, statement):
+            if not alone_on_its_line(self.view, statement):
                 continue  # no room for the lines it may become
             if is_star(statement):
                 self.report(
@@ -339,7 +338,7 @@ class ApexParallelToTorch(Rule):
         """``convert_syncbn_model`` has no ``from torch... import`` form: its import goes, and
         this use becomes the full torch name, with the fix of that import."""
         replacement = f"{self.nn}.SyncBatchNorm.convert_sync_batchnorm"
-        for statement in binding_imports(self, name):
+        for statement in binding_imports(self.view, name):
             plan = self.imports.get(id(statement))
             if plan is not None and CONVERT_NAME in plan.moves:
                 edit = self.replace(name, cst.Name, lambda _: dotted_expression(replacement))
@@ -347,7 +346,7 @@ class ApexParallelToTorch(Rule):
                 return
 
     def check_attributes(self) -> None:
-        for attribute in candidate_attributes(self, ATTRIBUTE_NAMES):
+        for attribute in candidate_attributes(self.view, ATTRIBUTE_NAMES):
             self.check_attribute(attribute)
 
     def check_attribute(self, node: ast.Attribute) -> None:
@@ -383,7 +382,7 @@ class ApexParallelToTorch(Rule):
         if isinstance(name, Ambiguous):
             self.report(
                 call,
-                f"cannot tell whether `{written(self, call.func)}` comes from apex.parallel: "
+                f"cannot tell whether `{self.view.written(call.func)}` comes from apex.parallel: "
                 f"{name.describe()}; if it does, use the torch class and drop the apex-only "
                 "arguments by hand",
             )

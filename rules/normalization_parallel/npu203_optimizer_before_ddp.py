@@ -113,14 +113,14 @@ class OptimizerBeforeDdp(Rule):
     move. Accepted in between: device moves and casts (`model.cuda(gpu)`, `model.to(device)`,
     `model = DataParallel(model).cuda()`), and calls of any kind (prints, loaders, the loss)
     that are given nothing the moved statements read. Accepted in the moved statements: pure
-    functions of the same module (see `npu203_functions`), or of another module of the files
+    functions of the same module, or of another module of the files
     given (DINO's `utils.get_params_groups(student)` with `utils.py` in the run), also with
     the DDP-wrapped model as an argument when they give the same result for it as for the
     model inside; a name test
     such as `name.endswith(".bias")`, which differs for a parameter of the model's own named
     `bias` only, is accepted with that assumption spelled out in the message; and optimizer
     classes of the repository whose construction does nothing but build the optimizer
-    (DINO's `utils.LARS(params_groups)`, see `npu203_classes`). When nothing
+    (DINO's `utils.LARS(params_groups)`, see `migrator.analysis.classes`). When nothing
     can move above the first wrap of a block, the statements go above a later one, if they
     read nothing wrapped before it (DINO's teacher, then its student). Everything else is
     reported, with the reason found at the wrap of the model the optimizer takes.
@@ -137,7 +137,7 @@ class OptimizerBeforeDdp(Rule):
     # NPU104's removed wraps (replaced by combine_ddp) are no wraps to move above.
     READS = (FusedPlans, RemovedWraps)
     # The files it checks are summarised: the functions and classes of other modules of the run
-    # they call (see npu203_functions, npu203_classes), whose verdicts the link computes there.
+    # they call (migrator.analysis.functions and .classes), whose verdicts the link computes.
     PROJECT_TRIGGER = TRIGGER
 
     @classmethod
@@ -552,7 +552,7 @@ class OptimizerBeforeDdp(Rule):
 
     def why_unknown(self, call: ast.Call) -> str:
         """For an optimizer class of the repository that does more than build an optimizer:
-        what it does (see npu203_classes)."""
+        what it does (see migrator.analysis.classes)."""
         found = self.calls.optimizer_class(call)
         if found is None or found.problem is None:
             return ""
@@ -657,7 +657,7 @@ class OptimizerBeforeDdp(Rule):
 
     def invariant_argument(self, call: ast.Call, wrap: Wrap) -> bool:
         """``call`` is a pure function of this module that gives the same result for the DDP
-        wrapper ``wrap.target`` as for the module it wraps (see npu203_functions)."""
+        wrapper ``wrap.target`` as for the module it wraps (see migrator.analysis.functions)."""
         summary = self.calls.function_summary(call)
         if summary is None:
             return False

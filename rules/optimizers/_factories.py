@@ -135,6 +135,7 @@ class _Link:
     """The state of one link stage."""
 
     linking: Linking
+    planner: type[Rule]  # NPU101: what it makes of the optimizers a factory returns
     readers: dict[str, FileView | None] = field(default_factory=dict)
     located: dict[tuple[str, str], Factory | str] = field(default_factory=dict)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> facts
@@ -156,8 +157,9 @@ class _Link:
         return self.facts.setdefault(path, {}).setdefault(part, {})
 
 
-def link(linking: Linking) -> Mapping[str, Facts] | None:
-    state = _Link(linking)
+def link(linking: Linking, planner: type[Rule]) -> Mapping[str, Facts] | None:
+    """The factories' facts; ``planner`` is NPU101, run in each factory's module."""
+    state = _Link(linking, planner)
     callers: dict[Factory, list[tuple[str, str, str]]] = {}  # -> (caller, origin key, callee)
     for path, summary in linking.project.summaries(KEY).items():
         for use in summary.get("uses", []):
@@ -351,10 +353,6 @@ def _amp_facts(reader: FileView, path: str, call: ast.Call) -> dict[str, Any]:
 def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory, Facts]:
     """For each factory of the module ``path``: is the optimizer it returns NPU fused once
     NPU101 has run there (with the call sites just found), and as written?"""
-    from migrator.rules.optimizers.npu101_npu_fused_optimizer import (
-        NpuFusedOptimizer,  # it imports this
-    )
-
     reader = state.reader(path)
     assert reader is not None  # _top_level parsed it
     index, linking = reader.index, state.linking
@@ -366,10 +364,10 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
     settings = replace(linking.settings, project=replace(linking.project, linked=linked))
     view = FileView(index)
     context = FileContext(path, settings, suppressions, view, plans=dict(linking.plans))
-    NpuFusedOptimizer(context).check()
+    state.planner(context).check()
     published = context.plans.get(FusedPlans)
     plans = published.by_call if isinstance(published, FusedPlans) else {}
-    code = NpuFusedOptimizer.CODE
+    code = state.planner.CODE
     findings = {d.line for d in context.diagnostics if d.code == code}
     verdicts = {factory: _verdict(view, factory, plans, findings, path) for factory in factories}
     # The plans and the flow hold nodes of the index, which the link stage releases.
@@ -566,5 +564,10 @@ class OptimizerFactories:
         return summarize(index, module)
 
     @classmethod
+    def fused_planner(cls) -> type[Rule]:
+        """NPU101, whose plan for a factory's module decides what the factory returns."""
+        raise NotImplementedError
+
+    @classmethod
     def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
-        return link(linking)
+        return link(linking, cls.fused_planner())

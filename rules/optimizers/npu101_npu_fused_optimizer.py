@@ -220,6 +220,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:
         return (FusedSwaps(),)
 
+    @classmethod
+    def fused_planner(cls) -> type[Rule]:
+        return cls
+
     def check(self) -> None:
         self.flow = OptimizerFlow.of(self.view)
         self.hazards = FusionHazards(self.view, self.flow)

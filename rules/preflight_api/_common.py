@@ -16,7 +16,7 @@ from functools import cache
 from typing import ClassVar
 
 from migrator.analysis.names import Ambiguous
-from migrator.analysis.view import Location
+from migrator.analysis.view import FileView, Location
 from migrator.api_tables import ApiEntry, ApiTable, table_for
 from migrator.diagnostics import Severity
 from migrator.rule import FixSafety, Rule
@@ -155,7 +155,7 @@ class ApiTableRule(Rule):
                 if listed:
                     return name, listed[0]
         method = lookup.methods.get(node.attr) if isinstance(node, ast.Attribute) else None
-        if method is not None and provably_tensor(self, node.value):  # type: ignore[attr-defined]
+        if method is not None and provably_tensor(self.view, node.value):  # type: ignore[attr-defined]
             return method, method.name
         return None
 
@@ -213,7 +213,7 @@ def source_of(entry: ApiEntry, release: str) -> str:
 # -- tensors -------------------------------------------------------------------------------------
 
 
-def provably_tensor(rule: Rule, node: ast.AST) -> bool:
+def provably_tensor(view: FileView, node: ast.AST) -> bool:
     """Whether ``node`` certainly evaluates to a ``torch.Tensor``, decided cheaply on the index:
 
     - a call of a torch tensor factory (``torch.zeros(...)``, ``torch.tensor(...)``, see
@@ -226,31 +226,31 @@ def provably_tensor(rule: Rule, node: ast.AST) -> bool:
     a tensor: a method of the same name on another object must not be reported.
     """
     if isinstance(node, ast.Call):
-        return _resolves_to(rule, node.func, TENSOR_FACTORIES)
+        return _resolves_to(view, node.func, TENSOR_FACTORIES)
     if not isinstance(node, ast.Name):
         return False
-    bindings = rule.index.bindings_of(node)
-    return bool(bindings) and all(_tensor_binding(rule, binding) for binding in bindings)
+    bindings = view.index.bindings_of(node)
+    return bool(bindings) and all(_tensor_binding(view, binding) for binding in bindings)
 
 
-def _tensor_binding(rule: Rule, binding: object) -> bool:
+def _tensor_binding(view: FileView, binding: object) -> bool:
     parameter = getattr(binding, "node", None)
     if isinstance(parameter, ast.arg):
-        return parameter.annotation is not None and _is_tensor_type(rule, parameter.annotation)
+        return parameter.annotation is not None and _is_tensor_type(view, parameter.annotation)
     statement = getattr(binding, "statement", None)
     if isinstance(statement, ast.AnnAssign):
-        return _is_tensor_type(rule, statement.annotation)
+        return _is_tensor_type(view, statement.annotation)
     if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
         value = statement.value
-        return isinstance(value, ast.Call) and _resolves_to(rule, value.func, TENSOR_FACTORIES)
+        return isinstance(value, ast.Call) and _resolves_to(view, value.func, TENSOR_FACTORIES)
     return False
 
 
-def _is_tensor_type(rule: Rule, annotation: ast.AST) -> bool:
-    return _resolves_to(rule, annotation, {TENSOR})
+def _is_tensor_type(view: FileView, annotation: ast.AST) -> bool:
+    return _resolves_to(view, annotation, {TENSOR})
 
 
-def _resolves_to(rule: Rule, node: ast.AST, names: frozenset[str] | set[str]) -> bool:
-    if not rule.may_name(node, {"torch"}):
+def _resolves_to(view: FileView, node: ast.AST, names: frozenset[str] | set[str]) -> bool:
+    if not view.may_name(node, {"torch"}):
         return False
-    return rule.qualified_name(node) in names
+    return view.qualified_name(node) in names

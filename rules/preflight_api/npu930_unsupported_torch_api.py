@@ -43,6 +43,7 @@ class UnsupportedTorchApi(ApiTableRule):
     """
 
     CODE = "NPU930"
+    UNSUPPORTED_API_SHEET = True
     NAME = "unsupported-torch-api"
     SUMMARY = "torch API that the selected torch_npu release does not support"
     STATUS = "unsupported"

@@ -40,6 +40,7 @@ class TorchApiBehaviourNote(ApiTableRule):
     """
 
     CODE = "NPU931"
+    UNSUPPORTED_API_SHEET = True
     NAME = "torch-api-behaviour-note"
     SUMMARY = "torch API that the selected torch_npu release supports with a restriction"
     STATUS = "supported-with-note"

@@ -370,9 +370,15 @@ def test_apex_npu_fused_step_requires_amp(name: str) -> None:
 
 
 def test_lamb_has_no_amp_check() -> None:
+    """Ascend's `Lamb` steps without `amp.initialize`; `NpuFusedLamb`, the same math, refuses."""
     param = torch.nn.Parameter(torch.ones(3))
     param.grad = torch.ones(3)
-    apex.optimizers.Lamb([param]).step()
+    apex.optimizers.Lamb([param], lr=0.1).step()
+    assert not torch.equal(param.detach(), torch.ones(3))  # it did step
+    fused = torch.nn.Parameter(torch.ones(3))
+    fused.grad = torch.ones(3)
+    with pytest.raises(RuntimeError, match="should be used with AMP"):
+        apex.optimizers.NpuFusedLamb([fused], lr=0.1).step()
 
 
 VALIDATION_CASES = [
