@@ -443,6 +443,8 @@ def baseline_path(options: Options, config: FileConfig) -> Path | None:
     if options.no_baseline:
         return None
     file = options.baseline_file or config.baseline
+    if file is not None and file.is_absolute() and file.is_relative_to(Path.cwd()):
+        file = file.relative_to(Path.cwd())  # as the user would write it in messages
     if file is None and options.write_baseline:
         raise UsageError(
             "--write-baseline needs a file: --baseline FILE or `baseline` in [tool.npu-migrate]"
