@@ -71,7 +71,8 @@ def patched(old: str, patch: Sequence[str]) -> str:
         out.extend(old_lines[position:first])
         position = first
         removed, added = count, int(match[4] if match[4] is not None else 1)
-        while (removed or added) and index < len(patch):
+        last = ""
+        while index < len(patch) and (removed or added or patch[index].startswith("\\")):
             line = patch[index]
             index += 1
             tag, text = line[:1], line[1:]
@@ -86,11 +87,9 @@ def patched(old: str, patch: Sequence[str]) -> str:
             elif tag == "+":
                 out.append(text)
                 added -= 1
-            elif tag == "\\" and out:  # "\ No newline at end of file": the line before has none
+            elif tag == "\\" and last in (" ", "+"):  # "No newline at end of file"
                 out[-1] = out[-1].rstrip("\n")
-        if index < len(patch) and patch[index].startswith("\\") and out:
-            out[-1] = out[-1].rstrip("\n")
-            index += 1
+            last = tag
     out.extend(old_lines[position:])
     return "".join(out)
 
