@@ -302,3 +302,40 @@ def test_add_suppressions_reports_what_it_cannot_suppress(cli: Cli, project: Pat
 def test_option_conflicts_are_usage_errors(cli: Cli, args: list[str]) -> None:
     code, _, err = cli(*args)
     assert code == 2 and err
+
+
+def test_a_notebook_finding_is_recorded_by_its_cell_line(cli: Cli, project: Path) -> None:
+    def notebook(*cells: str) -> str:
+        return json.dumps(
+            {
+                "cells": [
+                    {
+                        "cell_type": "code",
+                        "execution_count": None,
+                        "id": f"cell-{number}",
+                        "metadata": {},
+                        "outputs": [],
+                        "source": text,
+                    }
+                    for number, text in enumerate(cells)
+                ],
+                "metadata": {},
+                "nbformat": 4,
+                "nbformat_minor": 5,
+            },
+            indent=1,
+        )
+
+    path = project / "explore.ipynb"
+    path.write_text(notebook("import torch", "net = torch.nn.DataParallel(net)"))
+    code, out, err = cli(".")
+    assert code == 1, out + err
+    assert cli("--check", "--baseline", "b.json", "--write-baseline", ".")[0] == 0
+    entries = json.loads((project / "b.json").read_text())["findings"]
+    assert {"path": "explore.ipynb", "text": "net = torch.nn.DataParallel(net)"}.items() <= next(
+        entry for entry in entries if entry["path"] == "explore.ipynb"
+    ).items()
+    # A new cell above moves the finding to another cell: it is still the recorded one.
+    path.write_text(notebook("import torch", "x = 1\ny = 2", "net = torch.nn.DataParallel(net)"))
+    code, out, _ = cli("--check", "--baseline", "b.json", ".")
+    assert code == 0 and "0 new, 0 stale" in out
