@@ -113,13 +113,12 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (project / "tools" / "hostile.py").write_text(
         f"import torch\nBANNER = {HOSTILE!r}\nnet = torch.nn.DataParallel(net)\n"
     )
-    os.environ["XDG_CACHE_HOME"] = str(folder / "cache")
     cwd = Path.cwd()
-    os.chdir(project)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder / "cache"))
+        patch.chdir(project)
         code = main(["-j", "1", "--check", "--format", "html", "--report-dir", "report", "."])
-    finally:
-        os.chdir(cwd)
+    assert Path.cwd() == cwd
     assert code == 1
     return project / "report" / "index.html"
 
