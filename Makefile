@@ -28,11 +28,23 @@ demo: $(VENV)/.demo-installed
 	@# --diff exits 1 when the migration would change something, which is the point of the demo.
 	$(BIN)/npu-migrate --diff examples/ || test $$? -eq 1
 
+# The HTML report's browser test drives Debian's Chromium through Playwright (never a browser
+# build of Playwright's own). Installed here when missing; a machine that has it pays nothing.
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	@command -v apt-get >/dev/null && test "$$(id -u)" -eq 0 || { \
+	  echo "error: the HTML report test needs Chromium at $(CHROMIUM): install Debian's" \
+	    "'chromium' package (as root: apt-get install chromium)" >&2; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+	  >/dev/null || { echo "error: apt-get could not install chromium" >&2; exit 1; }
+
 # Two pytest workers on two cores: one torch thread each, or the workers fight over the cores
 # (the tiny models of the tests run many times slower with two threads per worker).
-# NPU_MIGRATE_NO_SKIPS: this set-up installs what every test needs, so a skipped test is a failure
-# (conftest.py).
-test: $(VENV)/.test-installed
+# NPU_MIGRATE_NO_SKIPS: this set-up installs what every test needs (Chromium included), so a skipped
+# test is a failure (conftest.py).
+test: $(VENV)/.test-installed $(CHROMIUM)
 	NPU_MIGRATE_NO_SKIPS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-installed

@@ -26,10 +26,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import migrator
-from migrator import api_tables, formats, report
+from migrator import adopt, api_tables, formats, report
+from migrator.baseline import Baseline, BaselineError
 from migrator.config import ConfigError, FileConfig, common_folder, find_pyproject, load_config
 from migrator.diagnostics import Severity
 from migrator.formats import github, msfmk_csv, sarif
+from migrator.originals import Originals
 from migrator.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
 from migrator.results import Status
 from migrator.rule import Rule
@@ -48,8 +50,11 @@ from migrator.runner import run as run_tasks
 from migrator.settings import Settings, Target
 from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
 from migrator.shell import shell_scripts
+from migrator.statistics import statistic_lines, statistics
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+HTML_REPORT_DIR = Path("npu-migrate-report")  # --format html without --report-dir
+HTML_REPORT_NAME = "index.html"
 PROGRESS_MIN_FILES = 200  # below this a run is short enough without a progress bar
 
 
@@ -90,6 +95,12 @@ def default_jobs() -> int:
 @click.option("--diff", "show_diff", is_flag=True, help="Write nothing; print a unified diff.")
 @click.option("--check", is_flag=True, help="Write nothing; list what still needs migration.")
 @click.option(
+    "--add-suppressions",
+    is_flag=True,
+    help="Write `# npu-migrate: ignore[CODE]` at every manual and info finding left; apply no "
+    "fix. Exits as --check would afterwards.",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
@@ -107,7 +118,38 @@ def default_jobs() -> int:
     show_default=True,
     help="json: one document on stdout (schema in docs/cli.md); sarif: a SARIF 2.1.0 log on "
     "stdout; github: workflow annotations on stdout; csv: text output, and msFmkTransplt's "
-    "change_list.csv and unsupported_api.csv in --csv-dir (default: the current folder).",
+    "change_list.csv and unsupported_api.csv in --csv-dir (default: the current folder); "
+    "html: text output, and a review page in --report-dir (default: npu-migrate-report/).",
+)
+@click.option(
+    "--baseline",
+    "baseline_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Report only findings not recorded in this baseline file; list its stale entries "
+    "[config: baseline].",
+)
+@click.option(
+    "--write-baseline",
+    is_flag=True,
+    help="Record this run's manual and info findings in the --baseline file.",
+)
+@click.option("--no-baseline", is_flag=True, help="Ignore the baseline of the configuration.")
+@click.option(
+    "--statistics",
+    "show_statistics",
+    is_flag=True,
+    help="Print one line per rule code with its counts instead of every finding.",
+)
+@click.option(
+    "--report-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="--format html: write the review page as DIR/index.html.",
+)
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the HTML review page to FILE (any format, any mode).",
 )
 @click.option(
     "--report",
@@ -175,12 +217,19 @@ class Options:
     paths: tuple[str, ...]
     show_diff: bool
     check: bool
+    add_suppressions: bool
     output: Path | None
     select: tuple[str, ...]
     ignore: tuple[str, ...]
     list_rules: bool
     explain: str | None
     output_format: str
+    baseline_file: Path | None
+    write_baseline: bool
+    no_baseline: bool
+    show_statistics: bool
+    report_dir: Path | None
+    html_file: Path | None
     report_file: Path | None
     csv_dir: Path | None
     jobs: int | None
@@ -204,6 +253,7 @@ class Options:
                 ("--diff", self.show_diff),
                 ("--check", self.check),
                 ("--output", self.output is not None),
+                ("--add-suppressions", self.add_suppressions),
             )
             if on
         ]
@@ -211,7 +261,7 @@ class Options:
             raise UsageError(f"{' and '.join(chosen)} cannot be combined")
         if self.show_diff:
             return Mode.DIFF
-        if self.check:
+        if self.check or self.add_suppressions:
             return Mode.CHECK
         return Mode.OUTPUT if self.output is not None else Mode.WRITE
 
@@ -264,16 +314,70 @@ def execute(options: Options) -> int:
     if not options.paths:
         raise UsageError("give at least one PATH (a file or a folder)")
     mode = options.mode
+    check_combinations(options)
     config = read_config(options)
-    job = make_job(options, config, mode)
+    baseline_file = baseline_path(options, config)
+    baseline = load_baseline(baseline_file, options.write_baseline)
+    html_file = html_path(options)
+    # An HTML report shows each file's diff, which --check does not compute: run as --diff.
+    run_mode = Mode.DIFF if html_file is not None and mode is Mode.CHECK else mode
+    job = make_job(options, config, run_mode)
     discovery = find_files(options, config)
+    originals = Originals()
+    if mode is Mode.WRITE and (baseline_file is not None or html_file is not None):
+        originals = Originals.snapshot(task.path for task in discovery.tasks)
     cache = None
     if not options.no_cache:
         cache = ResultCache(options.cache_dir or default_cache_dir(), cache_key(job))
-    with progress_bar(options, len(discovery.tasks)) as advance:
-        result = run_tasks(discovery, job, options.jobs or default_jobs(), cache, advance)
-    exit_code = exit_code_of(result, mode)
+
+    def run_once() -> RunResult:
+        with progress_bar(options, len(discovery.tasks)) as advance:
+            return run_tasks(discovery, job, options.jobs or default_jobs(), cache, advance)
+
     paths = formats.ProjectPaths.at(config.root)
+    suppressed = None
+    if options.add_suppressions:
+        result, suppressed = adopt.add_suppressions(run_once)
+    else:
+        result = run_once()
+    baselined = None
+    if baseline_file is not None and baseline is not None:
+        try:
+            baselined = adopt.apply_baseline(
+                result,
+                baseline,
+                baseline_file,
+                options.write_baseline,
+                paths,
+                originals,
+                options.paths,
+                job.codes,
+            )
+        except OSError as error:
+            raise UsageError(f"cannot write baseline {baseline_file}: {error}") from None
+        result = baselined.result
+    exit_code = exit_code_of(result, mode)
+    if suppressed is not None and suppressed.failures:
+        exit_code = EXIT_ERROR
+    if html_file is not None:
+        destinations = {task.path: task.destination for task in discovery.tasks if task.destination}
+        page = adopt.html_page(
+            result, mode, formats.rule_infos(job.codes), paths, options.paths, exit_code, baselined
+        )
+        try:
+            listed = adopt.write_html(html_file, page, run_mode, originals, destinations)
+        except OSError as error:
+            click.echo(f"error: cannot write the HTML report {html_file}: {error}", err=True)
+            exit_code = EXIT_ERROR
+        else:
+            if not options.quiet:
+                # stdout is a document or a patch in these cases; the text formats say it there.
+                documents = ("json", "sarif", "github")
+                to_stderr = mode is Mode.DIFF or options.output_format in documents
+                click.echo(f"wrote {html_file} ({listed} file(s) listed)", err=to_stderr)
+    if run_mode is not mode:  # the diffs were for the report only
+        for outcome in result.outcomes:
+            outcome.diff = None
     lists = None
     folder = csv_folder(options)
     if folder is not None:
@@ -283,6 +387,10 @@ def execute(options: Options) -> int:
             click.echo(f"error: cannot write the CSV lists into {folder}: {error}", err=True)
             exit_code = EXIT_ERROR
     document = report.json_document(result, mode, job.codes, job.settings, exit_code)
+    if baselined is not None:
+        document["baseline"] = baselined.to_json()
+    if suppressed is not None:
+        document["suppressions"] = suppressed.to_json(paths)
     if options.report_file is not None:
         try:
             options.report_file.write_text(json.dumps(document, indent=2) + "\n")
@@ -291,20 +399,96 @@ def execute(options: Options) -> int:
             exit_code = EXIT_ERROR
             document["exit_code"] = exit_code
     if options.output_format == "json":
-        click.echo(json.dumps(document, indent=2))
+        if options.show_statistics:
+            found = statistics(result, rule_names())
+            click.echo(json.dumps([statistic.to_json() for statistic in found], indent=2))
+        else:
+            click.echo(json.dumps(document, indent=2))
         for line in report.error_lines(result):
             click.echo(line, err=True)
     elif options.output_format in ("sarif", "github"):
         print_for_tools(result, mode, job, paths, exit_code, options.output_format)
     else:
-        print_text(result, mode, options)
+        if suppressed is not None and not options.quiet:
+            for line in adopt.suppression_lines(suppressed, options.verbose):
+                click.echo(line)
+        if options.show_statistics:
+            print_statistics(result, mode, options)
+        else:
+            print_text(result, mode, options)
+        if baselined is not None and not options.quiet:
+            for line in baselined.lines():
+                click.echo(line, err=mode is Mode.DIFF)
         if lists is not None and not options.quiet:
             click.echo(
                 f"wrote {lists.change_list} ({lists.changes} edits) and "
                 f"{lists.unsupported_api} ({lists.unsupported} unsupported-API findings)",
                 err=mode is Mode.DIFF,
             )
+    for failure_path, reason in suppressed.failures if suppressed is not None else ():
+        click.echo(f"error: {failure_path}: {reason}", err=True)
     return exit_code
+
+
+def check_combinations(options: Options) -> None:
+    if options.show_statistics and options.output_format not in ("text", "json"):
+        raise UsageError("--statistics prints text or JSON: use it with --format text or json")
+    if options.write_baseline and options.no_baseline:
+        raise UsageError("--write-baseline and --no-baseline cannot be combined")
+    if options.report_dir is not None and options.output_format != "html":
+        raise UsageError("--report-dir is for --format html (or write a page with --html FILE)")
+
+
+def baseline_path(options: Options, config: FileConfig) -> Path | None:
+    """``--baseline``, else the configuration's ``baseline`` (unless ``--no-baseline``)."""
+    if options.no_baseline:
+        return None
+    file = options.baseline_file or config.baseline
+    if file is not None and file.is_absolute() and file.is_relative_to(Path.cwd()):
+        file = file.relative_to(Path.cwd())  # as the user would write it in messages
+    if file is None and options.write_baseline:
+        raise UsageError(
+            "--write-baseline needs a file: --baseline FILE or `baseline` in [tool.npu-migrate]"
+        )
+    return file
+
+
+def load_baseline(file: Path | None, writing: bool) -> Baseline | None:
+    if file is None:
+        return None
+    try:
+        return adopt.read_baseline(file, writing)
+    except BaselineError as error:
+        raise UsageError(str(error)) from None
+
+
+def html_path(options: Options) -> Path | None:
+    """Where the HTML page goes: ``--html FILE``, else ``--report-dir`` (or its default) with
+    ``--format html``; ``None``: no page."""
+    if options.html_file is not None:
+        return options.html_file
+    if options.output_format == "html":
+        return (options.report_dir or HTML_REPORT_DIR) / HTML_REPORT_NAME
+    return None
+
+
+def rule_names() -> dict[str, str]:
+    return {rule.CODE: rule.NAME for rule in all_rules()}
+
+
+def print_statistics(result: RunResult, mode: Mode, options: Options) -> None:
+    """``--statistics``: errors on stderr, then one line per rule code (on stderr with
+    ``--diff``, whose stdout is the patch)."""
+    for line in report.error_lines(result):
+        click.echo(line, err=True, color=options.color)
+    if mode is Mode.DIFF:
+        for outcome in result.outcomes:
+            if outcome.diff:
+                click.echo(report.colour_diff(outcome.diff), nl=False, color=options.color)
+    if options.quiet:
+        return
+    for line in statistic_lines(statistics(result, rule_names()), mode):
+        click.echo(line, err=mode is Mode.DIFF)
 
 
 def csv_folder(options: Options) -> Path | None:

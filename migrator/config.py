@@ -31,6 +31,7 @@ KNOWN_KEYS = (
     "torch-npu-version",
     "torch-npu-api",
     "include-shell",
+    "baseline",
 )
 
 
@@ -53,6 +54,8 @@ class FileConfig:
     torch_npu_api: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Shell scripts a folder walk scans (`include-shell`): patterns; () off; None: key absent.
     include_shell: tuple[str, ...] | None = None
+    # The baseline file of --check (`baseline`), relative to the pyproject.toml's folder.
+    baseline: Path | None = None
 
     @property
     def root(self) -> Path:
@@ -100,6 +103,7 @@ def load_config(path: Path | None) -> FileConfig:
         torch_npu_version=_torch_npu_version(path, table),
         torch_npu_api=_torch_npu_api(path, table),
         include_shell=_include_shell(path, table),
+        baseline=_baseline(path, table),
     )
 
 
@@ -149,6 +153,17 @@ def _include_shell(path: Path, table: Mapping[str, Any]) -> tuple[str, ...] | No
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{path}: `include-shell` must be true, false or a list of patterns")
     return tuple(item.strip() for item in value if item.strip())
+
+
+def _baseline(path: Path, table: Mapping[str, Any]) -> Path | None:
+    if "baseline" not in table:
+        return None
+    value = table["baseline"]
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(
+            f'{path}: `baseline` must be a file name such as "npu-migrate-baseline.json"'
+        )
+    return path.parent / value.strip()
 
 
 def _boolean(path: Path, table: Mapping[str, Any], key: str) -> bool | None:

@@ -102,3 +102,37 @@ def test_hook_fails_the_commit_on_unmigrated_code_and_passes_after(tmp_path: Pat
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "would migrate other.py (NPU102)" in checked.stdout
     assert (project / "other.py").read_bytes() == UNMIGRATED
+
+    # With the baseline the configuration names, the check hook fails only on new findings.
+    (project / "pyproject.toml").write_text(
+        "[tool.npu-migrate]\nselect = ['NPU102', 'NPU920']\nbaseline = 'baseline.json'\n"
+    )
+    wrapped = b"import torch\n" + MIGRATED + b"net = torch.nn.DataParallel(model)\n"
+    (project / "other.py").write_bytes(wrapped)
+    written = subprocess.run(
+        [sys.executable, "-m", "migrator", "--check", "--write-baseline", "."],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert written.returncode == 0, written.stdout + written.stderr
+    git("add", ".", cwd=project)
+
+    def check_hook() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(PRE_COMMIT), "try-repo", str(hooks), "npu-migrate-check"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+
+    known = check_hook()
+    assert known.returncode == 0, known.stdout + known.stderr
+    (project / "other.py").write_bytes(wrapped + b"again = torch.nn.DataParallel(model)\n")
+    git("add", "other.py", cwd=project)
+    new = check_hook()
+    assert new.returncode == 1, new.stdout + new.stderr
+    assert new.stdout.count("NPU920 [manual]") == 1
+    assert "other.py:7:9: NPU920 [manual]" in new.stdout

@@ -27,7 +27,7 @@ from migrator.report import fixed_label
 from migrator.rule import Rule
 from migrator.runner import RunResult
 
-FORMATS = ("sarif", "github", "csv")
+FORMATS = ("sarif", "github", "csv", "html")
 
 
 @dataclass(frozen=True)
