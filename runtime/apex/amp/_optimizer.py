@@ -21,6 +21,7 @@ packing time stay outside the buffers and keep the per-tensor path.
 from __future__ import annotations
 
 import types
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ from .scaler import LossScaler
 _DESTROYED_MESSAGE = (
     "Combined grad has been destroyed and will be recombined afterwards, please check if there "
     "is any operation that may change the data_ptr/size/format of the grads."
+)
+_PARAMS_DESTROYED_MESSAGE = (
+    "Combined param has been destroyed and will be recombined afterwards, please check if there "
+    "is any operation that may change the data_ptr/size/format of the params."
 )
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -104,8 +109,15 @@ class CombinedGrads:
 class AmpOptimizerState:
     """Stored as ``optimizer._amp_stash`` (the attribute NpuFused optimizers check for)."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, properties: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        properties: Any,
+        models: Sequence[torch.nn.Module] = (),
+    ) -> None:
         self.optimizer = optimizer
+        # Weakly: only to name parameters in messages, never to keep a model alive.
+        self.models = [weakref.ref(model) for model in models]
         self.master_weights = bool(properties.master_weights)
         self.is_npu_fused = bool(getattr(optimizer, "is_npu_fused_optimizer", False))
         self.combine = bool(properties.combine_grad) or self.is_npu_fused
@@ -121,6 +133,33 @@ class AmpOptimizerState:
         self.direct_params: list[torch.Tensor] = []
         self.stash: dict[int, torch.Tensor] = {}  # accumulated grads of unpacked direct params
         self.combined: CombinedGrads | None = None
+
+    def parameter_name(self, param: torch.Tensor) -> str | None:
+        """``param``'s name in the models given to initialize, quoted, for messages (an O2
+        master is named after its half param; with several models, ``of models[i]`` follows)."""
+        for half, master in zip(self.half_params, self.master_params, strict=True):
+            if master is param:
+                param = half
+                break
+        models = [model for model in (ref() for ref in self.models) if model is not None]
+        for index, model in enumerate(models):
+            for name, candidate in model.named_parameters():
+                if candidate is param:
+                    return f"'{name}'" if len(models) == 1 else f"'{name}' of models[{index}]"
+        return None
+
+    def repacks_destroyed_params(self) -> bool:
+        """Whether an NpuFused optimizer whose packed params were re-allocated packs again.
+
+        Only with ``check_combined_tensors=True``, as in Ascend apex, which then prints its
+        message and recombines everything; amp's grad buffers are then taken again at the end of
+        the next ``scale_loss``. Without it Ascend goes on stepping the old buffer.
+        """
+        if not self.check_combined_tensors:
+            return False
+        maybe_print(_PARAMS_DESTROYED_MESSAGE)
+        self.combined = None
+        return True
 
     # ---- lazy initialisation -----------------------------------------------------------------
 
@@ -491,10 +530,14 @@ def clip_grad_norm_of(
 # Installing the behaviour on an optimizer
 
 
-def install(optimizer: torch.optim.Optimizer, properties: Any) -> AmpOptimizerState:
+def install(
+    optimizer: torch.optim.Optimizer,
+    properties: Any,
+    models: Sequence[torch.nn.Module] = (),
+) -> AmpOptimizerState:
     if hasattr(optimizer, "_amp_stash"):
         raise RuntimeError("A given optimizer should only be passed through amp.initialize once.")
-    stash = AmpOptimizerState(optimizer, properties)
+    stash = AmpOptimizerState(optimizer, properties, models)
     original_step = optimizer.step
     original_zero_grad = optimizer.zero_grad
     original_load_state_dict = optimizer.load_state_dict

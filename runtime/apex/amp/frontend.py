@@ -98,7 +98,7 @@ def initialize(
             _casting.patch_forward(model, None, output_dtype, autocast)
         _casting.apply_user_casts(half_dtype, bool(properties.user_cast_preferred))
 
-    stashes = [install(optimizer, properties) for optimizer in optimizer_list]
+    stashes = [install(optimizer, properties, model_list) for optimizer in optimizer_list]
     _amp_state.min_loss_scale = min_loss_scale
     _amp_state.max_loss_scale = max_loss_scale
     _amp_state.loss_scalers = [
