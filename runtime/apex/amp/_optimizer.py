@@ -89,11 +89,38 @@ class HalfBuffer:
 
 
 @dataclass
+class MastersInOptimizer:
+    """O2 with an NpuFused optimizer: the grads the optimizer reads all live in its flat buffers.
+
+    The masters' grads and the fp32 (direct) params' grads are views of the optimizer's
+    buffers; the half model grads are amp's. After a backward that started from zeroed grads,
+    one cast per half grad into its master's slot and one check-and-unscale per optimizer
+    buffer give the same numbers as unscaling each tensor and adding it to a zero master grad.
+    """
+
+    half_grads: list[torch.Tensor]  # the packed half params' grads (views of amp's buffers)
+    master_grads: list[torch.Tensor]  # their masters' grads, in the same order
+    # Direct params whose grads are in the optimizer's buffers, with the grad packed for each.
+    directs: list[tuple[torch.Tensor, torch.Tensor]]
+    storages: set[int]  # data pointers of the optimizer buffers' storages
+
+    def intact(self, masters: Sequence[torch.Tensor]) -> bool:
+        """True while every grad is still the tensor, and in the storage, it was at packing."""
+        owners = [(param, grad) for param, grad in self.directs]
+        owners += [(master, grad) for master, grad in zip(masters, self.master_grads, strict=True)]
+        return all(
+            param.grad is grad and grad.untyped_storage().data_ptr() in self.storages
+            for param, grad in owners
+        )
+
+
+@dataclass
 class CombinedGrads:
     half: list[HalfBuffer] = field(default_factory=list)
     direct: list[PackedGrads] = field(default_factory=list)
     direct_stash: list[torch.Tensor | None] = field(default_factory=list)
     optimizer_buffers: list[torch.Tensor] = field(default_factory=list)  # what step() reads
+    masters_in_optimizer: MastersInOptimizer | None = None
 
     def packed(self) -> list[PackedGrads]:
         masters = [hb.master for hb in self.half if hb.master is not None]
@@ -241,10 +268,15 @@ class AmpOptimizerState:
             self._pack()
         if self.combine_ddp is not None:
             self.combine_ddp.all_reduce(self.scaled_grads_to_reduce())
+        done: set[int] | None = None
         if self.combined is not None:
-            self._unscale_combined(self.combined, scaler)
+            done = self._unscale_into_optimizer_buffers(self.combined, scaler)
+            if done is None:
+                self._unscale_combined(self.combined, scaler)
         outside_halves, outside_directs = self._outside()
         self._unscale_halves_into_masters(outside_halves, scaler)
+        if done:
+            outside_directs = [param for param in outside_directs if id(param) not in done]
         self._unscale_directs(outside_directs, scaler)
         self.stash.clear()
         self.grads_known_zero = False
@@ -258,6 +290,23 @@ class AmpOptimizerState:
             if param.grad is not None:
                 tensors.append(param.grad)
         return tensors
+
+    def _unscale_into_optimizer_buffers(
+        self, combined: CombinedGrads, scaler: LossScaler
+    ) -> set[int] | None:
+        """The fast path of :class:`MastersInOptimizer`: the ids of the direct params it
+        unscaled too, or None where it does not apply (grads accumulating over backwards)."""
+        inside = combined.masters_in_optimizer
+        if inside is None or not self.masters_known_zero or not self.grads_known_zero:
+            return None
+        masters = [master for half_buffer in combined.half for master in half_buffer.masters]
+        if not inside.intact(masters):
+            combined.masters_in_optimizer = None  # a grad was replaced or moved: per tensor
+            return None
+        if inside.master_grads:
+            torch._foreach_copy_(inside.master_grads, inside.half_grads)
+        scaler.unscale_(combined.optimizer_buffers)
+        return {id(param) for param, _ in inside.directs}
 
     def _unscale_combined(self, combined: CombinedGrads, scaler: LossScaler) -> None:
         for half_buffer in combined.half:
@@ -350,6 +399,8 @@ class AmpOptimizerState:
                 for buffer in optimizer_buffers:
                     combined.direct.append(PackedGrads.of(buffer, _held_by(buffer, directs)))
             combined.optimizer_buffers = optimizer_buffers
+            if self.master_weights:
+                combined.masters_in_optimizer = _masters_in(optimizer_buffers, combined, directs)
         else:
             for group in _grouped(directs, key=lambda param: param.grad):
                 combined.direct.append(PackedGrads.of(_combine([p.grad for p in group]), group))
@@ -414,13 +465,13 @@ class AmpOptimizerState:
     def clear_master_grads(self) -> None:
         """After a step (taken or skipped) the master grads start again from zero."""
         self.masters_known_zero = True
+        grads = [master.grad for master in self.master_params if master.grad is not None]
+        if self.combine:
+            if grads:
+                torch._foreach_zero_(grads)  # they may be views into a buffer
+            return
         for master in self.master_params:
-            if master.grad is None:
-                continue
-            if self.combine:
-                master.grad.zero_()  # it may be a view into a buffer
-            else:
-                master.grad = None
+            master.grad = None
 
     @torch.no_grad()
     def copy_masters_to_model(self) -> None:
@@ -482,6 +533,29 @@ def _master_copy_of(param: torch.Tensor) -> torch.Tensor:
     master = source.clone().requires_grad_(True)
     MASTER_OF[param] = master
     return master
+
+
+def _masters_in(
+    buffers: Sequence[torch.Tensor], combined: CombinedGrads, directs: Sequence[torch.Tensor]
+) -> MastersInOptimizer | None:
+    """Where the optimizer's buffers hold every packed master's grad (NpuFused, O2)."""
+    storages = {buffer.untyped_storage().data_ptr() for buffer in buffers}
+
+    def inside(grad: torch.Tensor | None) -> bool:
+        return grad is not None and grad.untyped_storage().data_ptr() in storages
+
+    half_grads: list[torch.Tensor] = []
+    master_grads: list[torch.Tensor] = []
+    for half_buffer in combined.half:
+        for (_, half_grad), master in zip(
+            half_buffer.half.members, half_buffer.masters, strict=True
+        ):
+            if not inside(master.grad):
+                return None
+            half_grads.append(half_grad)
+            master_grads.append(master.grad)  # type: ignore[arg-type]
+    packed_directs = [(p, p.grad) for p in directs if inside(p.grad)]
+    return MastersInOptimizer(half_grads, master_grads, packed_directs, storages)  # type: ignore[arg-type]
 
 
 def _combine(tensors: list[Any]) -> torch.Tensor:
