@@ -102,9 +102,7 @@ def layer_of(module: str) -> int:
     for rank, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
             inside = module.startswith(prefix + ".") and prefix != ROOT_PACKAGE
-            if (module == prefix or inside) and (
-                best is None or len(prefix) > best[1]
-            ):
+            if (module == prefix or inside) and (best is None or len(prefix) > best[1]):
                 best = (rank, len(prefix))
     assert best is not None, f"{module} is in no layer: add it to LAYERS and the document"
     return best[0]

@@ -322,3 +322,62 @@ def test_a_side_that_runs_past_the_timeout_is_stopped_and_reported(program: Path
     result = npu_migrate_verify("--timeout", "1", str(slow), str(slow))
     assert result.returncode == 2, output(result)
     assert "the original program did not finish within 1 s (--timeout)" in result.stderr
+
+
+HALF_CHECKPOINT_PROGRAM = """\
+import os, sys
+import torch
+import torch.nn.functional as F
+{imports}
+torch.manual_seed(0)
+device = torch.device({device})
+layers = [torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)]
+model = torch.nn.Sequential(*layers).to(device)
+optimizer = {optimizer}(model.parameters(), lr=0.1, momentum=0.9)
+batches = [(torch.randn(4, 6), torch.randint(0, 3, (4,))) for _ in range(2)]
+for epoch in range(3):
+    for inputs, labels in batches:
+        loss = F.cross_entropy(model(inputs.to(device)), labels.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    # An fp16 checkpoint at every epoch's end: the round trip gives every parameter new memory,
+    # as `model.cpu(); torch.save(...); model.cuda()` does on a device.
+    model.half()
+    torch.save(model.state_dict(), os.path.join(sys.argv[1], "last.pt"))
+    model.float()
+"""
+
+
+def test_a_migrated_program_that_breaks_the_fused_optimizers_contract_cannot_run(
+    tmp_path: Path,
+) -> None:
+    """The migrated program re-allocates the parameters of its NpuFused optimizer at the end of
+    each epoch. On an NPU they would silently stop training; the runtime raises instead, so
+    verify shows the migrated side failing with the runtime's reason."""
+    original = tmp_path / "train.py"
+    original.write_text(
+        HALF_CHECKPOINT_PROGRAM.format(
+            imports="",
+            device='"cuda" if torch.cuda.is_available() else "cpu"',
+            optimizer="torch.optim.SGD",
+        )
+    )
+    migrated = tmp_path / "train_npu.py"
+    migrated.write_text(
+        HALF_CHECKPOINT_PROGRAM.format(
+            imports="import torch_npu",
+            device='"npu" if torch.npu.is_available() else "cpu"',
+            optimizer="torch_npu.optim.NpuFusedSGD",
+        )
+    )
+    result = npu_migrate_verify("--steps", "4", str(original), str(migrated), "--", str(tmp_path))
+    assert result.returncode == 2, output(result)
+    expected = (
+        "the migrated program cannot run: RuntimeError: NpuFusedSGD: 4 parameters, the first "
+        "param_groups[0]['params'][0] (shape (8, 6)), were re-allocated after the optimizer "
+        "packed them into its flat buffer"
+    )
+    assert expected in result.stderr, output(result)
+    assert "they would silently stop training. Move or convert the model" in result.stderr
+    assert "the original program" not in result.stderr, output(result)

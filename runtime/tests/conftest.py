@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -9,6 +11,39 @@ import pytest
 import torch
 
 from apex.amp.frontend import _reset
+
+# Where the device-aware tests run (test_device_paths.py): the CPU unless ``make device-check``
+# (runtime/tools/device_check.py) asks for ``cuda`` or ``npu``.
+DEVICE_VARIABLE = "APEX_TEST_DEVICE"
+
+
+def requested_device() -> torch.device:
+    """The device of ``APEX_TEST_DEVICE`` (default ``cpu``); a usage error when it is absent."""
+    name = os.environ.get(DEVICE_VARIABLE, "cpu").strip().lower() or "cpu"
+    if name not in ("cpu", "cuda", "npu"):
+        raise pytest.UsageError(f"{DEVICE_VARIABLE}={name!r}: expected cpu, cuda or npu")
+    if name == "npu":
+        try:
+            importlib.import_module("torch_npu")  # registers the device with torch
+        except ImportError as error:
+            raise pytest.UsageError(f"{DEVICE_VARIABLE}=npu, but {error}") from error
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "npu": name == "npu" and torch.npu.is_available(),  # type: ignore[attr-defined]
+    }
+    if not available[name]:
+        raise pytest.UsageError(f"{DEVICE_VARIABLE}={name}, but this machine has no {name} device")
+    return torch.device(name)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    requested_device()  # a wrong APEX_TEST_DEVICE stops the run before anything is collected
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    return requested_device()
 
 
 @pytest.fixture(autouse=True)

@@ -100,6 +100,25 @@ def test_npu_fused_sgd_with_combine_grad_matches_torch_sgd(opt_level):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_o2_unscaling_into_the_fused_optimizer_s_buffers_is_bit_identical(micro_batches):
+    """O2 + an NpuFused optimizer casts the half grads into the masters' slots of the optimizer's
+    flat buffers and unscales those buffers whole; torch's fused SGD kernel on the same masters,
+    unscaled tensor by tensor, must give the very same bits (accumulating micro-batches take the
+    per-tensor path after the first one)."""
+    options = {"steps": 4, "micro_batches": micro_batches}
+    per_tensor, _ = train(
+        "O2",
+        make_optimizer=lambda p: torch.optim.SGD(
+            p, lr=0.1, momentum=0.9, weight_decay=1e-4, fused=True
+        ),
+        **options,
+    )
+    combined, optimizer = train("O2", make_optimizer=fused_sgd, combine_grad=True, **options)
+    assert_identical(per_tensor, combined)
+    assert optimizer._amp_stash.combined.masters_in_optimizer is not None
+
+
 def test_npu_fused_adamw_matches_apex_fused_adam_in_o2():
     # The end-to-end pair: NVIDIA's FusedAdam script and its migrated NpuFusedAdamW version.
     reference, _ = train("O2", make_optimizer=lambda p: optimizers.FusedAdam(p, lr=1e-2))

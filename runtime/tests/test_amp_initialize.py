@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from apex import amp
+from apex import amp, optimizers
 
 
 def small_model() -> torch.nn.Module:
@@ -194,6 +194,91 @@ def test_inconsistent_options_are_errors(kwargs, message):
     model = small_model()
     with pytest.raises(RuntimeError, match=message):
         amp.initialize(model, sgd(model), verbosity=0, **kwargs)
+
+
+NPU_FUSED_CLASSES = [
+    getattr(optimizers, name)
+    for name in optimizers.__all__
+    if name.startswith("NpuFused") and name != "NpuFusedOptimizerBase"
+]
+FUSED_ONLY_WITH_O1_O2 = (
+    "Currently, npu fused optimizer can only be used when opt_level='O1' or opt_level='O2'"
+)
+COMBINING_ONLY_WITH_O1_O2 = (
+    "Currently, combine_grad=True or check_combined_tensors=True should only be set by "
+    "selecting opt_level='O1' or opt_level='O2'."
+)
+
+
+@pytest.mark.parametrize("opt_level", ["O0", "O3"])
+@pytest.mark.parametrize("optimizer_class", NPU_FUSED_CLASSES, ids=lambda c: c.__name__)
+def test_npu_fused_optimizers_are_refused_outside_o1_and_o2(opt_level, optimizer_class):
+    """Ascend apex's refusal, word for word; here before the model is cast (Ascend casts the
+    model first), so nothing is left half-initialised."""
+    model = small_model()
+    optimizer = optimizer_class(model.parameters(), lr=0.1)
+    amp._amp_state.hard_override = True  # Ascend raises even then: this is no option check
+    with pytest.raises(RuntimeError) as raised:
+        amp.initialize(model, optimizer, opt_level=opt_level, verbosity=0)
+    assert str(raised.value) == FUSED_ONLY_WITH_O1_O2
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert not hasattr(optimizer, "_amp_stash")
+
+
+@pytest.mark.parametrize("opt_level", ["O0", "O3"])
+@pytest.mark.parametrize("option", ["combine_grad", "check_combined_tensors"])
+@pytest.mark.parametrize("fused", [False, True], ids=["torch SGD", "NpuFusedSGD"])
+def test_combining_is_refused_outside_o1_and_o2(opt_level, option, fused):
+    model = small_model()
+    optimizer = (optimizers.NpuFusedSGD if fused else torch.optim.SGD)(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError) as raised:
+        amp.initialize(model, optimizer, opt_level=opt_level, verbosity=0, **{option: True})
+    assert str(raised.value) == COMBINING_ONLY_WITH_O1_O2
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert not hasattr(optimizer, "_amp_stash")
+
+
+@pytest.mark.parametrize("opt_level", ["O1", "O2"])
+def test_npu_fused_optimizers_are_accepted_with_o1_and_o2(opt_level):
+    model = small_model()
+    master_weights = True if opt_level == "O2" else None
+    _, optimizer = amp.initialize(
+        model,
+        optimizers.NpuFusedSGD(model.parameters(), lr=0.1),
+        opt_level=opt_level,
+        master_weights=master_weights,
+        combine_grad=True,
+        verbosity=0,
+    )
+    assert hasattr(optimizer, "_amp_stash")
+
+
+@pytest.mark.parametrize("opt_level", ["O0", "O1", "O2", "O3"])
+def test_torch_npu_fused_optimizers_are_plain_optimizers_to_amp(opt_level):
+    """torch_npu.optim's classes are no "npu fused optimizer" to Ascend's amp (they set
+    `is_fused_optimizer`, not `is_npu_fused_optimizer`): accepted at every level, and they step
+    without amp's combined buffers."""
+    model = small_model()
+    optimizer = optimizers.standalone.NpuFusedSGD(model.parameters(), lr=0.1)
+    master_weights = True if opt_level == "O2" else None
+    model, optimizer = amp.initialize(
+        model, optimizer, opt_level=opt_level, master_weights=master_weights, verbosity=0
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = model(torch.ones(2, 4, dtype=next(model.parameters()).dtype)).float().sum()
+    with amp.scale_loss(loss, optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()
+    assert any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))
+
+
+def test_combine_grad_with_a_torch_npu_fused_optimizer_is_refused():
+    """Both would pack the gradients: stricter than Ascend, which lets amp unscale a stale copy."""
+    model = small_model()
+    optimizer = optimizers.standalone.NpuFusedSGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="combine_grad=True cannot be used with it"):
+        amp.initialize(model, optimizer, opt_level="O1", combine_grad=True, verbosity=0)
+    assert not hasattr(optimizer, "_amp_stash")
 
 
 def test_hard_override_turns_option_errors_into_warnings(capsys):

@@ -475,10 +475,13 @@ def save_and_reload(state: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_state_dict_round_trips_under_random_group_layouts(name: str) -> None:
     case = CASES[name]
+    # NVIDIA's FusedNovoGrad fixes its per-tensor norms to the parameters with a gradient at the
+    # first step; a late one is refused (test_optimizers_nvidia.py), on NVIDIA's too.
+    roles = ["train", "train", "unused"] + ([] if name == "FusedNovoGrad" else ["late"])
 
     @FUZZ_SETTINGS
     @given(
-        specs=param_specs(["train", "train", "unused", "late"]),
+        specs=param_specs(roles),
         assignment=st.lists(st.integers(0, 2), min_size=7, max_size=7),
         options=st.lists(OPTIONS[case.options], min_size=1, max_size=3),
         saved_after=st.integers(1, STEPS - 1),

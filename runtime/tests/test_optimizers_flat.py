@@ -196,27 +196,6 @@ def test_packed_param_whose_grad_went_missing_is_stepped_with_zero_grad() -> Non
     assert params[1].grad is not None and torch.count_nonzero(params[1].grad) == 0
 
 
-def test_a_parameter_moved_to_another_dtype_after_packing_is_refused() -> None:
-    param = torch.nn.Parameter(torch.ones(4))
-    optimizer = standalone.NpuFusedSGD([param], lr=0.1)
-    param.sum().backward()
-    optimizer.step()
-    param.data = torch.ones(4, dtype=torch.float64)
-    with pytest.raises(RuntimeError, match="moved"):
-        optimizer.step()
-
-
-def test_a_parameter_rebound_to_new_memory_is_copied_back_into_its_slot() -> None:
-    param = torch.nn.Parameter(torch.ones(4))
-    optimizer = standalone.NpuFusedSGD([param], lr=0.1)
-    param.sum().backward()
-    optimizer.step()
-    param.data = torch.full((4,), 5.0)
-    optimizer.step()
-    torch.testing.assert_close(param.detach(), torch.full((4,), 4.9))
-    assert is_combined_tensor_valid(optimizer.flat_param_buffers()[0], [param])
-
-
 # ---- state dicts ----------------------------------------------------------------------------
 
 STATE_DICT_CASES = [

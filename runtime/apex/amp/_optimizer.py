@@ -21,6 +21,7 @@ packing time stay outside the buffers and keep the per-tensor path.
 from __future__ import annotations
 
 import types
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ from .scaler import LossScaler
 _DESTROYED_MESSAGE = (
     "Combined grad has been destroyed and will be recombined afterwards, please check if there "
     "is any operation that may change the data_ptr/size/format of the grads."
+)
+_PARAMS_DESTROYED_MESSAGE = (
+    "Combined param has been destroyed and will be recombined afterwards, please check if there "
+    "is any operation that may change the data_ptr/size/format of the params."
 )
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -84,11 +89,38 @@ class HalfBuffer:
 
 
 @dataclass
+class MastersInOptimizer:
+    """O2 with an NpuFused optimizer: the grads the optimizer reads all live in its flat buffers.
+
+    The masters' grads and the fp32 (direct) params' grads are views of the optimizer's
+    buffers; the half model grads are amp's. After a backward that started from zeroed grads,
+    one cast per half grad into its master's slot and one check-and-unscale per optimizer
+    buffer give the same numbers as unscaling each tensor and adding it to a zero master grad.
+    """
+
+    half_grads: list[torch.Tensor]  # the packed half params' grads (views of amp's buffers)
+    master_grads: list[torch.Tensor]  # their masters' grads, in the same order
+    # Direct params whose grads are in the optimizer's buffers, with the grad packed for each.
+    directs: list[tuple[torch.Tensor, torch.Tensor]]
+    storages: set[int]  # data pointers of the optimizer buffers' storages
+
+    def intact(self, masters: Sequence[torch.Tensor]) -> bool:
+        """True while every grad is still the tensor, and in the storage, it was at packing."""
+        owners = [(param, grad) for param, grad in self.directs]
+        owners += [(master, grad) for master, grad in zip(masters, self.master_grads, strict=True)]
+        return all(
+            param.grad is grad and grad.untyped_storage().data_ptr() in self.storages
+            for param, grad in owners
+        )
+
+
+@dataclass
 class CombinedGrads:
     half: list[HalfBuffer] = field(default_factory=list)
     direct: list[PackedGrads] = field(default_factory=list)
     direct_stash: list[torch.Tensor | None] = field(default_factory=list)
     optimizer_buffers: list[torch.Tensor] = field(default_factory=list)  # what step() reads
+    masters_in_optimizer: MastersInOptimizer | None = None
 
     def packed(self) -> list[PackedGrads]:
         masters = [hb.master for hb in self.half if hb.master is not None]
@@ -104,8 +136,15 @@ class CombinedGrads:
 class AmpOptimizerState:
     """Stored as ``optimizer._amp_stash`` (the attribute NpuFused optimizers check for)."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, properties: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        properties: Any,
+        models: Sequence[torch.nn.Module] = (),
+    ) -> None:
         self.optimizer = optimizer
+        # Weakly: only to name parameters in messages, never to keep a model alive.
+        self.models = [weakref.ref(model) for model in models]
         self.master_weights = bool(properties.master_weights)
         self.is_npu_fused = bool(getattr(optimizer, "is_npu_fused_optimizer", False))
         self.combine = bool(properties.combine_grad) or self.is_npu_fused
@@ -121,6 +160,33 @@ class AmpOptimizerState:
         self.direct_params: list[torch.Tensor] = []
         self.stash: dict[int, torch.Tensor] = {}  # accumulated grads of unpacked direct params
         self.combined: CombinedGrads | None = None
+
+    def parameter_name(self, param: torch.Tensor) -> str | None:
+        """``param``'s name in the models given to initialize, quoted, for messages (an O2
+        master is named after its half param; with several models, ``of models[i]`` follows)."""
+        for half, master in zip(self.half_params, self.master_params, strict=True):
+            if master is param:
+                param = half
+                break
+        models = [model for model in (ref() for ref in self.models) if model is not None]
+        for index, model in enumerate(models):
+            for name, candidate in model.named_parameters():
+                if candidate is param:
+                    return f"'{name}'" if len(models) == 1 else f"'{name}' of models[{index}]"
+        return None
+
+    def repacks_destroyed_params(self) -> bool:
+        """Whether an NpuFused optimizer whose packed params were re-allocated packs again.
+
+        Only with ``check_combined_tensors=True``, as in Ascend apex, which then prints its
+        message and recombines everything; amp's grad buffers are then taken again at the end of
+        the next ``scale_loss``. Without it Ascend goes on stepping the old buffer.
+        """
+        if not self.check_combined_tensors:
+            return False
+        maybe_print(_PARAMS_DESTROYED_MESSAGE)
+        self.combined = None
+        return True
 
     # ---- lazy initialisation -----------------------------------------------------------------
 
@@ -202,10 +268,15 @@ class AmpOptimizerState:
             self._pack()
         if self.combine_ddp is not None:
             self.combine_ddp.all_reduce(self.scaled_grads_to_reduce())
+        done: set[int] | None = None
         if self.combined is not None:
-            self._unscale_combined(self.combined, scaler)
+            done = self._unscale_into_optimizer_buffers(self.combined, scaler)
+            if done is None:
+                self._unscale_combined(self.combined, scaler)
         outside_halves, outside_directs = self._outside()
         self._unscale_halves_into_masters(outside_halves, scaler)
+        if done:
+            outside_directs = [param for param in outside_directs if id(param) not in done]
         self._unscale_directs(outside_directs, scaler)
         self.stash.clear()
         self.grads_known_zero = False
@@ -219,6 +290,23 @@ class AmpOptimizerState:
             if param.grad is not None:
                 tensors.append(param.grad)
         return tensors
+
+    def _unscale_into_optimizer_buffers(
+        self, combined: CombinedGrads, scaler: LossScaler
+    ) -> set[int] | None:
+        """The fast path of :class:`MastersInOptimizer`: the ids of the direct params it
+        unscaled too, or None where it does not apply (grads accumulating over backwards)."""
+        inside = combined.masters_in_optimizer
+        if inside is None or not self.masters_known_zero or not self.grads_known_zero:
+            return None
+        masters = [master for half_buffer in combined.half for master in half_buffer.masters]
+        if not inside.intact(masters):
+            combined.masters_in_optimizer = None  # a grad was replaced or moved: per tensor
+            return None
+        if inside.master_grads:
+            torch._foreach_copy_(inside.master_grads, inside.half_grads)
+        scaler.unscale_(combined.optimizer_buffers)
+        return {id(param) for param, _ in inside.directs}
 
     def _unscale_combined(self, combined: CombinedGrads, scaler: LossScaler) -> None:
         for half_buffer in combined.half:
@@ -311,6 +399,8 @@ class AmpOptimizerState:
                 for buffer in optimizer_buffers:
                     combined.direct.append(PackedGrads.of(buffer, _held_by(buffer, directs)))
             combined.optimizer_buffers = optimizer_buffers
+            if self.master_weights:
+                combined.masters_in_optimizer = _masters_in(optimizer_buffers, combined, directs)
         else:
             for group in _grouped(directs, key=lambda param: param.grad):
                 combined.direct.append(PackedGrads.of(_combine([p.grad for p in group]), group))
@@ -375,13 +465,13 @@ class AmpOptimizerState:
     def clear_master_grads(self) -> None:
         """After a step (taken or skipped) the master grads start again from zero."""
         self.masters_known_zero = True
+        grads = [master.grad for master in self.master_params if master.grad is not None]
+        if self.combine:
+            if grads:
+                torch._foreach_zero_(grads)  # they may be views into a buffer
+            return
         for master in self.master_params:
-            if master.grad is None:
-                continue
-            if self.combine:
-                master.grad.zero_()  # it may be a view into a buffer
-            else:
-                master.grad = None
+            master.grad = None
 
     @torch.no_grad()
     def copy_masters_to_model(self) -> None:
@@ -445,6 +535,29 @@ def _master_copy_of(param: torch.Tensor) -> torch.Tensor:
     return master
 
 
+def _masters_in(
+    buffers: Sequence[torch.Tensor], combined: CombinedGrads, directs: Sequence[torch.Tensor]
+) -> MastersInOptimizer | None:
+    """Where the optimizer's buffers hold every packed master's grad (NpuFused, O2)."""
+    storages = {buffer.untyped_storage().data_ptr() for buffer in buffers}
+
+    def inside(grad: torch.Tensor | None) -> bool:
+        return grad is not None and grad.untyped_storage().data_ptr() in storages
+
+    half_grads: list[torch.Tensor] = []
+    master_grads: list[torch.Tensor] = []
+    for half_buffer in combined.half:
+        for (_, half_grad), master in zip(
+            half_buffer.half.members, half_buffer.masters, strict=True
+        ):
+            if not inside(master.grad):
+                return None
+            half_grads.append(half_grad)
+            master_grads.append(master.grad)  # type: ignore[arg-type]
+    packed_directs = [(p, p.grad) for p in directs if inside(p.grad)]
+    return MastersInOptimizer(half_grads, master_grads, packed_directs, storages)  # type: ignore[arg-type]
+
+
 def _combine(tensors: list[Any]) -> torch.Tensor:
     buffer = combine_npu(tensors)
     assert buffer is not None  # never called with an empty list
@@ -491,10 +604,14 @@ def clip_grad_norm_of(
 # Installing the behaviour on an optimizer
 
 
-def install(optimizer: torch.optim.Optimizer, properties: Any) -> AmpOptimizerState:
+def install(
+    optimizer: torch.optim.Optimizer,
+    properties: Any,
+    models: Sequence[torch.nn.Module] = (),
+) -> AmpOptimizerState:
     if hasattr(optimizer, "_amp_stash"):
         raise RuntimeError("A given optimizer should only be passed through amp.initialize once.")
-    stash = AmpOptimizerState(optimizer, properties)
+    stash = AmpOptimizerState(optimizer, properties, models)
     original_step = optimizer.step
     original_zero_grad = optimizer.zero_grad
     original_load_state_dict = optimizer.load_state_dict

@@ -98,7 +98,7 @@ def initialize(
             _casting.patch_forward(model, None, output_dtype, autocast)
         _casting.apply_user_casts(half_dtype, bool(properties.user_cast_preferred))
 
-    stashes = [install(optimizer, properties) for optimizer in optimizer_list]
+    stashes = [install(optimizer, properties, model_list) for optimizer in optimizer_list]
     _amp_state.min_loss_scale = min_loss_scale
     _amp_state.max_loss_scale = max_loss_scale
     _amp_state.loss_scalers = [
@@ -188,6 +188,18 @@ def _check_optimizers_against_options(
 ) -> None:
     for optimizer in optimizers:
         fused = bool(getattr(optimizer, "is_npu_fused_optimizer", False))
+        if (
+            properties.combine_grad
+            and not fused
+            and getattr(optimizer, "is_fused_optimizer", False)
+        ):
+            # Stricter than Ascend, which lets both pack the gradients: amp's flat buffers would
+            # lose the gradients at the optimizer's first step, and amp would unscale stale ones.
+            raise RuntimeError(
+                f"{type(optimizer).__name__} (torch_npu.optim) packs its gradients itself: "
+                "combine_grad=True cannot be used with it; use the apex.optimizers class of the "
+                "same name with amp, or leave combine_grad out"
+            )
         if fused and properties.opt_level not in ("O1", "O2"):
             raise RuntimeError(
                 "Currently, npu fused optimizer can only be used when opt_level='O1' or "

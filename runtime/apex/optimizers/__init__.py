@@ -21,46 +21,55 @@ from apex.optimizers.standalone import Lamb
 class NpuFusedSGD(standalone.NpuFusedSGD):
     __doc__ = standalone.NpuFusedSGD.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedAdam(standalone.NpuFusedAdam):
     __doc__ = standalone.NpuFusedAdam.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedAdamW(standalone.NpuFusedAdamW):
     __doc__ = standalone.NpuFusedAdamW.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedAdadelta(standalone.NpuFusedAdadelta):
     __doc__ = standalone.NpuFusedAdadelta.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedRMSprop(standalone.NpuFusedRMSprop):
     __doc__ = standalone.NpuFusedRMSprop.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedRMSpropTF(standalone.NpuFusedRMSpropTF):
     __doc__ = standalone.NpuFusedRMSpropTF.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedLamb(standalone.NpuFusedLamb):
     __doc__ = standalone.NpuFusedLamb.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedAdamP(standalone.NpuFusedAdamP):
     __doc__ = standalone.NpuFusedAdamP.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 class NpuFusedBertAdam(standalone.NpuFusedBertAdam):
     __doc__ = standalone.NpuFusedBertAdam.__doc__
     _requires_amp: ClassVar[bool] = True
+    is_npu_fused_optimizer: ClassVar[bool] = True
 
 
 __all__ = [

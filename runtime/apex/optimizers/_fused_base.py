@@ -16,6 +16,9 @@ Rules that keep the buffers and what users see consistent:
   its slot and ``.grad`` rebound; a ``None`` gradient counts as zero.
 - ``zero_grad()`` zeroes the grad buffers in place. ``zero_grad(set_to_none=True)`` after packing
   raises: dropping the grads would detach them from the buffers that amp unscales.
+- Ascend's contract: a packed parameter must stay where packing put it. A step after one was
+  re-allocated (``model.cpu()`` and back, ``model.half()``, ``p.data = ...``) raises, naming the
+  parameter: on an NPU it would silently stop being updated. In-place changes are fine.
 - A group added with ``add_param_group`` after packing is packed at the next step.
 - ``state_dict()`` is torch's format (per-parameter views, one ``step`` tensor per parameter),
   so torch.optim and these classes load each other's checkpoints.
@@ -111,7 +114,11 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
     - ``_requires_amp``: Ascend's ``apex.optimizers`` classes refuse ``step()`` outside amp.
     """
 
-    is_npu_fused_optimizer: ClassVar[bool] = True
+    # Ascend's two families tell themselves apart to amp: apex's classes are "npu fused
+    # optimizers" (amp refuses them outside O1/O2 and packs their gradients with theirs), while
+    # torch_npu.optim's are plain "fused optimizers" to amp (accepted at every level).
+    is_npu_fused_optimizer: ClassVar[bool] = False
+    is_fused_optimizer: ClassVar[bool] = True
     _ascend_name: ClassVar[str] = "NpuFusedOptimizer"
     _requires_amp: ClassVar[bool] = False
     _has_step: ClassVar[bool] = True
@@ -187,6 +194,7 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
                 loss = closure()
         self._refuse_sparse_gradients()
         self.pack()
+        self._check_parameters_in_place()
         for index, group in enumerate(self.param_groups):
             slabs = self._slabs_for_step(index, group)
             if not slabs:
@@ -225,6 +233,69 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
                         f"{self._ascend_name} does not support sparse gradients, "
                         "please consider SparseAdam instead"
                     )
+
+    def _check_parameters_in_place(self) -> None:
+        """Raise, before anything is updated, when a packed parameter left its slot.
+
+        Ascend documents for every NpuFused optimizer that the parameters handed to it must not
+        be re-allocated while it is in use: the step updates the flat buffer, so a parameter
+        rebound to other memory silently stops training there. Here that is an error instead.
+        In-place changes (``p.data.mul_``, ``p.copy_``, ``model.load_state_dict``) keep the slot.
+
+        The one exception is Ascend's own: under ``amp.initialize(...,
+        check_combined_tensors=True)`` amp notices destroyed parameter buffers, says so and
+        packs again, so the groups holding a moved parameter are packed again here.
+        """
+        moved = [
+            (group_index, p)
+            for group_index, slabs in enumerate(self._slabs_by_group)
+            for slab in slabs
+            for p, offset in zip(slab.params, slab.offsets, strict=True)
+            if not _lives_at(p, slab.param, offset)
+        ]
+        if not moved:
+            return
+        stash = getattr(self, "_amp_stash", None)
+        if stash is not None and stash.repacks_destroyed_params():
+            for group_index in sorted({group_index for group_index, _ in moved}):
+                self._repack_group(group_index)
+            return
+        raise self._reallocation_error(moved, through_amp=stash is not None)
+
+    def _reallocation_error(
+        self, moved: list[tuple[int, torch.nn.Parameter]], through_amp: bool
+    ) -> RuntimeError:
+        group_index, first = moved[0]
+        position = next(
+            i for i, q in enumerate(self.param_groups[group_index]["params"]) if q is first
+        )
+        name = self._parameter_name(first)
+        label = name if name is not None else f"param_groups[{group_index}]['params'][{position}]"
+        label += f" (shape {tuple(first.shape)})"
+        if len(moved) == 1:
+            what, them, they = f"parameter {label} was", "it", "it"
+        else:
+            what, them, they = f"{len(moved)} parameters, the first {label}, were", "them", "they"
+        amp_way_out = ""
+        if through_amp:
+            amp_way_out = (
+                "; or pass check_combined_tensors=True to amp.initialize, with which Ascend packs "
+                f"{them} again"
+            )
+        return RuntimeError(
+            f"{type(self).__name__}: {what} re-allocated after the optimizer packed {them} into "
+            "its flat buffer (by a model.cpu()/.to()/.half() round trip or p.data = ...). On an "
+            "NPU, Ascend's fused optimizer would go on updating the buffer and "
+            f"{they} would silently stop training. Move or convert the model before building the "
+            "optimizer, save with state_dict() without moving the model, and change values in "
+            f"place{amp_way_out}."
+        )
+
+    def _parameter_name(self, p: torch.Tensor) -> str | None:
+        """The parameter's quoted name in the model amp.initialize was given, if amp knows it."""
+        stash = getattr(self, "_amp_stash", None)
+        namer = getattr(stash, "parameter_name", None)
+        return namer(p) if namer is not None else None
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Zero the gradients; in place in the packed buffers.
@@ -380,7 +451,7 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
     def _slabs_for_step(self, index: int, group: ParamGroup) -> list[Slab]:
         slabs = self._slabs_by_group[index] if index < len(self._slabs_by_group) else []
         for slab in slabs:
-            self._rebind_moved_tensors(slab)
+            self._rebind_moved_grads(slab)
             self._add_missing_state(slab, group)
         outside = [
             self._single_param_slab(p, group)
@@ -389,10 +460,8 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         ]
         return [*slabs, *outside]
 
-    def _rebind_moved_tensors(self, slab: Slab) -> None:
+    def _rebind_moved_grads(self, slab: Slab) -> None:
         for index, (p, offset) in enumerate(zip(slab.params, slab.offsets, strict=True)):
-            if not _lives_at(p, slab.param, offset):
-                self._readopt(p, slab.param, offset, what="parameter")
             bound = slab.bound_grads[index]
             if p.grad is bound and _lives_at(bound, slab.grad, offset):
                 continue
@@ -417,16 +486,6 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
                 slab.pending_state.add(name)
         if missing:
             self._publish_state(slab)
-
-    def _readopt(self, tensor: torch.Tensor, flat: torch.Tensor, offset: int, what: str) -> None:
-        if tensor.dtype != flat.dtype or tensor.device != flat.device:
-            raise RuntimeError(
-                f"A packed {what} of {type(self).__name__} was moved to {tensor.device} / "
-                f"{tensor.dtype} after packing (its buffer is {flat.device} / {flat.dtype}); "
-                "convert the model before creating the optimizer."
-            )
-        flat.narrow(0, offset, tensor.numel()).copy_(tensor.reshape(-1))
-        rebind_into(tensor, flat, offset)
 
     def _single_param_slab(self, p: torch.nn.Parameter, group: ParamGroup) -> Slab:
         state = self.state[p]
@@ -480,6 +539,12 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
                     view.copy_(value.reshape(-1))
         self._publish_state(slab)
         return True
+
+    def _repack_group(self, index: int) -> None:
+        """Pack a group again from what its parameters, grads and states hold now."""
+        for slab in self._slabs_by_group[index]:
+            self._dissolve(slab)
+        self._slabs_by_group[index] = self._pack_group(self.param_groups[index])
 
     def _dissolve(self, slab: Slab) -> None:
         """Give a packed slab's tensors their own memory again (loaded steps disagree)."""

@@ -1,17 +1,40 @@
-"""NVIDIA apex's fused optimizers as plain-torch implementations with NVIDIA's signatures.
+"""NVIDIA apex's fused optimizers as plain-torch implementations with NVIDIA's semantics.
 
 NVIDIA's versions need CUDA extensions (``amp_C``); these run anywhere torch runs, so an
-unmigrated GPU-style script also runs on CPU (what the end-to-end comparison needs). They are
-ordinary per-tensor optimizers, not flat-buffer ones, and follow NVIDIA's semantics: the step
-count is kept per param group (``group['step']``), ``set_grad_none`` decides what
-``zero_grad()`` does, and the AMSGrad variants are refused with NVIDIA's error.
+unmigrated GPU-style script also runs on CPU (the original side of ``npu-migrate verify``). Each
+class keeps what NVIDIA's class and its CUDA kernel do (apex 6424da3b, ``apex/optimizers`` and
+``csrc/multi_tensor_*``):
+
+- **State dtypes.** ``FusedAdam`` keeps ``exp_avg`` / ``exp_avg_sq`` in fp32 (``.float()``);
+  ``FusedSGD``'s ``momentum_buffer``, ``FusedAdagrad``'s ``sum``, ``FusedLAMB``'s moments and
+  ``FusedNovoGrad``'s ``exp_avg`` have the parameter's dtype (``torch.zeros_like(p)``).
+  ``FusedNovoGrad`` keeps its per-tensor norms in the group, as fp32 tensors
+  (``group['exp_avg_sq'] = [half norms, fp32 norms]``), so checkpoints have NVIDIA's layout.
+- **Arithmetic.** Every kernel reads parameter, gradient and state, computes in fp32 and rounds
+  what it stores; the functions below follow each kernel's order of operations. FusedLAMB
+  stores its update in the gradient (in the parameter's dtype) before the trust ratio is applied,
+  as NVIDIA's stage-1 kernel does, so after ``step()`` the gradients hold the updates.
+- **Dtypes.** NVIDIA's kernels take fp16 and fp32 (FusedAdam also bf16). bf16 parameters are
+  accepted by every class here and treated as NVIDIA treats fp16 ones, because on the CPU amp's
+  half precision is bf16; any other dtype raises NVIDIA's error ("... only support fp16 and
+  fp32.") before anything is updated (NVIDIA's FusedSGD silently never updates such a
+  parameter; here that is an error too).
+- **Step counts** are per group where NVIDIA keeps one: FusedAdam counts every step of a group
+  with parameters, FusedLAMB and FusedNovoGrad every step of every group, whether or not a
+  parameter had a gradient; FusedSGD and FusedAdagrad keep none.
+
+``set_grad_none`` decides what ``zero_grad()`` does, and the AMSGrad variants are refused with
+NVIDIA's error. Two NVIDIA behaviours are deliberately not reproduced: FusedAdam steps groups added
+with ``add_param_group`` (NVIDIA's never does: it pairs groups with master lists made in
+``__init__``), and its fp32 moments stay fp32 across ``load_state_dict`` (torch casts them to a
+half parameter's dtype, which NVIDIA's kernel then misreads as fp32).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.optim.optimizer import required  # type: ignore[attr-defined]
@@ -19,10 +42,42 @@ from torch.optim.optimizer import required  # type: ignore[attr-defined]
 from apex.optimizers._fused_base import check_hyperparameter, check_state_dict_layout
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+ParamGroup = dict[str, Any]
+
+
+def _fp32(tensor: torch.Tensor) -> torch.Tensor:
+    """An fp32 working copy of a half tensor; an fp32 tensor itself (updated in place)."""
+    return tensor if tensor.dtype == torch.float32 else tensor.float()
+
+
+def _rounded_to(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``value`` rounded to ``dtype`` and back: a kernel's ``static_cast<T>`` on a float."""
+    return value if dtype == torch.float32 else value.to(dtype).float()
+
+
+def _bias_correction(beta: float, step: int) -> float:
+    """``1 - beta**step`` as NVIDIA's host code computes it (double) and hands it over (float)."""
+    return float(torch.tensor(1.0 - math.pow(beta, step), dtype=torch.float32))
+
+
+def _master_of(p: torch.Tensor) -> torch.Tensor:
+    return p.detach().clone().float()
+
+
+def _grad_of(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None  # the step loops select parameters with a gradient
+    return p.grad
 
 
 class _NvidiaOptimizer(torch.optim.Optimizer):
-    """Shared step loop: group step counter, then a per-group update of params with grads."""
+    """What NVIDIA's classes share: ``set_grad_none``, the input checks, state dict layout."""
+
+    # The dtypes this class's kernels take; bf16 stands in for fp16 (amp's half on the CPU).
+    _kernel_dtypes: ClassVar[tuple[torch.dtype, ...]] = (
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+    )
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], set_grad_none: bool):
         super().__init__(params, defaults)
@@ -34,24 +89,6 @@ class _NvidiaOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         check_state_dict_layout(self, state_dict)
         super().load_state_dict(state_dict)
-        self._restore_fp32_state(state_dict)
-
-    @torch.no_grad()
-    def _restore_fp32_state(self, state_dict: dict[str, Any]) -> None:
-        """Undo torch's cast of loaded state to the parameter type for fp16/bf16 parameters.
-
-        torch's ``load_state_dict`` casts every floating state tensor to its parameter's dtype;
-        these optimizers keep the state of half-precision parameters in fp32, and a round trip
-        through bf16 would change the trajectory.
-        """
-        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
-        params = [p for group in self.param_groups for p in group["params"]]
-        for saved_id, p in zip(saved_ids, params, strict=True):
-            if p.dtype not in _HALF_DTYPES or p not in self.state:
-                continue
-            for key, value in state_dict["state"].get(saved_id, {}).items():
-                if isinstance(value, torch.Tensor) and value.is_floating_point() and key != "step":
-                    self.state[p][key] = value.to(device=p.device, dtype=torch.float32).clone()
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -59,66 +96,53 @@ class _NvidiaOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        selected = [
-            [p for p in group["params"] if p.grad is not None] for group in self.param_groups
-        ]
-        # Checked for every group first, so that a refused step leaves nothing half-updated.
-        if any(p.grad.is_sparse for params in selected for p in params):
-            raise RuntimeError(f"{type(self).__name__} does not support sparse gradients.")
-        for group, params in zip(self.param_groups, selected, strict=True):
-            if not params:
-                continue
-            group["step"] = group.get("step", 0) + 1
-            self._update_group(group, params)
+        self._check_gradients()
+        self._step()
         return loss
 
-    def _math_tensors(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The parameter and gradient the update computes on: fp32 copies for fp16/bf16.
-
-        NVIDIA's kernels compute in fp32 whatever the parameter type; in fp16 ``eps=1e-8`` is 0
-        and ``exp_avg_sq`` underflows, so a half-precision update divides by zero. Write the
-        result back with :func:`_store`.
-        """
-        grad = _grad_of(p)
-        if p.dtype in _HALF_DTYPES:
-            return p.detach().float(), grad.float()
-        return p, grad
-
-    def _state(self, p: torch.Tensor, name: str, fill: float = 0.0) -> torch.Tensor:
-        """Per-parameter state, created on first use; fp32 for fp16/bf16 parameters (NVIDIA's)."""
-        state = self.state[p]
-        if name not in state:
-            dtype = torch.float32 if p.dtype in _HALF_DTYPES else p.dtype
-            state[name] = torch.full_like(p, fill, dtype=dtype, memory_format=torch.preserve_format)
-        return state[name]
-
-    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+    def _step(self) -> None:
         raise NotImplementedError
 
+    def _check_gradients(self) -> None:
+        """NVIDIA's refusals, for every group before any is updated."""
+        name = type(self).__name__
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError(f"{name} does not support sparse gradients.")
+                if p.dtype not in self._kernel_dtypes:
+                    raise RuntimeError(self._unsupported_dtype_message(p))
 
-def _store(p: torch.Tensor, updated: torch.Tensor) -> None:
-    """Round an fp32 result of :meth:`_NvidiaOptimizer._math_tensors` back into ``p``."""
-    if updated is not p:
-        p.copy_(updated)
+    def _unsupported_dtype_message(self, p: torch.Tensor) -> str:
+        return (
+            f"{type(self).__name__} only support fp16 and fp32. (NVIDIA's kernels take float16 "
+            f"and float32 parameters; one of shape {tuple(p.shape)} is {p.dtype}.)"
+        )
+
+    @staticmethod
+    def _with_grads(group: ParamGroup) -> list[torch.Tensor]:
+        return [p for p in group["params"] if p.grad is not None]
 
 
-def _grad_of(p: torch.Tensor) -> torch.Tensor:
-    """The gradient of a parameter the step loop selected for having one."""
-    assert p.grad is not None
-    return p.grad
-
-
-def _corrections(group: dict[str, Any], beta1: float, beta2: float) -> tuple[float, float]:
-    if not group.get("bias_correction", True):
-        return 1.0, 1.0
-    step = group["step"]
-    return 1.0 - beta1**step, 1.0 - beta2**step
+def _by_kernel_dtype(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """The launch sets NVIDIA makes of one group: half parameters first, then fp32 ones."""
+    order = (torch.float16, torch.bfloat16, torch.float32)
+    sets = [[p for p in params if p.dtype == dtype] for dtype in order]
+    return [launch for launch in sets if launch]
 
 
 class FusedSGD(_NvidiaOptimizer):
     """NVIDIA's FusedSGD: torch's SGD plus ``wd_after_momentum`` (weight decay added to the
     direction after the momentum update instead of to the gradient before it).
-    ``materialize_master_grads`` only matters for NVIDIA's amp and is accepted and ignored.
+
+    As NVIDIA's: ``momentum_buffer`` has the parameter's dtype and exists for every stepped
+    parameter, even with ``momentum=0``; the update is computed in fp32 and the parameter and
+    the buffer are rounded when stored. Whether a launch set (a group's half or fp32 parameters)
+    starts its momentum from the gradient is decided once per set, by whether its last
+    parameter had a buffer (NVIDIA's ``first_run``). ``materialize_master_grads`` only matters
+    for NVIDIA's amp and is accepted and ignored.
     """
 
     def __init__(
@@ -151,40 +175,68 @@ class FusedSGD(_NvidiaOptimizer):
         self.wd_after_momentum = wd_after_momentum
         self.materialize_master_grads = materialize_master_grads
 
-    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
-        weight_decay, momentum = group["weight_decay"], group["momentum"]
+    def _unsupported_dtype_message(self, p: torch.Tensor) -> str:
+        return (
+            f"FusedSGD steps float16 and float32 parameters only: NVIDIA's silently never "
+            f"updates one of shape {tuple(p.shape)} in {p.dtype}. Convert it, or use "
+            "torch.optim.SGD."
+        )
+
+    def _step(self) -> None:
+        for group in self.param_groups:
+            for launch in _by_kernel_dtype(self._with_grads(group)):
+                first_run = self._momentum_buffers(launch)
+                for p in launch:
+                    self._update(p, group, first_run)
+
+    def _momentum_buffers(self, params: list[torch.Tensor]) -> bool:
+        first_run = True
         for p in params:
-            param, direction = self._math_tensors(p)
-            if weight_decay != 0 and not self.wd_after_momentum:
-                direction = direction.add(param, alpha=weight_decay)
-            if momentum != 0:
-                state = self.state[p]
-                buffer = state.get("momentum_buffer")
-                if buffer is None:
-                    buffer = state["momentum_buffer"] = direction.detach().clone()
-                else:
-                    buffer.mul_(momentum).add_(direction, alpha=1 - group["dampening"])
-                nesterov = group["nesterov"]
-                direction = direction.add(buffer, alpha=momentum) if nesterov else buffer
-            if weight_decay != 0 and self.wd_after_momentum:
-                direction = direction.add(param, alpha=weight_decay)
-            param.add_(direction, alpha=-group["lr"])
-            _store(p, param)
+            state = self.state[p]
+            first_run = "momentum_buffer" not in state
+            if first_run:
+                state["momentum_buffer"] = torch.zeros_like(p)
+        return first_run
+
+    def _update(self, p: torch.Tensor, group: ParamGroup, first_run: bool) -> None:
+        weight_decay, momentum = group["weight_decay"], group["momentum"]
+        param = _fp32(p)
+        direction = _grad_of(p).float()
+        if weight_decay != 0 and not self.wd_after_momentum:
+            direction = direction + weight_decay * param
+        if momentum != 0:
+            buffer = self.state[p]["momentum_buffer"]
+            if first_run:
+                velocity = direction
+            else:
+                velocity = buffer.float() * momentum + (1 - group["dampening"]) * direction
+            direction = direction + momentum * velocity if group["nesterov"] else velocity
+            buffer.copy_(velocity)
+        if weight_decay != 0 and self.wd_after_momentum:
+            direction = direction + weight_decay * param
+        p.copy_(param - group["lr"] * direction)
 
 
 class FusedAdam(_NvidiaOptimizer):
     """NVIDIA's FusedAdam: AdamW by default (``adam_w_mode=True``), L2 Adam otherwise, with
     optional bias correction. ``weight_decay`` defaults to 0 (torch's AdamW: 1e-2). The moments
-    of fp16/bf16 parameters are fp32 and the update is computed in fp32, as NVIDIA's kernel does.
+    are fp32 for every parameter dtype (NVIDIA's ``.float()``), the update is computed in fp32,
+    and a group's step count advances at every ``step()``, whether or not its parameters had
+    gradients.
 
     ``capturable=True`` (NVIDIA's CUDA-graph variant; no graphs here) takes the loss scale into
-    the step, as NVIDIA's does: driven by ``torch.amp.GradScaler``, ``scaler.step(optimizer)``
-    does not unscale the gradients (which fails for fp16 ones) but hands this optimizer the
-    scale and the inf check; a step whose gradients hold an inf or NaN changes nothing, not even
-    the step count, and the gradients themselves stay scaled. ``master_weights=True`` (only with
-    ``capturable``, NVIDIA's rule) keeps an fp32 copy of each fp16/bf16 parameter in
-    ``state[p]['master_param']``: the update is applied to it and the parameter is its rounded
-    copy, so small updates are not lost to fp16 rounding.
+    the step, as NVIDIA's kernel does: driven by ``torch.amp.GradScaler``, ``scaler.step(
+    optimizer)`` does not unscale the gradients (which fails for fp16 ones) but hands this
+    optimizer the scale and the inf check. The kernel unscales each gradient in fp32, writes it
+    back unscaled, and updates; a step whose gradients hold an inf or NaN changes nothing (the
+    gradients stay scaled), and the step count then advances one step late, as NVIDIA's reads
+    the previous inf flag. The moments are stored rounded through the parameter's dtype (the
+    kernel's cast), unless ``master_weights=True`` (only together with ``capturable``, NVIDIA's
+    rule): then fp32 masters, copied from the fp16 and fp32 parameters **when the optimizer is
+    built**, are updated and the parameters are their rounded copies. The masters are not part
+    of ``state_dict()`` (NVIDIA keeps them in ``param_groups_master``): values loaded into the
+    model after the optimizer was built are overwritten by its first step, on NVIDIA's too.
+    bf16 parameters never get masters.
     """
 
     def __init__(
@@ -214,63 +266,123 @@ class FusedAdam(_NvidiaOptimizer):
         self.adam_w_mode = adam_w_mode
         self.capturable = capturable
         self.master_weights = master_weights
+        self.param_groups_master = [
+            {"params": [_master_of(p) if master_weights else None for p in group["params"]]}
+            for group in self.param_groups
+        ]
+        # The capturable kernel's "skip" flag, read before it is set for the current group.
+        self._overflow = 0.0
         # torch.amp.GradScaler then sets ``grad_scale`` and ``found_inf`` on this optimizer
         # around ``step()`` instead of unscaling the gradients itself.
         self._step_supports_amp_scaling = capturable
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        found_inf = getattr(self, "found_inf", None)
-        if found_inf is not None and float(found_inf) != 0.0:
-            # Skipped as NVIDIA's capturable kernel skips it: params, moments and step stay.
-            return closure() if closure is not None else None
-        return super().step(closure)
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's, keeping the moments fp32: torch casts them to a half parameter's dtype."""
+        super().load_state_dict(state_dict)
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        with torch.no_grad():
+            for saved_id, p in zip(saved_ids, params, strict=True):
+                saved = state_dict["state"].get(saved_id, {})
+                for name in ("exp_avg", "exp_avg_sq"):
+                    if p in self.state and isinstance(saved.get(name), torch.Tensor):
+                        self.state[p][name] = saved[name].to(p.device, torch.float32).clone()
+
+    def _step(self) -> None:
+        found = getattr(self, "found_inf", None)  # set by torch.amp.GradScaler around step()
+        found_inf = float(found) if self.capturable and found is not None else 0.0
+        for group, masters in zip(self.param_groups, self._masters_by_group(), strict=True):
+            if not group["params"]:
+                continue
+            self._advance_step(group, found_inf)
+            params = self._with_grads(group)
+            for p in params:
+                state = self.state[p]
+                if len(state) == 0:
+                    state["exp_avg"] = torch.zeros_like(p).float()
+                    state["exp_avg_sq"] = torch.zeros_like(p).float()
+            if found_inf != 0.0:
+                continue  # the capturable kernel returns at once
+            for p in params:
+                self._update(p, group, masters.get(id(p)))
+
+    def _masters_by_group(self) -> list[dict[int, torch.Tensor]]:
+        """Each group's masters by parameter (groups added later have none)."""
+        by_group: list[dict[int, torch.Tensor]] = []
+        for index, group in enumerate(self.param_groups):
+            masters: dict[int, torch.Tensor] = {}
+            if self.master_weights and index < len(self.param_groups_master):
+                listed = self.param_groups_master[index]["params"]
+                for p, master in zip(group["params"], listed, strict=False):
+                    if master is not None and p.dtype in (torch.float16, torch.float32):
+                        masters[id(p)] = master
+            by_group.append(masters)
+        return by_group
+
+    def _advance_step(self, group: ParamGroup, found_inf: float) -> None:
+        if not self.capturable:
+            group["step"] = group.get("step", 0) + 1
+            return
+        if "step" in group:
+            group["step"] += 0 if self._overflow == 1.0 else 1
+        else:
+            group["step"] = 1
+        self._overflow = 1.0 if found_inf != 0.0 else 0.0
 
     def _inverse_scale(self) -> float:
         """1 / the loss scale GradScaler handed over (1 without GradScaler, or after unscale_)."""
         scale = getattr(self, "grad_scale", None)
-        return 1.0 if scale is None else 1.0 / float(scale)
+        if scale is None:
+            return 1.0
+        return float(torch.as_tensor(scale).double().reciprocal().float())
 
-    def _math_tensors(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        param, grad = super()._math_tensors(p)
-        inverse_scale = self._inverse_scale() if self.capturable else 1.0
-        if inverse_scale != 1.0:
-            grad = grad.float() * inverse_scale  # out of place: the gradients stay scaled
-        if self.master_weights and p.dtype in _HALF_DTYPES:
-            state = self.state[p]
-            if "master_param" not in state:
-                state["master_param"] = p.detach().float().clone()
-            param = state["master_param"]
-        return param, grad
-
-    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+    def _update(self, p: torch.Tensor, group: ParamGroup, master: torch.Tensor | None) -> None:
+        grad = _grad_of(p)
+        if self.capturable:
+            unscaled = grad.float() * self._inverse_scale()
+            grad.copy_(unscaled)  # NVIDIA's capturable kernel writes the gradient back unscaled
+            g = unscaled
+        else:
+            g = grad.float()
+        param = master if master is not None else _fp32(p)
         beta1, beta2 = group["betas"]
-        correction1, correction2 = _corrections(group, beta1, beta2)
-        weight_decay = group["weight_decay"]
-        for p in params:
-            param, grad = self._math_tensors(p)
-            if weight_decay != 0 and not self.adam_w_mode:
-                grad = grad.add(param, alpha=weight_decay)
-            exp_avg, exp_avg_sq = self._state(p, "exp_avg"), self._state(p, "exp_avg_sq")
-            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq / correction2).sqrt_().add_(group["eps"])
-            update = (exp_avg / correction1).div_(denom)
-            if weight_decay != 0 and self.adam_w_mode:
-                update.add_(param, alpha=weight_decay)
-            param.add_(update, alpha=-group["lr"])
-            _store(p, param)
+        step, lr, decay = group["step"], float(group["lr"]), group["weight_decay"]
+        correction1, correction2 = 1.0, 1.0
+        if group["bias_correction"]:
+            correction1, correction2 = _bias_correction(beta1, step), _bias_correction(beta2, step)
+        state = self.state[p]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        if not self.adam_w_mode:
+            g = g + decay * param
+        m = beta1 * exp_avg + (1 - beta1) * g
+        v = beta2 * exp_avg_sq + (1 - beta2) * g * g
+        denom = (v / correction2).sqrt_().add_(group["eps"])
+        update = (m / correction1).div_(denom)
+        if self.adam_w_mode:
+            update.add_(decay * param)
+        new_param = param - lr * update
+        if self.capturable and master is None:
+            # The capturable kernel casts the moments to the parameter's type before storing.
+            m, v = _rounded_to(m, p.dtype), _rounded_to(v, p.dtype)
+        exp_avg.copy_(m)
+        exp_avg_sq.copy_(v)
+        if master is not None:
+            master.copy_(new_param)
+        p.copy_(new_param)
 
 
 class FusedLAMB(_NvidiaOptimizer):
-    """NVIDIA's FusedLAMB (the NVLAMB variant).
+    """NVIDIA's FusedLAMB (the NVLAMB variant), with NVIDIA's two kernel stages.
 
     Gradients are divided by ``global_norm / max_grad_norm`` when the global L2 norm of all
-    gradients exceeds ``max_grad_norm``; moments use ``beta3 = 1 - beta1`` with
-    ``grad_averaging`` (else 1); ``update = m_hat / (sqrt(v_hat) + eps)`` plus
-    ``weight_decay * p`` (``adam_w_mode``; else the decay is added to the gradient); the
-    per-tensor trust ratio ``||p|| / ||update||`` applies when ``weight_decay != 0`` or
-    ``use_nvlamb`` and both norms are non-zero.
+    gradients exceeds ``max_grad_norm`` (the constructor's value: NVIDIA reads
+    ``defaults['max_grad_norm']``, not the group's; ``max_grad_norm=0`` therefore divides every
+    gradient by infinity, as on NVIDIA's). Moments use ``beta3 = 1 - beta1`` with
+    ``grad_averaging`` (else 1) and have the parameter's dtype; ``update = m_hat / (sqrt(v_hat)
+    + eps)`` plus ``weight_decay * p`` (``adam_w_mode``; else the decay is added to the clipped
+    gradient) is stored into the gradient in the parameter's dtype; the per-tensor trust ratio
+    ``||p|| / ||update||`` (norms of the stored values, the parameter's taken before the step)
+    applies when ``weight_decay != 0`` or ``use_nvlamb`` and both norms are non-zero.
     """
 
     def __init__(
@@ -303,53 +415,88 @@ class FusedLAMB(_NvidiaOptimizer):
         self.adam_w_mode = adam_w_mode
         self.use_nvlamb = use_nvlamb
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        self._global_norm = (
-            torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads]))
-            if grads
-            else torch.tensor(0.0)
-        )
-        return super().step(closure)
+    def _step(self) -> None:
+        clip = self._clip_divisor()
+        for group in self.param_groups:
+            group["step"] = group.get("step", 0) + 1
+            for launch in _by_kernel_dtype(self._with_grads(group)):
+                for p in launch:
+                    state = self.state[p]
+                    if len(state) == 0:
+                        state["exp_avg"] = torch.zeros_like(p)
+                        state["exp_avg_sq"] = torch.zeros_like(p)
+                param_norms = [float(torch.linalg.vector_norm(p.float())) for p in launch]
+                for p in launch:
+                    self._stage1(p, group, clip)
+                for p, param_norm in zip(launch, param_norms, strict=True):
+                    self._stage2(p, group, param_norm)
 
-    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+    def _clip_divisor(self) -> float:
+        """NVIDIA's ``clipped_global_grad_norm`` from the norms of the fp32 and half grads."""
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        norms = [
+            torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g.float()) for g in same_kind])
+            )
+            for same_kind in (
+                [g for g in grads if g.dtype == torch.float32],
+                [g for g in grads if g.dtype != torch.float32],
+            )
+            if same_kind
+        ]
+        global_norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        max_norm = float(self.defaults["max_grad_norm"])
+        if global_norm > max_norm:
+            return global_norm / max_norm if max_norm != 0 else math.inf
+        return 1.0
+
+    def _stage1(self, p: torch.Tensor, group: ParamGroup, clip: float) -> None:
+        """Moments, and the update stored into the gradient (NVIDIA's stage-1 kernel)."""
         beta1, beta2 = group["betas"]
         beta3 = 1 - beta1 if group["grad_averaging"] else 1.0
-        correction1, correction2 = _corrections(group, beta1, beta2)
-        weight_decay, max_norm = group["weight_decay"], group["max_grad_norm"]
-        global_norm = float(self._global_norm)
-        clip = global_norm / max_norm if max_norm > 0 and global_norm > max_norm else 1.0
-        for p in params:
-            param, grad = self._math_tensors(p)
-            grad = grad / clip
-            if weight_decay != 0 and not self.adam_w_mode:
-                grad = grad.add(param, alpha=weight_decay)
-            exp_avg, exp_avg_sq = self._state(p, "exp_avg"), self._state(p, "exp_avg_sq")
-            exp_avg.mul_(beta1).add_(grad, alpha=beta3)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq / correction2).sqrt_().add_(group["eps"])
-            update = (exp_avg / correction1).div_(denom)
-            if weight_decay != 0 and self.adam_w_mode:
-                update.add_(param, alpha=weight_decay)
-            ratio = 1.0
-            if self.use_nvlamb or weight_decay != 0:
-                param_norm, update_norm = float(param.norm()), float(update.norm())
-                if param_norm != 0 and update_norm != 0:
-                    ratio = param_norm / update_norm
-            param.add_(update, alpha=-group["lr"] * ratio)
-            _store(p, param)
+        step, decay = group["step"], group["weight_decay"]
+        correction1, correction2 = 1.0, 1.0
+        if group["bias_correction"]:
+            correction1, correction2 = _bias_correction(beta1, step), _bias_correction(beta2, step)
+        grad = _grad_of(p)
+        state = self.state[p]
+        param = p.float()
+        g = grad.float() / clip
+        if not self.adam_w_mode:
+            g = g + decay * param
+        m = state["exp_avg"].float() * beta1 + beta3 * g
+        v = state["exp_avg_sq"].float() * beta2 + (1 - beta2) * g * g
+        denom = (v / correction2).sqrt_().add_(group["eps"])
+        update = (m / correction1).div_(denom)
+        if self.adam_w_mode:
+            update.add_(decay * param)
+        grad.copy_(update)
+        state["exp_avg"].copy_(m)
+        state["exp_avg_sq"].copy_(v)
+
+    def _stage2(self, p: torch.Tensor, group: ParamGroup, param_norm: float) -> None:
+        """The trust-ratio step from the stored update (NVIDIA's stage-2 kernel)."""
+        update = _grad_of(p).float()
+        ratio = float(group["lr"])
+        if self.use_nvlamb or group["weight_decay"] != 0:
+            update_norm = float(torch.linalg.vector_norm(update))
+            if update_norm != 0 and param_norm != 0:
+                ratio = ratio * (param_norm / update_norm)
+        p.copy_(p.float() - ratio * update)
 
 
 class FusedNovoGrad(_NvidiaOptimizer):
     """NVIDIA's FusedNovoGrad: Adam-like with a per-tensor second moment.
 
-    Per tensor ``v = sqrt(beta2 * v**2 + (1 - beta2) * ||g||**2)`` (the first step starts from
-    ``||g||`` unless ``init_zero``; ``norm_type=0`` uses the max-norm and a max blend);
+    Per tensor, the gradient norm ``n`` (L2, or the max-norm with ``norm_type=0``) is blended
+    into ``v``: ``v = sqrt(beta2 * v**2 + (1 - beta2) * n**2)`` (L2) or ``beta2 * v + (1 -
+    beta2) * n`` (max-norm), starting from the first step's norms (from 0 with ``init_zero``);
     ``denom = v / sqrt(bc2) + eps``. With ``reg_inside_moment`` the decay enters the moment:
-    ``m = beta1 * m + beta3 * (g / denom + wd * p)``, ``p -= lr * m / bc1``; otherwise
-    ``m = beta1 * m + beta3 * g``, ``p -= lr * (m / bc1 / denom + wd * p)``. The per-tensor
-    norms live in ``state[p]['exp_avg_sq']`` (a 0-d tensor) rather than a group list.
+    ``m = beta1 * m + beta3 * (g / denom + wd * p)``, ``p -= lr * m / bc1``; otherwise ``m = beta1
+    * m + beta3 * g``, ``p -= lr * (m / bc1 / denom + wd * p)``. As in NVIDIA's, ``exp_avg`` has
+    the parameter's dtype and the norms are the group's ``exp_avg_sq``: ``[half norms, fp32
+    norms]``, fp32 tensors with one entry per parameter that had a gradient at the first step,
+    in order; a later step with another set of parameters raises (NVIDIA's asserts).
     """
 
     def __init__(
@@ -384,49 +531,99 @@ class FusedNovoGrad(_NvidiaOptimizer):
         super().__init__(params, defaults, set_grad_none)
         self.moment_mode = 0 if reg_inside_moment else 1
 
-    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # NVIDIA's: the norms follow the parameters' device
+            if group["params"] and "exp_avg_sq" in group:
+                device = group["params"][0].device
+                group["exp_avg_sq"] = [norms.to(device) for norms in group["exp_avg_sq"]]
+
+    def _step(self) -> None:
+        for index, group in enumerate(self.param_groups):
+            group["step"] = group.get("step", 0) + 1
+            params = self._with_grads(group)
+            half = [p for p in params if p.dtype != torch.float32]
+            full = [p for p in params if p.dtype == torch.float32]
+            for p in params:
+                if len(self.state[p]) == 0:
+                    self.state[p]["exp_avg"] = torch.zeros_like(p)
+            current = [self._grad_norms(half, group), self._grad_norms(full, group)]
+            if "exp_avg_sq" not in group:
+                device = self._norms_device()
+                start = [torch.zeros_like(n) if group["init_zero"] else n for n in current]
+                group["exp_avg_sq"] = [norms.to(device) for norms in start]
+            self._check_norm_layout(index, group, current)
+            launches = zip((half, full), group["exp_avg_sq"], current, strict=True)
+            for launch, norms, fresh in launches:
+                if not launch:
+                    continue
+                self._blend(norms, fresh.to(norms.device), group)
+                for p, norm in zip(launch, norms.tolist(), strict=True):
+                    self._update(p, group, norm)
+
+    def _norms_device(self) -> torch.device:
+        """NVIDIA's: the device of the first group's first parameter (of any, here)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                return p.device
+        return torch.device("cpu")
+
+    @staticmethod
+    def _grad_norms(params: list[torch.Tensor], group: ParamGroup) -> torch.Tensor:
+        if not params:
+            return torch.zeros(0)
+        grads = [_grad_of(p).float() for p in params]
+        if group["norm_type"] == 0:
+            return torch.stack([g.abs().max() if g.numel() else g.new_zeros(()) for g in grads])
+        return torch.stack([torch.linalg.vector_norm(g) for g in grads])
+
+    @staticmethod
+    def _check_norm_layout(index: int, group: ParamGroup, current: list[torch.Tensor]) -> None:
+        for kind, norms, fresh in zip(("half", "fp32"), group["exp_avg_sq"], current, strict=True):
+            if norms.numel() != fresh.numel():
+                raise RuntimeError(
+                    f"FusedNovoGrad keeps one norm per {kind} parameter that had a gradient at "
+                    f"its first step: group {index} had {norms.numel()} then and has "
+                    f"{fresh.numel()} now (NVIDIA's FusedNovoGrad fails this assertion too); "
+                    "give every parameter a gradient at every step, or build the optimizer "
+                    "after the set of trained parameters is final."
+                )
+
+    @staticmethod
+    def _blend(norms: torch.Tensor, fresh: torch.Tensor, group: ParamGroup) -> None:
+        beta2 = group["betas"][1]
+        if group["norm_type"] == 0:
+            norms.copy_(beta2 * norms + (1 - beta2) * fresh)
+        else:
+            norms.copy_((beta2 * norms * norms + (1 - beta2) * fresh * fresh).sqrt())
+
+    def _update(self, p: torch.Tensor, group: ParamGroup, grad_norm: float) -> None:
         beta1, beta2 = group["betas"]
         beta3 = 1 - beta1 if group["grad_averaging"] else 1.0
-        correction1, correction2 = _corrections(group, beta1, beta2)
-        weight_decay = group["weight_decay"]
-        for p in params:
-            param, grad = self._math_tensors(p)
-            norm = self._blend_norm(p, group, beta2)
-            denom = norm / math.sqrt(correction2) + group["eps"]
-            exp_avg = self._state(p, "exp_avg")
-            if self.moment_mode == 0:
-                exp_avg.mul_(beta1).add_(grad / denom + weight_decay * param, alpha=beta3)
-                param.add_(exp_avg, alpha=-group["lr"] / correction1)
-            else:
-                exp_avg.mul_(beta1).add_(grad, alpha=beta3)
-                update = exp_avg / (correction1 * denom)
-                if weight_decay != 0:
-                    update.add_(param, alpha=weight_decay)
-                param.add_(update, alpha=-group["lr"])
-            _store(p, param)
-
-    def _blend_norm(self, p: torch.Tensor, group: dict[str, Any], beta2: float) -> torch.Tensor:
-        grad = _grad_of(p).float()
-        max_norm = group["norm_type"] == 0
-        current = grad.abs().max() if max_norm else grad.norm()
-        state = self.state[p]
-        if "exp_avg_sq" not in state:
-            initial = torch.zeros((), device=p.device) if group["init_zero"] else current
-            state["exp_avg_sq"] = initial.clone()
-            if not group["init_zero"]:
-                return state["exp_avg_sq"]
-        previous = state["exp_avg_sq"]
-        if max_norm:
-            previous.copy_(torch.maximum(beta2 * previous, (1 - beta2) * current))
+        step, decay, lr = group["step"], group["weight_decay"], float(group["lr"])
+        correction1, correction2 = 1.0, 1.0
+        if group["bias_correction"]:
+            correction1 = _bias_correction(beta1, step)
+            correction2 = float(torch.tensor(math.sqrt(1.0 - math.pow(beta2, step))).float())
+        denom = grad_norm / correction2 + group["eps"]
+        exp_avg = self.state[p]["exp_avg"]
+        param = _fp32(p)
+        g = _grad_of(p).float()
+        if self.moment_mode == 0:
+            m = beta1 * exp_avg.float() + beta3 * (g / denom + decay * param)
+            new_param = param - lr * (m / correction1)
         else:
-            previous.copy_((beta2 * previous**2 + (1 - beta2) * current**2).sqrt())
-        return previous
+            m = beta1 * exp_avg.float() + beta3 * g
+            new_param = param - lr * ((m / correction1) / denom + decay * param)
+        exp_avg.copy_(m)
+        p.copy_(new_param)
 
 
 class FusedAdagrad(_NvidiaOptimizer):
     """NVIDIA's FusedAdagrad: ``h += g*g``, ``p -= lr * g / (sqrt(h) + eps)``; weight decay
     on the gradient, or decoupled (``+ wd * p`` on the update) with ``adagrad_w_mode``.
-    The accumulator is ``state[p]['sum']``, as in torch.optim.Adagrad.
+    The accumulator is ``state[p]['sum']`` in the parameter's dtype (NVIDIA's ``zeros_like``);
+    the update is computed in fp32. No step count.
     """
 
     def __init__(
@@ -442,16 +639,24 @@ class FusedAdagrad(_NvidiaOptimizer):
         super().__init__(params, defaults, set_grad_none)
         self.adagrad_w_mode = adagrad_w_mode
 
-    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
-        weight_decay = group["weight_decay"]
-        for p in params:
-            param, grad = self._math_tensors(p)
-            if weight_decay != 0 and not self.adagrad_w_mode:
-                grad = grad.add(param, alpha=weight_decay)
-            accumulator = self._state(p, "sum")
-            accumulator.addcmul_(grad, grad, value=1)
-            update = grad / accumulator.sqrt().add_(group["eps"])
-            if weight_decay != 0 and self.adagrad_w_mode:
-                update.add_(param, alpha=weight_decay)
-            param.add_(update, alpha=-group["lr"])
-            _store(p, param)
+    def _step(self) -> None:
+        for group in self.param_groups:
+            for p in self._with_grads(group):
+                if len(self.state[p]) == 0:
+                    self.state[p]["sum"] = torch.zeros_like(p)
+                self._update(p, group)
+
+    def _update(self, p: torch.Tensor, group: ParamGroup) -> None:
+        decay, lr, eps = group["weight_decay"], group["lr"], group["eps"]
+        accumulator = self.state[p]["sum"]
+        param = _fp32(p)
+        g = _grad_of(p).float()
+        if not self.adagrad_w_mode:
+            g = g + decay * param
+        h = accumulator.float() + g * g
+        update = g / (h.sqrt() + eps)
+        if self.adagrad_w_mode:
+            update = update + decay * param
+        new_param = param - lr * update
+        accumulator.copy_(h)
+        p.copy_(new_param)
