@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-import libcst as cst
-
-_NO_SPACE = cst.SimpleWhitespace("")
+from migrator.lazy_imports import cst
 
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value`` with no spaces around ``=`` (PEP 8 for keyword arguments)."""
+    no_space = cst.SimpleWhitespace("")
     return cst.Arg(
         keyword=cst.Name(name),
         value=value,
-        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
+        equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space),
     )
 
 

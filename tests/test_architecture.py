@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "migrator.results",
             "migrator.api_tables",
             "migrator.ipython",
+            "migrator.lazy_imports",
         ),
     ),
     ("analysis", ("migrator.analysis",)),
@@ -38,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "migrator.settings",
             "migrator.edits",
+            "migrator.rewriter",
             "migrator.slices",
             "migrator.imports",
             "migrator.callargs",
