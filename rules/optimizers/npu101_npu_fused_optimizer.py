@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import libcst as cst
-
 from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
 from migrator.analysis.index import line_of
 from migrator.analysis.names import Ambiguous
@@ -16,6 +14,7 @@ from migrator.analysis.scopes import Binding, BindingKind
 from migrator.callargs import append_arg, keyword, remove_arg_objects
 from migrator.diagnostics import Severity
 from migrator.edits import NodeEdit
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._factories import (

@@ -5,14 +5,13 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from migrator.analysis.calls import argument, arguments, literal_value
 from migrator.analysis.index import line_of, start_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.diagnostics import Severity
 from migrator.edits import Change
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._flow import OptimizerFlow, fused_name
 from migrator.rules.optimizers._plans import FusedPlans, planned
