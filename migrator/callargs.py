@@ -14,12 +14,13 @@ from migrator.lazy_imports import cst
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value`` with no spaces around ``=`` (PEP 8 for keyword arguments)."""
+    return cst.Arg(keyword=cst.Name(name), value=value, equal=no_space_equal())
+
+
+def no_space_equal() -> cst.AssignEqual:
+    """The ``=`` of a keyword argument, without spaces around it."""
     no_space = cst.SimpleWhitespace("")
-    return cst.Arg(
-        keyword=cst.Name(name),
-        value=value,
-        equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space),
-    )
+    return cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space)
 
 
 def find_keyword(call: cst.Call, name: str) -> cst.Arg | None:

@@ -22,14 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import migrator
 from migrator import api_tables, formats, report
 from migrator.config import ConfigError, FileConfig, common_folder, find_pyproject, load_config
 from migrator.diagnostics import Severity
-from migrator.formats import github, msfmk_csv, sarif
 from migrator.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
 from migrator.results import Status
 from migrator.rule import Rule
@@ -277,6 +274,8 @@ def execute(options: Options) -> int:
     lists = None
     folder = csv_folder(options)
     if folder is not None:
+        from migrator.formats import msfmk_csv
+
         try:
             lists = msfmk_csv.write_lists(folder, result, paths)
         except OSError as error:
@@ -319,6 +318,8 @@ def print_for_tools(
     result: RunResult, mode: Mode, job: Job, paths: formats.ProjectPaths, exit_code: int, kind: str
 ) -> None:
     """``--format sarif`` / ``github``: only the document on stdout; errors also on stderr."""
+    from migrator.formats import github, sarif
+
     rules = formats.rule_infos(job.codes)
     if kind == "sarif":
         log = sarif.sarif_log(result, mode, rules, job.settings, paths, exit_code)
@@ -437,6 +438,15 @@ def progress_bar(options: Options, total: int) -> Any:
 
 class _ProgressBar:
     def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         self.progress = Progress(
             TextColumn("npu-migrate"),
             BarColumn(),

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-
-import pathspec
+from typing import TYPE_CHECKING
 
 from migrator.analysis.project import NATIVE_SUFFIXES
 from migrator.files import TEMP_SUFFIX
@@ -23,6 +23,9 @@ from migrator.jobs import Outcome, Task, error_outcome
 from migrator.notebooks import NOTEBOOK_SUFFIX
 from migrator.results import Status
 from migrator.shell import ShellScripts
+
+if TYPE_CHECKING:
+    import pathspec
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 # What a folder walk migrates: Python files and Jupyter notebooks (migrator.notebooks).
@@ -75,7 +78,7 @@ class Excluder:
     project_root: Path
     use_gitignore: bool = True
 
-    @property
+    @cached_property
     def spec(self) -> pathspec.GitIgnoreSpec:
         return _spec(self.patterns)
 
@@ -89,6 +92,8 @@ class Excluder:
 
 
 def _spec(patterns: Iterable[str]) -> pathspec.GitIgnoreSpec:
+    import pathspec  # only a run with patterns or a .gitignore pays for it
+
     return pathspec.GitIgnoreSpec.from_lines(list(patterns))
 
 

@@ -32,7 +32,6 @@ from migrator.engine import Engine
 from migrator.files import TEMP_SUFFIX, copy_tree_entries, file_diff, unified_diff, write_atomic
 from migrator.jobs import Job, Mode, Outcome, Task, error_outcome, reason_of
 from migrator.notebooks import is_notebook, migrate_notebook
-from migrator.pool import TimedOut, WorkerDied, WorkerPool
 from migrator.project_stage import ProjectBuilder, read_native
 from migrator.results import FileResult, Status
 from migrator.shell import is_shell_script, scan_shell
@@ -236,6 +235,8 @@ def _process_all(
             with _time_limit(job.timeout) as expired:
                 done = process_group(group, job, engine)
             if expired():
+                from migrator.pool import TimedOut
+
                 limit = TimedOut(job.timeout or 0).describe()
                 message = f"internal error, file left untouched: {limit}"
                 done = [error_outcome(m.task.path, message) for m in group.members]
@@ -243,6 +244,8 @@ def _process_all(
             if advance is not None:
                 advance(len(done))
         return
+    from migrator.pool import TimedOut, WorkerDied, WorkerPool  # multiprocessing: only here
+
     largest_first = sorted(groups, key=lambda group: group.size, reverse=True)
     with WorkerPool[Group](
         workers,
