@@ -70,13 +70,6 @@ def split_codes(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(code.strip().upper() for value in values for code in value.split(",") if code)
 
 
-def default_jobs() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 @click.command(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog="Exit codes: 0 nothing to do or done cleanly; 1 files changed (default mode) or would "
@@ -118,7 +111,10 @@ def default_jobs() -> int:
     help="Also write change_list.csv and unsupported_api.csv into DIR.",
 )
 @click.option(
-    "-j", "--jobs", type=click.IntRange(min=1), help="Worker processes [default: CPU count]."
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Worker processes (1: none) [default: as many as the work pays for, up to the CPU count].",
 )
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths (repeatable).")
 @click.option(
@@ -268,7 +264,7 @@ def execute(options: Options) -> int:
     if not options.no_cache:
         cache = ResultCache(options.cache_dir or default_cache_dir(), cache_key(job))
     with progress_bar(options, len(discovery.tasks)) as advance:
-        result = run_tasks(discovery, job, options.jobs or default_jobs(), cache, advance)
+        result = run_tasks(discovery, job, options.jobs, cache, advance)
     exit_code = exit_code_of(result, mode)
     paths = formats.ProjectPaths.at(config.root)
     lists = None
