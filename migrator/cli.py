@@ -277,16 +277,18 @@ def execute(options: Options) -> int:
         except OSError as error:
             click.echo(f"error: cannot write the CSV lists into {folder}: {error}", err=True)
             exit_code = EXIT_ERROR
-    document = report.json_document(result, mode, job.codes, job.settings, exit_code)
     if options.report_file is not None:
         try:
-            options.report_file.write_text(json.dumps(document, indent=2) + "\n")
+            with open(options.report_file, "w") as stream:
+                report.write_json(stream, result, mode, job.codes, job.settings, exit_code)
+                stream.write("\n")
         except OSError as error:
             click.echo(f"error: cannot write report {options.report_file}: {error}", err=True)
             exit_code = EXIT_ERROR
-            document["exit_code"] = exit_code
     if options.output_format == "json":
-        click.echo(json.dumps(document, indent=2))
+        report.write_json(sys.stdout, result, mode, job.codes, job.settings, exit_code)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
         for line in report.error_lines(result):
             click.echo(line, err=True)
     elif options.output_format in ("sarif", "github"):

@@ -9,6 +9,7 @@ rich would: importing rich costs more CPU than checking a handful of files.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections import Counter
@@ -288,26 +289,19 @@ def colour_diff(diff: str) -> str:
     return "".join(out)
 
 
-def json_document(
+def write_json(
+    stream: IO[str],
     result: RunResult,
     mode: Mode,
     codes: Sequence[str],
     settings: Settings,
     exit_code: int,
-) -> dict[str, Any]:
-    """The ``--format json`` / ``--report`` document; its schema is documented in docs/cli.md."""
-    files = []
-    for outcome in result.outcomes:
-        entry: dict[str, Any] = {
-            "path": outcome.path,
-            "status": str(outcome.status),
-            "reason": outcome.reason,
-            "codes": sorted({d.code for d in outcome.edits}),
-        }
-        if outcome.diff is not None:
-            entry["diff"] = outcome.diff
-        files.append(entry)
-    return {
+) -> None:
+    """Write the ``--format json`` / ``--report`` document (schema in docs/cli.md) to
+    ``stream``, as ``json.dumps(document, indent=2)`` writes it, one entry at a time: the
+    document is never built, so a monorepo's diagnostics are not held a second time as JSON
+    values, nor its text as one string."""
+    head = {
         "schema_version": JSON_SCHEMA_VERSION,
         "tool": "npu-migrate",
         "version": migrator.__version__,
@@ -316,12 +310,45 @@ def json_document(
         "settings": {"target": str(settings.target), "unsafe_fixes": settings.unsafe_fixes},
         "exit_code": exit_code,
         "summary": Summary.of(result).to_json(),
-        "files": files,
-        "edits": [d.to_json() for o in result.outcomes for d in o.edits],
-        "diagnostics": [
-            d.to_json()
-            for o in result.outcomes
-            for d in o.diagnostics
-            if d.severity is not Severity.FIXED
-        ],
     }
+    outcomes = result.outcomes
+    entries = {
+        "files": (_file_entry(outcome) for outcome in outcomes),
+        "edits": (d.to_json() for outcome in outcomes for d in outcome.edits),
+        "diagnostics": (
+            d.to_json()
+            for outcome in outcomes
+            for d in outcome.diagnostics
+            if d.severity is not Severity.FIXED
+        ),
+    }
+    stream.write("{")
+    separator = "\n  "
+    for key, value in head.items():
+        stream.write(f"{separator}{json.dumps(key)}: {_nested(value, 1)}")
+        separator = ",\n  "
+    for key, values in entries.items():
+        stream.write(f"{separator}{json.dumps(key)}: [")
+        item_separator = "\n    "
+        for value in values:
+            stream.write(item_separator + _nested(value, 2))
+            item_separator = ",\n    "
+        stream.write("]" if item_separator == "\n    " else "\n  ]")
+    stream.write("\n}")
+
+
+def _nested(value: Any, depth: int) -> str:
+    """``value`` as ``json.dumps(..., indent=2)`` writes it ``depth`` levels down."""
+    return json.dumps(value, indent=2).replace("\n", "\n" + "  " * depth)
+
+
+def _file_entry(outcome: Outcome) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "path": outcome.path,
+        "status": str(outcome.status),
+        "reason": outcome.reason,
+        "codes": sorted({d.code for d in outcome.edits}),
+    }
+    if outcome.diff is not None:
+        entry["diff"] = outcome.diff
+    return entry
