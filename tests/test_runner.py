@@ -291,3 +291,36 @@ def test_the_first_files_decide_whether_the_rest_pays_for_workers(
     here = sorted(Execution(CHECK, 1, 2, None).process(groups), key=lambda o: o.path)
     assert chosen.workers == workers
     assert outcomes == here and len(outcomes) == 8
+
+
+def test_a_gitignore_answers_as_pathspec_with_one_search_for_most_paths() -> None:
+    """The union of a .gitignore's patterns only spares the per-pattern searches: verdicts are
+    pathspec's, negations and folder patterns included."""
+    import pathspec
+
+    from migrator.discovery import _IgnoreFile
+
+    lines = [
+        "# comment",
+        "*.pyc",
+        "build/",
+        "/docs/_build",
+        "**/logs/*.txt",
+        "data",
+        "!data/keep.py",
+        "checkpoints/**",
+        "!checkpoints/README.md",
+        "a?c.py",
+        "[Tt]emp*",
+    ]
+    ignore_file = _IgnoreFile.of(lines)
+    assert ignore_file.any_pattern is not None
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    paths = [
+        "x.pyc", "src/x.pyc", "build/", "src/build/", "build", "docs/_build", "src/docs/_build",
+        "logs/a.txt", "src/logs/a.txt", "logs/a.py", "data", "data/", "data/keep.py",
+        "data/other.py", "checkpoints/model.pt", "checkpoints/README.md", "abc.py", "abbc.py",
+        "Temp.py", "temp/x.py", "train.py", "src/model.py",
+    ]  # fmt: skip
+    for path in paths:
+        assert ignore_file.verdict(path) == spec.check_file(path).include, path
