@@ -23,6 +23,7 @@ cache (:mod:`migrator.cache`), the pool (:mod:`migrator.pool`), one file's bytes
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import stat
@@ -74,6 +75,8 @@ PROBE_CPU = 0.1
 # A file costs about this many bytes' worth of work besides its bytes (read, hash, decode,
 # trigger search, outcome): the weight of many small files when the remaining work is estimated.
 FILE_OVERHEAD_BYTES = 2048
+# A project stage that made this process grow by more than this gives the memory back after.
+RETURNED_AFTER = 64 * 1024 * 1024
 # Sources read for the content groups stay in this process up to this total; past it a group's
 # file is read again where it is processed (never are the whole tree's bytes held).
 KEPT_SOURCES_BUDGET = 16 * 1024 * 1024
@@ -144,7 +147,10 @@ def run(
         keep = kept + len(source) <= KEPT_SOURCES_BUDGET
         kept += len(source) if keep else 0
         read_files.append(_ReadFile(task, mode_bits, digest, len(source), source if keep else None))
+    peak = _peak_memory()
     facts = _project_facts(builder, discovery.native, job)
+    if _peak_memory() - peak > RETURNED_AFTER:
+        _return_freed_memory()
     if summaries is not None:
         summaries.added.update(builder.learned)
         summaries.save()
@@ -229,6 +235,28 @@ def _project_facts(builder: ProjectBuilder, native: Sequence[str], job: Job) -> 
             except Exception:  # a bad scan costs that source's facts only
                 continue
     return builder.build(job.settings)
+
+
+def _peak_memory() -> int:
+    """The most this process has held so far, in bytes (0 where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on a Unix
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux counts kilobytes
+
+
+def _return_freed_memory() -> None:
+    """Collect the cycles a project stage left, and hand the freed heap back to the OS (glibc
+    keeps it otherwise): the memory a large link stage used is not held for the rest of the
+    run, next to the workers'."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None).malloc_trim(0)
 
 
 def _act_on_hit(hit: Outcome, read_file: _ReadFile, job: Job) -> Outcome:
@@ -390,7 +418,12 @@ def _time_limit(seconds: float | None) -> Iterator[Callable[[], bool]]:
 
 
 def _engine_for(job: Job) -> Engine:
-    return Engine(job.rules(), job.settings)
+    """The engine for the job's rules, in a process about to work on files: what is alive
+    now (modules, rules, tables) lives as long as the process, and the cyclic garbage collector
+    stops looking at it (it would scan it again in every full collection between files)."""
+    engine = Engine(job.rules(), job.settings)
+    gc.freeze()
+    return engine
 
 
 def process_group(group: Group, job: Job, engine: Engine) -> list[Outcome]:
