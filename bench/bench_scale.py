@@ -7,8 +7,9 @@ One command, every figure a ratio to a baseline measured in the same run, on the
 (printed first, with the date and the load):
 
 - **one clean file** (a pre-commit hook's case): CPU of ``npu-migrate --check --no-cache -q``
-  on a file that needs nothing, against ``python -c "import ast"``, the interpreter's own
-  start-up; ``--repeat`` interleaved pairs (default 10);
+  (the console script next to this Python, else ``python -m migrator``) on a file that needs
+  nothing, against ``python -c "import ast"``, the interpreter's own start-up; ``--repeat``
+  interleaved pairs (default 10);
 - **a small tree** (``--examples``, a pytorch/examples checkout): ``--check`` wall and CPU with
   the default job count against ``-j 1``, interleaved pairs;
 - **msFmkTransplt** (``--msfmk``, a checkout of Ascend's mstt with ``msfmktransplt/``): CPU of
@@ -102,6 +103,13 @@ def machine() -> str:
         f"{datetime.date.today():%d %B %Y}; {model}, {cpus} CPUs available, load average "
         f"{load}; Python {platform.python_version()}"
     )
+
+
+def installed_command() -> list[str]:
+    """``npu-migrate`` as installed next to this Python, what a user (and a pre-commit hook)
+    runs; ``python -m migrator`` where there is no such script."""
+    script = Path(sys.executable).with_name("npu-migrate")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "migrator"]
 
 
 @dataclass
@@ -260,7 +268,7 @@ def main() -> int:
 
     report = Report({"machine": machine()})
     print(f"machine: {report.figures['machine']}\n")
-    cli = [sys.executable, "-m", "migrator", "-q", "--no-cache"]
+    cli = [*installed_command(), "-q", "--no-cache"]
     with tempfile.TemporaryDirectory(prefix="npu-migrate-bench-") as temporary:
         work = Path(temporary)
         bench_clean_file(report, cli, work, args.repeat)
