@@ -3,6 +3,9 @@
     python bench/baselines.py ast PATH...            # read + ast.parse every file, 1 process
     python bench/baselines.py libcst JOBS PATH...    # libcst parse + QualifiedNameProvider
 
+A PATH written ``@FILE`` stands for the paths listed in FILE, one a line (a monorepo's paths
+do not fit on a command line).
+
 The libcst baseline is what a libcst codemod pays before its first rule runs; it uses ``JOBS``
 spawned worker processes like the migrator. It lives in a file (not ``python -c``) because
 spawned workers import the main module by path to find ``resolve``.
@@ -46,12 +49,23 @@ def resolve_all(jobs: int, paths: list[str]) -> None:
             pass
 
 
+def expanded(arguments: list[str]) -> list[str]:
+    paths: list[str] = []
+    for argument in arguments:
+        if argument.startswith("@"):
+            with open(argument[1:]) as listing:
+                paths.extend(line.rstrip("\n") for line in listing if line.strip())
+        else:
+            paths.append(argument)
+    return paths
+
+
 def main(argv: list[str]) -> int:
     kind, *rest = argv
     if kind == "ast":
-        parse_all(rest)
+        parse_all(expanded(rest))
     elif kind == "libcst":
-        resolve_all(int(rest[0]), rest[1:])
+        resolve_all(int(rest[0]), expanded(rest[1:]))
     else:
         print(f"unknown baseline {kind!r}: ast or libcst", file=sys.stderr)
         return 2

@@ -103,13 +103,19 @@ def process_tree_rss(pid: int) -> int:
     return total
 
 
-def measured(command: list[str]) -> Sample:
+def measured(command: list[str], cwd: Path | None = None, pythonpath: Path | None = None) -> Sample:
     """CPU seconds (the process and every descendant it waited for), wall seconds, peak tree
-    RSS and exit code of ``command``."""
+    RSS and exit code of ``command``, run in ``cwd`` with ``pythonpath`` first on the path."""
+    environment = None
+    if pythonpath is not None:
+        paths = [str(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])]
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak = 0
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        command, cwd=cwd, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     done = threading.Event()
 
     def sample() -> None:

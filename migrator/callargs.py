@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-import libcst as cst
-
-_NO_SPACE = cst.SimpleWhitespace("")
+from migrator.lazy_imports import cst
 
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value`` with no spaces around ``=`` (PEP 8 for keyword arguments)."""
-    return cst.Arg(
-        keyword=cst.Name(name),
-        value=value,
-        equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE),
-    )
+    return cst.Arg(keyword=cst.Name(name), value=value, equal=no_space_equal())
+
+
+def no_space_equal() -> cst.AssignEqual:
+    """The ``=`` of a keyword argument, without spaces around it."""
+    no_space = cst.SimpleWhitespace("")
+    return cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space)
 
 
 def find_keyword(call: cst.Call, name: str) -> cst.Arg | None:

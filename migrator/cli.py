@@ -22,15 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import migrator
 from migrator import adopt, api_tables, formats, report
 from migrator.baseline import Baseline, BaselineError
 from migrator.config import ConfigError, FileConfig, common_folder, find_pyproject, load_config
 from migrator.diagnostics import Severity
-from migrator.formats import github, msfmk_csv, sarif
 from migrator.originals import Originals
 from migrator.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
 from migrator.results import Status
@@ -76,13 +73,6 @@ def load_rules() -> tuple[type[Rule], ...]:
 def split_codes(values: Sequence[str]) -> tuple[str, ...]:
     """``--select NPU1,NPU301 --select NPU2`` -> ("NPU1", "NPU301", "NPU2")."""
     return tuple(code.strip().upper() for value in values for code in value.split(",") if code)
-
-
-def default_jobs() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @click.command(
@@ -163,7 +153,10 @@ def default_jobs() -> int:
     help="Also write change_list.csv and unsupported_api.csv into DIR.",
 )
 @click.option(
-    "-j", "--jobs", type=click.IntRange(min=1), help="Worker processes [default: CPU count]."
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Worker processes (1: none) [default: as many as the work pays for, up to the CPU count].",
 )
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip matching paths (repeatable).")
 @click.option(
@@ -332,7 +325,7 @@ def execute(options: Options) -> int:
 
     def run_once() -> RunResult:
         with progress_bar(options, len(discovery.tasks)) as advance:
-            return run_tasks(discovery, job, options.jobs or default_jobs(), cache, advance)
+            return run_tasks(discovery, job, options.jobs, cache, advance)
 
     paths = formats.ProjectPaths.at(config.root)
     suppressed = None
@@ -381,29 +374,34 @@ def execute(options: Options) -> int:
     lists = None
     folder = csv_folder(options)
     if folder is not None:
+        from migrator.formats import msfmk_csv
+
         try:
             lists = msfmk_csv.write_lists(folder, result, paths)
         except OSError as error:
             click.echo(f"error: cannot write the CSV lists into {folder}: {error}", err=True)
             exit_code = EXIT_ERROR
-    document = report.json_document(result, mode, job.codes, job.settings, exit_code)
+    extra: dict[str, Any] = {}
     if baselined is not None:
-        document["baseline"] = baselined.to_json()
+        extra["baseline"] = baselined.to_json()
     if suppressed is not None:
-        document["suppressions"] = suppressed.to_json(paths)
+        extra["suppressions"] = suppressed.to_json(paths)
     if options.report_file is not None:
         try:
-            options.report_file.write_text(json.dumps(document, indent=2) + "\n")
+            with open(options.report_file, "w") as stream:
+                report.write_json(stream, result, mode, job.codes, job.settings, exit_code, extra)
+                stream.write("\n")
         except OSError as error:
             click.echo(f"error: cannot write report {options.report_file}: {error}", err=True)
             exit_code = EXIT_ERROR
-            document["exit_code"] = exit_code
     if options.output_format == "json":
         if options.show_statistics:
             found = statistics(result, rule_names())
             click.echo(json.dumps([statistic.to_json() for statistic in found], indent=2))
         else:
-            click.echo(json.dumps(document, indent=2))
+            report.write_json(sys.stdout, result, mode, job.codes, job.settings, exit_code, extra)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
         for line in report.error_lines(result):
             click.echo(line, err=True)
     elif options.output_format in ("sarif", "github"):
@@ -503,6 +501,8 @@ def print_for_tools(
     result: RunResult, mode: Mode, job: Job, paths: formats.ProjectPaths, exit_code: int, kind: str
 ) -> None:
     """``--format sarif`` / ``github``: only the document on stdout; errors also on stderr."""
+    from migrator.formats import github, sarif
+
     rules = formats.rule_infos(job.codes)
     if kind == "sarif":
         log = sarif.sarif_log(result, mode, rules, job.settings, paths, exit_code)
@@ -621,6 +621,15 @@ def progress_bar(options: Options, total: int) -> Any:
 
 class _ProgressBar:
     def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         self.progress = Progress(
             TextColumn("npu-migrate"),
             BarColumn(),

@@ -10,8 +10,8 @@ The cost of a file follows what it needs:
    ``--check`` stops here, and so does any file without a fix: report-only findings need no
    concrete tree;
 3. a file with fixes: libcst parses only the slices of it that change (:mod:`migrator.slices`),
-   and one pass over each applies every edit in it (:mod:`migrator.edits`), then the import
-   edits;
+   and one pass over each applies every edit in it (:mod:`migrator.rewriter`), then the import
+   edits; only here is libcst imported, on the first such file of a run;
 4. verification, Black's safety net without a second libcst pass: the output parses, and the
    rules run on it find nothing left to fix (the rewrite is idempotent).
 
@@ -31,18 +31,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import libcst as cst
-
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.parse import ParseError, parse_index
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.edits import EditError, apply_edits
-from migrator.imports import apply_import_edits, apply_import_edits_to_text
+from migrator.edits import EditError
 from migrator.results import ERROR_CODE, FileResult, Status
 from migrator.rule import FileContext, Rule, chain_order, run_plans
 from migrator.settings import Settings
-from migrator.slices import SliceError, apply_sliced
 from migrator.source import decode, source_encoding
 from migrator.suppressions import Suppressions
 
@@ -174,7 +170,12 @@ class Engine:
         edits parse the edited code: two full trees of a large file at once would double the
         peak memory. Where it then cannot finish, the file is analysed again for the
         whole-file path (rare: an import edit at a lone carriage return, or in a module left
-        without statements)."""
+        without statements).
+
+        Only here does a run need libcst: the modules that rewrite are imported on the first
+        file that has edits (:mod:`migrator.lazy_imports`)."""
+        from migrator.slices import SliceError
+
         with _deeper_recursion(LIBCST_RECURSION_LIMIT):
             if self.fast:
                 path, suppressions = context.path, context.suppressions
@@ -187,6 +188,9 @@ class Engine:
             return Rewritten(*self._rewrite_module(source, context), sliced=False)
 
     def _rewrite_slices(self, source: bytes, context: FileContext) -> tuple[bytes, int]:
+        from migrator.imports import apply_import_edits_to_text
+        from migrator.slices import SliceError, apply_sliced
+
         try:
             text, parsed = apply_sliced(context.source.text, context.index.tree, context.edits)
         except EditError as error:
@@ -215,6 +219,11 @@ class Engine:
             raise RuleChainError(f"the migrated code cannot be encoded: {error}") from error
 
     def _rewrite_module(self, source: bytes, context: FileContext) -> tuple[bytes, int]:
+        import libcst as cst
+
+        from migrator.imports import apply_import_edits
+        from migrator.rewriter import apply_edits
+
         try:
             module = cst.parse_module(source)
         except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, LookupError) as error:

@@ -28,26 +28,9 @@ from libcst.helpers import get_full_name_for_node
 
 from migrator.analysis.index import ModuleIndex, dotted_name, statement_lines
 from migrator.analysis.scopes import BindingKind
-from migrator.edits import NodeEdit, statement_kind
+from migrator.edits import ImportRemoval, ImportRequest, NodeEdit, statement_kind
 from migrator.slices import Sliced, SliceError, apply_sliced
 from migrator.source import Source
-
-
-@dataclass(frozen=True)
-class ImportRequest:
-    """``import module`` to add at module level, right after the first import of ``after``."""
-
-    module: str
-    after: str | None = None
-
-
-@dataclass(frozen=True)
-class ImportRemoval:
-    """An import to drop when nothing uses it any more (libcst's RemoveImportsVisitor semantics)."""
-
-    module: str
-    obj: str | None = None
-    asname: str | None = None
 
 
 def apply_import_edits(

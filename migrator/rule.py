@@ -71,15 +71,21 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-import libcst as cst
-
 from migrator.analysis import names
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.project import Facts, Module, ProjectFacts, ProjectFiles
 from migrator.analysis.view import FileView, Location
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.edits import BlockEdit, Change, Edit, NodeEdit, statement_kind
-from migrator.imports import ImportRemoval, ImportRequest
+from migrator.edits import (
+    BlockEdit,
+    Change,
+    Edit,
+    ImportRemoval,
+    ImportRequest,
+    NodeEdit,
+    statement_kind,
+)
+from migrator.lazy_imports import cst
 from migrator.settings import Settings
 from migrator.source import Source
 from migrator.suppressions import Suppressions

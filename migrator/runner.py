@@ -6,8 +6,13 @@ file, sorted by path whatever order the work finished in:
 1. every file is read once here and hashed; the result cache answers unchanged contents;
 2. files with identical contents (vendored copies, generated modules) form one group that is
    analysed once; each of its files still gets its own outcome, write, diff or copy;
-3. groups go to :mod:`migrator.pool` workers when there is enough work, largest first so that
-   a big file does not finish last, or are processed here otherwise.
+3. groups are processed here, in path order, unless the work pays for worker processes
+   (:mod:`migrator.pool`): each costs a fresh interpreter and the engine's imports before its
+   first file. Without ``-j``, the run times its first files here and, from what they cost, the
+   bytes and the number of files left, starts workers only when each gets several times its
+   start-up worth of work (:func:`workers_worth`); a pre-commit hook's few files, or a small
+   tree, never start one. ``-j N`` starts N (``-j 1``: none). Workers get the groups largest
+   first, so that a big file does not finish last.
 
 Per-file failures are outcomes with status ``error``; the file is then left byte-identical.
 The layers below: discovery (:mod:`migrator.discovery`), files (:mod:`migrator.files`), the
@@ -18,10 +23,13 @@ cache (:mod:`migrator.cache`), the pool (:mod:`migrator.pool`), one file's bytes
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import stat
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -32,7 +40,6 @@ from migrator.engine import Engine
 from migrator.files import TEMP_SUFFIX, copy_tree_entries, file_diff, unified_diff, write_atomic
 from migrator.jobs import Job, Mode, Outcome, Task, error_outcome, reason_of
 from migrator.notebooks import is_notebook, migrate_notebook
-from migrator.pool import TimedOut, WorkerDied, WorkerPool
 from migrator.project_stage import ProjectBuilder, read_native
 from migrator.results import FileResult, Status
 from migrator.shell import is_shell_script, scan_shell
@@ -55,16 +62,31 @@ __all__ = [
     "write_atomic",
 ]
 
-# Below this many files per worker a process pool costs more than it saves.
-FILES_PER_WORKER = 8
 # A worker that holds more than this after a file (a very large one) is replaced by a fresh one.
 WORKER_MEMORY_LIMIT = 300 * 1024 * 1024
+# What a worker process costs before its first file, in CPU seconds: a fresh interpreter that
+# imports the engine and the rules (a clean file's --check costs about this much, see
+# bench/bench_startup.py), and libcst when the run rewrites files. A worker is started only for
+# WORK_PER_WORKER times that much work.
+WORKER_START_CPU = {Mode.CHECK: 0.25, Mode.DIFF: 0.4, Mode.WRITE: 0.4, Mode.OUTPUT: 0.4}
+WORK_PER_WORKER = 4.0
+# The run times this much CPU of its own work before it decides (its first files, in path order).
+PROBE_CPU = 0.1
+# A file costs about this many bytes' worth of work besides its bytes (read, hash, decode,
+# trigger search, outcome): the weight of many small files when the remaining work is estimated.
+FILE_OVERHEAD_BYTES = 2048
+# A project stage that made this process grow by more than this gives the memory back after.
+RETURNED_AFTER = 64 * 1024 * 1024
+# Sources read for the content groups stay in this process up to this total; past it a group's
+# file is read again where it is processed (never are the whole tree's bytes held).
+KEPT_SOURCES_BUDGET = 16 * 1024 * 1024
 
 
 @dataclass
 class RunResult:
     outcomes: list[Outcome]
     copied: int = 0  # --output: other files copied
+    workers: int = 0  # worker processes the run used (0: everything ran in this process)
 
 
 @dataclass(frozen=True)
@@ -92,16 +114,20 @@ class Group:
 def run(
     discovery: Discovery,
     job: Job,
-    jobs: int,
+    jobs: int | None = None,
     cache: ResultCache | None = None,
     advance: Callable[[int], None] | None = None,
+    *,
+    max_workers: int | None = None,
 ) -> RunResult:
-    """Process every task; outcomes come back sorted by path whatever the workers' order."""
+    """Process every task; outcomes come back sorted by path whatever the workers' order.
+
+    ``jobs``: that many worker processes (1: none); None: as many as the work pays for, at most
+    ``max_workers`` (default: the CPUs this process may use)."""
     outcomes = [*discovery.skipped, *discovery.problems]
     groups: dict[str, Group] = {}
     answered = 0
-    # Worker processes read the files again: the parent keeps only their digests.
-    keep_sources = jobs <= 1 or len(discovery.tasks) < 2 * FILES_PER_WORKER
+    kept = 0  # bytes of sources kept (see KEPT_SOURCES_BUDGET)
     summaries = cache.summaries() if cache is not None else None
     builder = ProjectBuilder(job.rules(), remembered=summaries.entries if summaries else {})
     read_files: list[_ReadFile] = []
@@ -118,9 +144,13 @@ def run(
             outcomes.append(problem)
             answered += 1
             continue
-        kept = source if keep_sources else None
-        read_files.append(_ReadFile(task, mode_bits, digest, len(source), kept))
+        keep = kept + len(source) <= KEPT_SOURCES_BUDGET
+        kept += len(source) if keep else 0
+        read_files.append(_ReadFile(task, mode_bits, digest, len(source), source if keep else None))
+    peak = _peak_memory()
     facts = _project_facts(builder, discovery.native, job)
+    if _peak_memory() - peak > RETURNED_AFTER:
+        _return_freed_memory()
     if summaries is not None:
         summaries.added.update(builder.learned)
         summaries.save()
@@ -148,7 +178,8 @@ def run(
     del read_files
     if advance is not None and answered:
         advance(answered)
-    for outcome in _process_all(list(groups.values()), job, jobs, advance):
+    execution = Execution(job, jobs, max_workers or available_cpus(), advance)
+    for outcome in execution.process(list(groups.values())):
         outcomes.append(outcome)
         if cache is not None:
             cache.put(outcome)
@@ -159,7 +190,7 @@ def run(
         copied, failures = copy_tree_entries(discovery.copies, discovery.links)
         outcomes.extend(error_outcome(path, message) for path, message in failures)
     outcomes.sort(key=lambda outcome: outcome.path)
-    return RunResult(outcomes, copied)
+    return RunResult(outcomes, copied, execution.workers)
 
 
 def _read(task: Task) -> tuple[bytes, int] | Outcome:
@@ -206,6 +237,28 @@ def _project_facts(builder: ProjectBuilder, native: Sequence[str], job: Job) -> 
     return builder.build(job.settings)
 
 
+def _peak_memory() -> int:
+    """The most this process has held so far, in bytes (0 where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on a Unix
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux counts kilobytes
+
+
+def _return_freed_memory() -> None:
+    """Collect the cycles a project stage left, and hand the freed heap back to the OS (glibc
+    keeps it otherwise): the memory a large link stage used is not held for the rest of the
+    run, next to the workers'."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None).malloc_trim(0)
+
+
 def _act_on_hit(hit: Outcome, read_file: _ReadFile, job: Job) -> Outcome:
     if job.mode is not Mode.OUTPUT:
         return hit
@@ -225,40 +278,115 @@ def _act_on_hit(hit: Outcome, read_file: _ReadFile, job: Job) -> Outcome:
 # -- processing --------------------------------------------------------------------------------
 
 
-def _process_all(
-    groups: Sequence[Group], job: Job, jobs: int, advance: Callable[[int], None] | None
-) -> Iterator[Outcome]:
-    files = sum(len(group.members) for group in groups)
-    workers = min(jobs, len(groups), files // FILES_PER_WORKER)
-    if workers <= 1:
-        engine = _engine_for(job)
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def workers_worth(work: float, start: float, most: int) -> int:
+    """How many worker processes ``work`` CPU seconds pay for, when each costs ``start`` CPU
+    seconds before its first file: as many as get ``WORK_PER_WORKER`` times that each, at most
+    ``most``; 0 (everything here) rather than one, which would only add its start-up."""
+    count = min(most, int(work // (WORK_PER_WORKER * start)) if start > 0 else most)
+    return count if count >= 2 else 0
+
+
+@dataclass
+class Execution:
+    """Where the groups are processed: here, in worker processes, or here first and then in
+    workers (see the module docstring)."""
+
+    job: Job
+    jobs: int | None  # -j; None: chosen from the work
+    most: int  # the most workers a chosen execution starts
+    advance: Callable[[int], None] | None
+    workers: int = 0  # how many the run started
+    start_cpu: float | None = None  # a worker's start-up (WORKER_START_CPU); tests lower it
+
+    def process(self, groups: Sequence[Group]) -> Iterator[Outcome]:
+        if self.jobs is not None:
+            count = min(self.jobs, len(groups))
+            if count >= 2:
+                yield from self._in_workers(groups, count)
+            else:
+                yield from self._here(groups)
+            return
+        yield from self._chosen(list(groups))
+
+    def _chosen(self, pending: list[Group]) -> Iterator[Outcome]:
+        """Process groups here until PROBE_CPU is spent; then, if what is left pays for
+        workers, hand it to them."""
+        start = self.start_cpu if self.start_cpu is not None else WORKER_START_CPU[self.job.mode]
+        engine = _engine_for(self.job)
+        spent, done_weight = 0.0, 0
+        while pending:
+            if spent >= min(PROBE_CPU, start) and len(pending) >= 2:
+                left = spent / done_weight * sum(_weight(group) for group in pending)
+                count = workers_worth(left, start, min(self.most, len(pending)))
+                if count:
+                    yield from self._in_workers(pending, count)
+                    return
+                break  # what is left does not pay for workers, and only gets smaller
+            group = pending.pop(0)
+            modules, began = len(sys.modules), time.process_time()
+            yield from self._one_here(group, engine)
+            # A file that imported something (libcst, for the first rewrite) paid a one-time
+            # cost that the files after it do not: it says nothing about their cost.
+            if len(sys.modules) == modules:
+                spent += time.process_time() - began
+                done_weight += _weight(group)
+        yield from self._here(pending, engine)
+
+    def _here(self, groups: Sequence[Group], engine: Engine | None = None) -> Iterator[Outcome]:
+        engine = engine or _engine_for(self.job)
         for group in groups:
-            with _time_limit(job.timeout) as expired:
-                done = process_group(group, job, engine)
-            if expired():
-                limit = TimedOut(job.timeout or 0).describe()
-                message = f"internal error, file left untouched: {limit}"
-                done = [error_outcome(m.task.path, message) for m in group.members]
-            yield from done
-            if advance is not None:
-                advance(len(done))
-        return
-    largest_first = sorted(groups, key=lambda group: group.size, reverse=True)
-    with WorkerPool[Group](
-        workers,
-        _start_worker,
-        job,
-        _work,
-        memory_limit=WORKER_MEMORY_LIMIT,
-        timeout=job.timeout,
-    ) as pool:
-        for group, result in pool.run(largest_first):
-            if isinstance(result, WorkerDied | TimedOut):
-                message = f"internal error, file left untouched: {result.describe()}"
-                result = [error_outcome(m.task.path, message) for m in group.members]
-            yield from result
-            if advance is not None:
-                advance(len(result))
+            yield from self._one_here(group, engine)
+
+    def _one_here(self, group: Group, engine: Engine) -> list[Outcome]:
+        job = self.job
+        with _time_limit(job.timeout) as expired:
+            done = process_group(group, job, engine)
+        if expired():
+            from migrator.pool import TimedOut
+
+            limit = TimedOut(job.timeout or 0).describe()
+            message = f"internal error, file left untouched: {limit}"
+            done = [error_outcome(m.task.path, message) for m in group.members]
+        if self.advance is not None:
+            self.advance(len(done))
+        return done
+
+    def _in_workers(self, groups: Sequence[Group], count: int) -> Iterator[Outcome]:
+        from migrator.pool import TimedOut, WorkerDied, WorkerPool  # multiprocessing: only here
+
+        self.workers = count
+        # A worker reads its files again: their bytes do not travel through the pipes.
+        largest_first = sorted(
+            (replace(group, source=None) for group in groups),
+            key=lambda group: group.size,
+            reverse=True,
+        )
+        with WorkerPool[Group](
+            count,
+            _start_worker,
+            self.job,
+            _work,
+            memory_limit=WORKER_MEMORY_LIMIT,
+            timeout=self.job.timeout,
+        ) as pool:
+            for group, result in pool.run(largest_first):
+                if isinstance(result, WorkerDied | TimedOut):
+                    message = f"internal error, file left untouched: {result.describe()}"
+                    result = [error_outcome(m.task.path, message) for m in group.members]
+                yield from result
+                if self.advance is not None:
+                    self.advance(len(result))
+
+
+def _weight(group: Group) -> int:
+    return group.size + FILE_OVERHEAD_BYTES
 
 
 class _Expired(BaseException):
@@ -290,7 +418,12 @@ def _time_limit(seconds: float | None) -> Iterator[Callable[[], bool]]:
 
 
 def _engine_for(job: Job) -> Engine:
-    return Engine(job.rules(), job.settings)
+    """The engine for the job's rules, in a process about to work on files: what is alive
+    now (modules, rules, tables) lives as long as the process, and the cyclic garbage collector
+    stops looking at it (it would scan it again in every full collection between files)."""
+    engine = Engine(job.rules(), job.settings)
+    gc.freeze()
+    return engine
 
 
 def process_group(group: Group, job: Job, engine: Engine) -> list[Outcome]:

@@ -18,14 +18,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-
-import pathspec
+from typing import TYPE_CHECKING
 
 from migrator.diagnostics import Diagnostic
 from migrator.results import FileResult, Status
 from migrator.rule import Rule
 from migrator.suppressions import Suppressions
+
+if TYPE_CHECKING:
+    import pathspec
 
 SHELL_SUFFIXES = (".sh", ".bash")
 DEFAULT_PATTERNS = tuple(f"*{suffix}" for suffix in SHELL_SUFFIXES)
@@ -44,8 +47,10 @@ class ShellScripts:
     patterns: tuple[str, ...]
     project_root: Path
 
-    @property
+    @cached_property
     def spec(self) -> pathspec.GitIgnoreSpec:
+        import pathspec  # only a run that scans shell scripts pays for it
+
         return pathspec.GitIgnoreSpec.from_lines(list(self.patterns))
 
     def matches(self, real_path: str) -> bool:

@@ -35,7 +35,8 @@ from typing import NamedTuple
 import libcst as cst
 
 from migrator.analysis.index import COMPOUND_STATEMENTS
-from migrator.edits import BlockEdit, Edit, NodeEdit, apply_edits
+from migrator.edits import BlockEdit, Edit, NodeEdit
+from migrator.rewriter import apply_edits
 from migrator.source import Source
 
 

@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "migrator.results",
             "migrator.api_tables",
             "migrator.ipython",
+            "migrator.lazy_imports",
         ),
     ),
     ("analysis", ("migrator.analysis",)),
@@ -39,6 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "migrator.settings",
             "migrator.edits",
+            "migrator.rewriter",
             "migrator.slices",
             "migrator.imports",
             "migrator.callargs",

@@ -189,3 +189,35 @@ def test_packages_of_the_same_name_resolve_to_the_nearest_or_are_ambiguous(
     found = facts.resolve("a.optim.build", str(tmp_path / "tools" / "train.py"))
     assert isinstance(found, AmbiguousModule)
     assert "src1/a/optim.py" in found and "src2/a/optim.py" in found
+
+
+def test_a_link_stage_keeps_indexes_for_a_bounded_amount_of_source(tmp_path: Path) -> None:
+    """ProjectFiles keeps the indexes it parsed for the rules of one link stage, the least
+    recently asked for going once they stand for more than its byte bound: parsed again if
+    asked for again, released unless a rule still holds one."""
+    from migrator.analysis.project import ProjectFiles
+
+    paths = []
+    for name in ("a", "b", "c"):
+        path = tmp_path / f"{name}.py"
+        path.write_text(f"def {name}():\n    return {name!r}\n" + "# padding\n" * 10)
+        paths.append(str(path))
+    reads: list[str] = []
+
+    def read(path: str) -> bytes:
+        reads.append(os.path.basename(path))
+        return Path(path).read_bytes()
+
+    size = (tmp_path / "a.py").stat().st_size
+    files = ProjectFiles(paths, read, kept_bytes=2 * size)
+    held = files.index(paths[0])  # a rule that keeps an index it asked for
+    dropped = files.index(paths[1])
+    del dropped
+    assert files.index(paths[0]) is held  # kept, and now the most recent
+    files.index(paths[2])  # more than the bound: b, the least recent, goes
+    assert reads == ["a.py", "b.py", "c.py"]
+    again = files.index(paths[1])  # parsed again; a (held by this test) goes, unreleased
+    assert reads == ["a.py", "b.py", "c.py", "b.py"]
+    assert again is not None and "b" in again.module_scope.bindings
+    assert held is not None and "a" in held.module_scope.bindings
+    files.release()

@@ -1,4 +1,5 @@
-"""The file layer: atomic writes, the result cache, discovery order, diffs."""
+"""The file layer: atomic writes, the result cache, discovery order, diffs; and where a run
+processes its files (this process or workers)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from migrator.runner import (
     TEMP_SUFFIX,
     Discovery,
     Excluder,
+    Group,
     Job,
+    Member,
     Mode,
     Outcome,
     ResultCache,
@@ -229,3 +232,95 @@ def test_a_worker_reads_the_file_again_and_refuses_one_that_changed(tmp_path: Pa
         outcome.diagnostics[0].message
     )
     assert path.read_bytes() == UNMIGRATED
+
+
+# -- where the files are processed ----------------------------------------------------------------
+
+
+def small_tree(folder: Path, count: int) -> Discovery:
+    for index in range(count):
+        (folder / f"mod{index:02}.py").write_bytes(UNMIGRATED if index % 2 else MANUAL)
+    return discover([str(folder)], Excluder((), folder))
+
+
+def test_workers_worth_needs_several_start_ups_of_work_for_each_worker() -> None:
+    from migrator.runner import WORK_PER_WORKER, workers_worth
+
+    start = 0.25
+    assert workers_worth(2 * WORK_PER_WORKER * start - 0.01, start, most=8) == 0
+    assert workers_worth(2 * WORK_PER_WORKER * start, start, most=8) == 2
+    assert workers_worth(100.0, start, most=8) == 8
+    assert workers_worth(100.0, start, most=1) == 0  # one worker only adds its start-up
+
+
+def test_a_small_tree_is_processed_in_this_process(tmp_path: Path) -> None:
+    result = run(small_tree(tmp_path, 24), CHECK)
+    assert result.workers == 0 and len(result.outcomes) == 24
+
+
+def test_jobs_force_a_worker_count_with_the_same_outcomes(tmp_path: Path) -> None:
+    discovery = small_tree(tmp_path, 5)
+    here, forced = run(discovery, CHECK, 1), run(discovery, CHECK, 2)
+    assert (here.workers, forced.workers) == (0, 2)
+    assert forced.outcomes == here.outcomes
+    assert [o.status for o in forced.outcomes].count(Status.CHANGED) == 2
+
+
+def groups_of(discovery: Discovery) -> list[Group]:
+    from migrator.cache import content_digest
+
+    groups = []
+    for task in discovery.tasks:
+        data = Path(task.path).read_bytes()
+        groups.append(Group(None, content_digest(data), len(data), [Member(task, 0o644)]))
+    return groups
+
+
+@pytest.mark.parametrize(("start_cpu", "workers"), [(1e-6, 2), (1e6, 0)])
+def test_the_first_files_decide_whether_the_rest_pays_for_workers(
+    tmp_path: Path, start_cpu: float, workers: int
+) -> None:
+    """Without -j the run processes files here until it knows what they cost, then hands the
+    rest to workers when it is worth more than their start-up (here made negligible, or
+    prohibitive), with the same outcomes either way."""
+    from migrator.runner import Execution
+
+    groups = groups_of(small_tree(tmp_path, 8))
+    chosen = Execution(CHECK, None, 2, None, start_cpu=start_cpu)
+    outcomes = sorted(chosen.process(groups), key=lambda outcome: outcome.path)
+    here = sorted(Execution(CHECK, 1, 2, None).process(groups), key=lambda o: o.path)
+    assert chosen.workers == workers
+    assert outcomes == here and len(outcomes) == 8
+
+
+def test_a_gitignore_answers_as_pathspec_with_one_search_for_most_paths() -> None:
+    """The union of a .gitignore's patterns only spares the per-pattern searches: verdicts are
+    pathspec's, negations and folder patterns included."""
+    import pathspec
+
+    from migrator.discovery import _IgnoreFile
+
+    lines = [
+        "# comment",
+        "*.pyc",
+        "build/",
+        "/docs/_build",
+        "**/logs/*.txt",
+        "data",
+        "!data/keep.py",
+        "checkpoints/**",
+        "!checkpoints/README.md",
+        "a?c.py",
+        "[Tt]emp*",
+    ]
+    ignore_file = _IgnoreFile.of(lines)
+    assert ignore_file.any_pattern is not None
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    paths = [
+        "x.pyc", "src/x.pyc", "build/", "src/build/", "build", "docs/_build", "src/docs/_build",
+        "logs/a.txt", "src/logs/a.txt", "logs/a.py", "data", "data/", "data/keep.py",
+        "data/other.py", "checkpoints/model.pt", "checkpoints/README.md", "abc.py", "abbc.py",
+        "Temp.py", "temp/x.py", "train.py", "src/model.py",
+    ]  # fmt: skip
+    for path in paths:
+        assert ignore_file.verdict(path) == spec.check_file(path).include, path

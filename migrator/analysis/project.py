@@ -39,6 +39,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,21 +243,34 @@ def read_python(path: str) -> bytes | None:
         return None
 
 
+# The source bytes whose indexes ProjectFiles keeps for a link stage (see ProjectFiles).
+KEPT_INDEX_BYTES = 4 * 1024 * 1024
+
+
 class ProjectFiles:
     """The Python files of a run, as a rule's :meth:`~migrator.rule.Rule.link` sees them.
 
     Nothing is kept from the first reading: a file is read again (``read``) and parsed when a
-    rule asks for it, and its index is kept until :meth:`release`, for the other rules of the
-    same link stage. Resolution covers every Python file of the run, summarised or not; the
-    package of each folder is looked up once.
+    rule asks for it, and its index is kept for the other rules of the same link stage, until
+    :meth:`release`, or until the indexes kept stand for more than ``kept_bytes`` of source (an
+    index costs some fifty times its source, and a monorepo's link stage opens thousands of
+    files): then the least recently asked for go, and are parsed again if asked for again.
+    Resolution covers every Python file of the run, summarised or not; the package of each
+    folder is looked up once.
     """
 
     def __init__(
-        self, paths: Sequence[str], read: Callable[[str], bytes | None] = read_python
+        self,
+        paths: Sequence[str],
+        read: Callable[[str], bytes | None] = read_python,
+        kept_bytes: int = KEPT_INDEX_BYTES,
     ) -> None:
         self.paths = tuple(paths)
         self._read = read
-        self._indexes: dict[str, ModuleIndex | None] = {}
+        self._indexes: dict[str, ModuleIndex | None] = {}  # least recently asked for first
+        self._sizes: dict[str, int] = {}
+        self._kept = 0  # the sum of _sizes
+        self._kept_bytes = kept_bytes
         self._containing: dict[str, list[str]] = {}
 
     @functools.cached_property
@@ -274,10 +288,24 @@ class ProjectFiles:
 
     def index(self, path: str) -> ModuleIndex | None:
         """The ``ast`` index of a file of the run (None: unreadable, or it does not parse)."""
-        if path not in self._indexes:
-            source = self._read(path)
-            self._indexes[path] = None if source is None else index_of_bytes(source, path)
-        return self._indexes[path]
+        if path in self._indexes:
+            found = self._indexes[path] = self._indexes.pop(path)  # now the most recent
+            return found
+        source = self._read(path)
+        found = self._indexes[path] = None if source is None else index_of_bytes(source, path)
+        self._sizes[path] = len(source or b"")
+        self._kept += self._sizes[path]
+        while self._kept > self._kept_bytes and len(self._indexes) > 1:
+            self._forget(next(iter(self._indexes)))
+        return found
+
+    def _forget(self, path: str) -> None:
+        index = self._indexes.pop(path)
+        self._kept -= self._sizes.pop(path)
+        # Released (its cycles broken at once) unless a rule still holds it, an index it asked
+        # for before: the two references counted here are this function's and the argument.
+        if index is not None and sys.getrefcount(index) <= 2:
+            index.release()
 
     def containing(self, words: Collection[str]) -> dict[str, list[str]]:
         """For each word, the files whose text contains it; the files are read once for all
@@ -302,3 +330,5 @@ class ProjectFiles:
             if index is not None:
                 index.release()
         self._indexes.clear()
+        self._sizes.clear()
+        self._kept = 0

@@ -16,14 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-import libcst as cst
-
 from migrator.analysis.calls import StringLiteral, argument, keyword, positional, string_literal
 from migrator.analysis.index import full_name
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Diagnostic, Severity
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.settings import Target
 

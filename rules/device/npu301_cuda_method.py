@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from migrator.analysis.calls import argument
 from migrator.analysis.calls import arguments as all_arguments
 from migrator.analysis.index import full_name
 from migrator.callargs import remove_arg_objects
 from migrator.edits import NodeEdit
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_DEVICE,

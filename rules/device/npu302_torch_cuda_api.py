@@ -6,13 +6,12 @@ import ast
 import re
 from collections.abc import Iterator
 
-import libcst as cst
-
 from migrator.analysis.calls import positional
 from migrator.analysis.index import full_name
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import Location
 from migrator.diagnostics import Diagnostic
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_API,

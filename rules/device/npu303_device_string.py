@@ -6,10 +6,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-import libcst as cst
-
 from migrator.analysis.calls import string_literal
 from migrator.diagnostics import Diagnostic
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_TYPE,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from migrator.analysis.calls import arguments, keyword, positional
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_TYPE,

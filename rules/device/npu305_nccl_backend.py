@@ -7,11 +7,10 @@ import itertools
 import re
 from collections.abc import Iterator
 
-import libcst as cst
-
 from migrator.analysis.calls import argument, keyword
 from migrator.analysis.index import full_name
 from migrator.diagnostics import Diagnostic
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_DEVICE,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from migrator.analysis.calls import arguments
 from migrator.analysis.index import full_name
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_TYPE,

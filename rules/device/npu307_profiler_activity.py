@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
 from migrator.analysis.names import Ambiguous
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     TORCH_ROOTS,

@@ -15,14 +15,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
-
 from migrator.analysis.calls import Argument
 from migrator.analysis.index import EVERYTHING, base_name, full_name
 from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.edits import NodeEdit
+from migrator.lazy_imports import cst, get_full_name_for_node
 from migrator.rule import Rule
 
 APEX_ROOTS = frozenset({"apex"})

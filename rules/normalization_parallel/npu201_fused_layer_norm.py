@@ -6,13 +6,12 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from migrator.analysis.calls import Argument, arguments, positional, string_literal
 from migrator.analysis.calls import keyword as keyword_argument
 from migrator.analysis.names import Ambiguous, compared_with_none
 from migrator.callargs import append_arg, keyword, remove_arg_objects
 from migrator.edits import Edit
+from migrator.lazy_imports import cst
 from migrator.rule import FileContext, FixSafety, Rule
 from migrator.rules.normalization_parallel._common import (
     APEX_ROOTS,

@@ -6,12 +6,11 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from migrator.analysis.calls import Argument, arguments
 from migrator.analysis.names import Ambiguous
 from migrator.callargs import remove_arg_objects
 from migrator.edits import Edit
+from migrator.lazy_imports import cst
 from migrator.rule import FileContext, FixSafety, Rule
 from migrator.rules.normalization_parallel._common import (
     APEX_ROOTS,

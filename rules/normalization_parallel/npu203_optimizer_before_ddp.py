@@ -7,8 +7,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import libcst as cst
-
 from migrator.analysis import functions
 from migrator.analysis.effects import (
     DATA_PARALLEL,
@@ -30,6 +28,7 @@ from migrator.analysis.index import ModuleIndex
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import Facts, Module
 from migrator.edits import Edit, Lines
+from migrator.lazy_imports import cst
 from migrator.rule import FileContext, FixSafety, Linking, Rule
 from migrator.rules.optimizers._plans import FusedPlans, RemovedWraps, planned
 

@@ -7,15 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import libcst as cst
-
 from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
 from migrator.analysis.index import line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
-from migrator.callargs import append_arg, keyword, remove_arg_objects
+from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
 from migrator.diagnostics import Severity
 from migrator.edits import NodeEdit
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._factories import (
@@ -91,7 +90,6 @@ TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD require
 # (`apex_optimizers.FusedAdam` -> `apex_optimizers.NpuFusedAdamW`), the unchanged alias of a
 # rewritten `from ... import X as A`, or the new name of a rewritten `from ... import X`.
 FuncStyle = Literal["dotted", "attr", "alias", "rename"]
-_NO_SPACE_EQUAL = keyword("x", cst.Name("x")).equal
 
 
 @dataclass
@@ -769,7 +767,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             args = list(node.args)
             for index, name in to_keyword.items():
                 args[index] = args[index].with_changes(
-                    keyword=cst.Name(name), equal=_NO_SPACE_EQUAL
+                    keyword=cst.Name(name), equal=no_space_equal()
                 )
             call = node.with_changes(args=args)
             call = remove_arg_objects(call, [args[index] for index in dropped])

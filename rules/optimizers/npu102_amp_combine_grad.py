@@ -6,14 +6,13 @@ import ast
 from collections.abc import Mapping
 from typing import Any
 
-import libcst as cst
-
 from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
 from migrator.analysis.index import line_of
 from migrator.callargs import append_arg, keyword
 from migrator.callargs import argument as find_argument
 from migrator.diagnostics import Severity
 from migrator.edits import Change
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._factories import OptimizerFactories, factory_verdict

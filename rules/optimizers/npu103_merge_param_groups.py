@@ -5,14 +5,13 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from migrator.analysis.calls import argument, arguments, literal_value
 from migrator.analysis.index import line_of, start_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.diagnostics import Severity
 from migrator.edits import Change
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._flow import OptimizerFlow, fused_name
 from migrator.rules.optimizers._plans import FusedPlans, planned
@@ -37,7 +36,6 @@ _PURE_NODES = (
 )
 # `params` values that may be a single tensor, which `list(...)` would split into rows.
 _MAYBE_ONE_TENSOR = (ast.Name, ast.Attribute, ast.Subscript)
-_USED_AS_IS = (cst.List, cst.ListComp)
 _LIST_MUTATORS = frozenset({"append", "extend", "insert"})
 # Parts of the names of functions that build parameter groups (`get_params_groups`,
 # `param_groups_weight_decay`, timm's `add_weight_decay`): their result is reported, not read.
@@ -537,7 +535,9 @@ def _concatenation(params: list[cst.BaseExpression], wrap_column: int | None) ->
     """``list(a) + list(b) + ...``; a list literal or comprehension is used as it is. With
     ``wrap_column``, each ``+ part`` starts a new line there (inside the braces of the group)."""
     parts = [
-        value if isinstance(value, _USED_AS_IS) else cst.Call(cst.Name("list"), [cst.Arg(value)])
+        value
+        if isinstance(value, (cst.List, cst.ListComp))
+        else cst.Call(cst.Name("list"), [cst.Arg(value)])
         for value in params
     ]
     before_plus: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")

@@ -6,13 +6,12 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from migrator.analysis.calls import argument, arguments, has_star, literal_value
 from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES, dotted_path, show
 from migrator.analysis.names import Ambiguous
 from migrator.callargs import append_arg, find_keyword, keyword
 from migrator.edits import Edit
+from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._flow import fused_name
 from migrator.rules.optimizers._plans import FusedPlans, RemovedWraps, planned

@@ -269,7 +269,9 @@ def test_torch_npu_fused_optimizers_are_plain_optimizers_to_amp(opt_level):
     with amp.scale_loss(loss, optimizer) as scaled:
         scaled.backward()
     optimizer.step()
-    assert any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))
+    assert any(
+        not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters(), strict=True)
+    )
 
 
 def test_combine_grad_with_a_torch_npu_fused_optimizer_is_refused():
