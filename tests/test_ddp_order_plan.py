@@ -277,3 +277,47 @@ def test_lines_an_earlier_target_moved_are_checked_only_up_to_the_last_of_those(
     is checked against 2, 3 (before it), the new lines against everything they skip."""
     assert jumped_lines(2, [4, 7], [4]) == {4: [2, 3], 7: [2, 3, 5, 6]}
     assert jumped_lines(2, [5], []) == {5: [2, 3, 4]}
+
+
+def test_a_loop_that_changes_the_groups_through_its_variable_keeps_the_order() -> None:
+    """`for group in groups: group.setdefault(...)` changes the dicts the optimizer is given:
+    built above the loop, SGD would fill in its default weight decay first."""
+    view = view_of(
+        """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        def build(model):
+            groups = [{"params": model.backbone.parameters()}]
+            model = DDP(model)
+            for group in groups:
+                group.setdefault("weight_decay", 0.0)
+            optimizer = torch.optim.SGD([*groups, {"params": model.module.head.parameters()}])
+            return optimizer
+        """
+    )
+    plan = plan_of(view)
+    assert plan.moves == []
+    [refusal] = plan.refusals
+    assert refusal.reason == (
+        "it needs what line 8 sets between the wrap and here, which cannot be moved"
+    )
+
+
+def test_a_loop_that_only_reads_its_elements_is_crossed() -> None:
+    view = view_of(
+        """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        def build(model, groups):
+            model = DDP(model)
+            for group in groups:
+                print(group["lr"])
+            optimizer = torch.optim.SGD(model.module.parameters(), lr=0.1)
+            return optimizer
+        """
+    )
+    assert only_move(plan_of(view)).moved_lines == [9]
