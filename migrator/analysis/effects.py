@@ -420,6 +420,21 @@ class EffectsCollector:
     def for_loop(self, node: ast.For | ast.AsyncFor) -> None:
         self.bind_target(node.target)
         self.visit_children(node)  # the target too: it counts as read as well
+        self.alias_elements(node.target, node.iter)
+
+    def comprehensions(
+        self, node: ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
+    ) -> None:
+        self.visit_children(node)
+        for generator in node.generators:
+            self.alias_elements(generator.target, generator.iter)
+
+    def alias_elements(self, target: ast.AST, iterated: ast.expr) -> None:
+        """``for group in groups: group["lr"] = 0``: the loop variable is an element of what
+        the loop iterates over, so a change through it changes that too."""
+        names = _bound_names(target)
+        if any(path[0] in names for path in self.effects.mutates):
+            self.effects.mutates |= _element_sources(iterated)
 
     def with_item(self, node: ast.withitem) -> None:
         self.visit(node.context_expr)
@@ -613,6 +628,10 @@ _HANDLERS: dict[type, Callable[[EffectsCollector, Any], None]] = {
     ast.Import: EffectsCollector.import_names,
     ast.ImportFrom: EffectsCollector.import_from,
     ast.comprehension: EffectsCollector.comprehension,
+    ast.ListComp: EffectsCollector.comprehensions,
+    ast.SetComp: EffectsCollector.comprehensions,
+    ast.DictComp: EffectsCollector.comprehensions,
+    ast.GeneratorExp: EffectsCollector.comprehensions,
     ast.Lambda: EffectsCollector.lambda_,
     ast.Call: EffectsCollector.call,
     ast.Attribute: EffectsCollector.attribute,
@@ -624,6 +643,38 @@ _HANDLERS: dict[type, Callable[[EffectsCollector, Any], None]] = {
     ast.MatchMapping: EffectsCollector.pattern_names,
     ast.MatchClass: EffectsCollector.match_class,
 }
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    """The names a loop target binds (``i, (name, param)`` binds three)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, ast.Tuple | ast.List):
+        return {name for element in target.elts for name in _bound_names(element)}
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return set()
+
+
+def _element_sources(node: ast.expr) -> set[Path]:
+    """What the elements of an iterated value may belong to: ``groups`` for ``groups``,
+    ``enumerate(groups)``, ``groups.items()``, ``groups[1:]`` or ``(a, b)``; the receiver of
+    ``model.parameters()``."""
+    path = dotted_path(node)
+    if path is not None:
+        return {path}
+    if isinstance(node, ast.Call):
+        found = _element_sources(node.func.value) if isinstance(node.func, ast.Attribute) else set()
+        for argument in node.args:
+            found |= _element_sources(
+                argument.value if isinstance(argument, ast.Starred) else argument
+            )
+        return found
+    if isinstance(node, ast.Subscript):
+        return _element_sources(node.value)
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return {path for element in node.elts for path in _element_sources(element)}
+    return set()
 
 
 # -- uses of a wrapped model ---------------------------------------------------------------------

@@ -27,10 +27,14 @@ Facts come from the files of the run: ``npu-migrate train.py`` alone does not kn
 ``utils/optim.py`` builds, and rules then report what they cannot see instead of editing it.
 
 Module names. A Python file's import name is found the way Python would find it from the
-repository: up through the folders that hold an ``__init__.py``. Repositories that import
-``utils.optim`` from a script next to a ``utils/`` folder without ``__init__.py`` work too:
-:meth:`ProjectFacts.resolve` matches a dotted name against the ends of the summarised paths and
-prefers the file below the importer's own folders; two equally close candidates are ambiguous.
+repository: up through the folders that hold an ``__init__.py``. An absolute import resolves from
+the importing file's own roots (:class:`ImportRoots`), the folders that can be on ``sys.path``
+when it runs: its own folder (``sys.path[0]`` when it is the script), the folder its top package
+hangs from, and the nearest project root (a ``setup.py``, ``setup.cfg`` or ``pyproject.toml``, or
+else a folder holding a top-level package; with its ``src/``). A monorepo whose model folders
+each vendor their own ``utils/`` resolves each script's import to its own folder's copy; two
+candidates are ambiguous only when they hang from different roots, so that which one Python
+takes depends on how the program is run.
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ from migrator.analysis.parse import index_of_bytes
 Facts = Mapping[str, Any]
 
 NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx")
+# Files that mark the root of a project: `pip install -e .` puts that folder (or its `src/`) on
+# sys.path, and it is where its scripts are run from.
+PROJECT_MARKERS = ("setup.py", "setup.cfg", "pyproject.toml")
+# Where repositories without a package of their own keep their modules, added to sys.path by a
+# script (`_init_paths.py`): tried after the roots, like the folders above a script.
+LIBRARY_FOLDER = "lib"
 
 
 @dataclass(frozen=True)
@@ -122,21 +132,14 @@ class ProjectFacts:
         return {module.path: module for module in self.modules}
 
     @functools.cached_property
-    def _by_name(self) -> dict[str, list[Module]]:
-        named: dict[str, list[Module]] = {}
-        for module in self.modules:
-            named.setdefault(module.name, []).append(module)
-        return named
+    def _by_location(self) -> dict[str, Module]:
+        """Modules by absolute path: a candidate of an import is looked up, not searched for."""
+        return {os.path.abspath(module.path): module for module in self.modules}
 
     @functools.cached_property
-    def _by_last_part(self) -> dict[str, list[tuple[Module, list[str]]]]:
-        """Modules by the last part of their path (stem, or the folder of an ``__init__``), with
-        their path parts: a lookup by folder path touches only the modules that can match."""
-        found: dict[str, list[tuple[Module, list[str]]]] = {}
-        for module in self.modules:
-            parts = _module_parts(module.path)
-            found.setdefault(parts[-1], []).append((module, parts))
-        return found
+    def roots(self) -> ImportRoots:
+        """The import roots of the importers asked about, each folder looked up once."""
+        return ImportRoots()
 
     def absolute(self, dotted: str, importer: str) -> str | None:
         """``dotted`` with a leading relative part (``..models.x``) made absolute from the
@@ -169,26 +172,171 @@ class ProjectFacts:
         return None
 
     def _module_named(self, parts: list[str], importer: str) -> Module | AmbiguousModule | None:
+        """The module ``parts`` names from ``importer`` (see :class:`ImportRoots`): the file
+        Python finds however the importer is run, an AmbiguousModule when that depends on how
+        it is run, else the file a script's own ``sys.path`` change finds, else None."""
+        roots = self.roots.of(importer)
+        picks: dict[str, Module] = {}
+        for search in (roots.as_script, roots.as_module):
+            module = self._first_under(search, parts)
+            if module is not None:
+                picks.setdefault(module.path, module)
+        if len(picks) > 1:
+            names = ", ".join(sorted(picks))
+            return AmbiguousModule(
+                f"`{'.'.join(parts)}` could be any of {names}, depending on how the program is run"
+            )
+        if picks:
+            return next(iter(picks.values()))
+        return self._first_under(roots.fallback, parts)
+
+    def _first_under(self, search: Sequence[str], parts: list[str]) -> Module | None:
+        """The module ``parts`` is under the first folder of ``search`` that has it."""
+        for folder in search:
+            base = os.path.join(folder, *parts)
+            # A package takes precedence over a module of the same name, as in Python.
+            for path in (os.path.join(base, "__init__.py"), base + ".py"):
+                module = self._by_location.get(path)
+                if module is not None:
+                    return module
+        return None
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where Python looks for a file's absolute imports, for each way the file is run."""
+
+    as_script: tuple[str, ...]  # `python path/to/file.py`: its folder, then the installed project
+    as_module: tuple[str, ...]  # imported, or run with `-m`: its top package's folder, the project
+    # tried last: what a script's own sys.path change adds (the folders above it, `lib/`)
+    fallback: tuple[str, ...]
+
+
+class ImportRoots:
+    """The folders Python may search for the absolute imports of a file, by how it is run.
+
+    Run as a script (``python tools/train.py``), a file has its own folder first on
+    ``sys.path``, then its project's roots. Imported as a module, or run with ``python -m
+    tools.train`` from the project's root, its folder is not there: the folder its top package
+    hangs from is, then the project's roots. Those are the nearest folder above the file (or
+    its own) that holds a ``setup.py``, ``setup.cfg`` or ``pyproject.toml``, or that is no
+    package and holds one (a top-level package), and every folder above that holds one of those
+    files (``pip install -e .``: detectron2's ``projects/CenterNet2`` imports the repository's
+    ``detectron2``), each with its ``src/`` (a src layout). A folder of another project of a
+    monorepo is never a root: a script of one model folder does not see the ``utils/`` of its
+    sibling. Tried last, when none of those has the module: what a script's own ``sys.path``
+    change adds (:func:`_path_changes`). Each folder is looked up on disk once.
+    """
+
+    def __init__(self) -> None:
+        self._roots: dict[str, Roots] = {}
+        self._packages: dict[str, tuple[str, ...]] = {}
+        self._projects: dict[str, str | None] = {}
+        self._installed: dict[str, tuple[str, ...]] = {}
+
+    def of(self, importer: str) -> Roots:
         folder = os.path.dirname(os.path.abspath(importer))
-        exact = self._by_name.get(".".join(parts), [])
-        if len(exact) == 1:
-            return exact[0]
-        # Without a package of that name, a folder path that ends the same way counts when it
-        # hangs from the importer's folder or one of its ancestors (where a script that is run
-        # from the repository finds it on sys.path).
-        candidates = exact or [
-            m
-            for m, path_parts in self._by_last_part.get(parts[-1], [])
-            if path_parts[-len(parts) :] == parts and _distance(folder, m.path, parts) < _FAR
-        ]
-        if len(candidates) <= 1:
-            return candidates[0] if candidates else None
-        # Python takes the first on sys.path: prefer the one rooted nearest the importer.
-        ranked = sorted(candidates, key=lambda m: _distance(folder, m.path, parts))
-        if _distance(folder, ranked[0].path, parts) < _distance(folder, ranked[1].path, parts):
-            return ranked[0]
-        names = ", ".join(sorted(m.path for m in candidates))
-        return AmbiguousModule(f"`{'.'.join(parts)}` could be any of {names}")
+        known = self._roots.get(folder)
+        if known is None:
+            known = self._roots[folder] = self._roots_of(folder)
+        return known
+
+    def _roots_of(self, folder: str) -> Roots:
+        project = self.project_root(folder)
+        installed: list[str] = []
+        for root in [project, *self.installed_projects(folder)]:
+            if root is not None:
+                installed.append(root)
+                source = os.path.join(root, "src")
+                if os.path.isdir(source):
+                    installed.append(source)
+        package = _package_of(folder, self._packages)
+        as_module = [_up(folder, len(package))] if package else []
+        return Roots(
+            as_script=_unique([folder, *installed]),
+            as_module=_unique([*as_module, *installed]),
+            fallback=_unique(_path_changes(folder, project)),
+        )
+
+    def project_root(self, folder: str) -> str | None:
+        """The nearest of ``folder`` and the folders above it that is a project's root: it holds
+        a ``setup.py``, ``setup.cfg`` or ``pyproject.toml``, or it is no package and holds one
+        (a top-level package)."""
+        if folder not in self._projects:
+            parent = os.path.dirname(folder)
+            if _has_marker(folder) or _holds_top_level_package(folder, self._packages):
+                self._projects[folder] = folder
+            elif parent == folder:
+                self._projects[folder] = None
+            else:
+                self._projects[folder] = self.project_root(parent)
+        return self._projects[folder]
+
+    def installed_projects(self, folder: str) -> tuple[str, ...]:
+        """``folder`` and the folders above it that hold a ``setup.py``, ``setup.cfg`` or
+        ``pyproject.toml``, nearest first: the projects a `pip install -e` may have put on
+        ``sys.path`` (a project inside another one's repository, like detectron2's
+        ``projects/``, imports the outer one's packages)."""
+        known = self._installed.get(folder)
+        if known is None:
+            parent = os.path.dirname(folder)
+            above = self.installed_projects(parent) if parent != folder else ()
+            known = self._installed[folder] = (folder, *above) if _has_marker(folder) else above
+        return known
+
+
+def _has_marker(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, marker)) for marker in PROJECT_MARKERS)
+
+
+def _holds_top_level_package(folder: str, packages: dict[str, tuple[str, ...]]) -> bool:
+    """``folder`` is no package and holds one."""
+    if _package_of(folder, packages):
+        return False
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    return any(
+        entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py"))
+        for entry in entries
+    )
+
+
+def _up(folder: str, levels: int) -> str:
+    for _ in range(levels):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def _between(folder: str, project: str | None) -> list[str]:
+    """The folders above ``folder``, nearest first, up to ``project`` (left out: it is a root
+    already), or up to the file system's root when there is no project."""
+    found: list[str] = []
+    if folder == project:
+        return found
+    parent = os.path.dirname(folder)
+    while parent != folder and parent != project:
+        found.append(parent)
+        folder, parent = parent, os.path.dirname(parent)
+    return found
+
+
+def _path_changes(folder: str, project: str | None) -> list[str]:
+    """What a script in ``folder`` usually adds to ``sys.path`` itself, nearest first: the
+    folders above it up to its project's root (``sys.path.insert(0, "..")``), and their and its
+    own ``lib/`` (``_init_paths.py`` of HRNet, CenterNet or Faster R-CNN:
+    ``add_path(osp.join(this_dir, "..", "lib"))``)."""
+    found = [os.path.join(folder, LIBRARY_FOLDER)]
+    for above in _between(folder, project):
+        found += [above, os.path.join(above, LIBRARY_FOLDER)]
+    if project is not None and project != folder:
+        found.append(os.path.join(project, LIBRARY_FOLDER))
+    return found
+
+
+def _unique(folders: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(folders))
 
 
 def module_name(path: str, packages: dict[str, tuple[str, ...]] | None = None) -> str:
@@ -212,26 +360,6 @@ def _package_of(folder: str, packages: dict[str, tuple[str, ...]]) -> tuple[str,
         found = (*_package_of(parent, packages), package) if package else ()
     packages[folder] = found
     return found
-
-
-def _module_parts(path: str) -> list[str]:
-    without = os.path.splitext(os.path.abspath(path))[0]
-    parts = without.split(os.sep)
-    return parts[:-1] if parts[-1] == "__init__" else parts
-
-
-def _distance(folder: str, path: str, parts: list[str]) -> int:
-    """How far above the importer's folder the root that ``path`` hangs from is (0: the same
-    folder), or a large number when that root is not one of its ancestors."""
-    root = os.sep.join(_module_parts(path)[: -len(parts)]) or os.sep
-    if folder == root:
-        return 0
-    if folder.startswith(root.rstrip(os.sep) + os.sep):
-        return folder[len(root) :].count(os.sep) + (0 if root == os.sep else 1)
-    return _FAR
-
-
-_FAR = 1 << 20
 
 
 def read_python(path: str) -> bytes | None:

@@ -25,6 +25,10 @@ from migrator.rule import Rule
 
 APEX_ROOTS = frozenset({"apex"})
 
+# An import to drop when unused: (module, imported name, as-name), as Rule.remove_import_if_unused
+# takes them (`import module`, `from module import name as asname`).
+ImportToRemove = tuple[str, str | None, str | None]
+
 
 @dataclass(frozen=True)
 class NewHome:
@@ -92,10 +96,10 @@ def torch_nn_prefix(view: FileView) -> str:
     return "torch.nn"
 
 
-def candidate_names(rule: Rule) -> list[ast.Name]:
+def candidate_names(view: FileView) -> list[ast.Name]:
     """The names that may resolve to something under apex, in source order."""
-    index = rule.index
-    reaching = index.names_reaching(APEX_ROOTS) if rule.context.fast else EVERYTHING
+    index = view.index
+    reaching = index.names_reaching(APEX_ROOTS) if view.fast else EVERYTHING
     identifiers = reaching if isinstance(reaching, frozenset) else index.identifiers()
     found = [name for identifier in identifiers for name in index.names(identifier)]
     found.sort(key=_source_order)
@@ -138,30 +142,36 @@ def binding_imports(view: FileView, name: ast.Name) -> list[ast.Import | ast.Imp
 
 
 def queue_removal_of_base_import(rule: Rule, node: ast.Attribute) -> None:
-    """``apex.parallel.X`` was rewritten: drop the import that bound ``apex`` if now unused.
+    """``apex.parallel.X`` was rewritten: drop the import that bound ``apex`` if now unused."""
+    removal = base_import_removal(rule.view, node)
+    if removal is not None:
+        rule.remove_import_if_unused(*removal)
 
-    Only the one import that the access goes through is queued (``import apex.parallel`` rather
-    than ``import apex`` for ``apex.parallel.X``): the import that gives the longest access.
+
+def base_import_removal(view: FileView, node: ast.Attribute) -> ImportToRemove | None:
+    """The import to drop, if unused, once ``apex.parallel.X`` (``node``) is rewritten.
+
+    Only the one import that the access goes through: the import that gives the longest access
+    (``import apex.parallel`` rather than ``import apex`` for ``apex.parallel.X``).
     """
     base = base_name(node)
     if base is None:
-        return
+        return None
     access = full_name(node) or ""
-    best: tuple[int, tuple[str, str | None, str | None]] | None = None
-    for statement in binding_imports(rule.view, base):
+    best: tuple[int, ImportToRemove] | None = None
+    for statement in binding_imports(view, base):
         for removal, reaches in _removals_binding(statement, base.id):
             through = access == reaches or access.startswith(reaches + ".")
             if through and (best is None or len(reaches) > best[0]):
                 best = (len(reaches), removal)
-    if best is not None:
-        rule.remove_import_if_unused(*best[1])
+    return None if best is None else best[1]
 
 
 def _removals_binding(
     statement: ast.Import | ast.ImportFrom, name: str
-) -> list[tuple[tuple[str, str | None, str | None], str]]:
+) -> list[tuple[ImportToRemove, str]]:
     """(removal request, dotted path the binding gives access to) for imports binding ``name``."""
-    found: list[tuple[tuple[str, str | None, str | None], str]] = []
+    found: list[tuple[ImportToRemove, str]] = []
     if isinstance(statement, ast.Import):
         for alias in statement.names:
             if bound_name(alias) != name:

@@ -324,7 +324,7 @@ class ApexParallelToTorch(Rule):
     # -- uses ------------------------------------------------------------------------------------
 
     def check_names(self) -> None:
-        for name in candidate_names(self):
+        for name in candidate_names(self.view):
             found = self.qualified_name_in(name, APEX_CONVERT | APEX_REDUCER)
             if not isinstance(found, str):
                 continue
