@@ -21,6 +21,7 @@ import libcst as cst
 from migrator.analysis.calls import StringLiteral, argument, keyword, positional, string_literal
 from migrator.analysis.index import full_name
 from migrator.analysis.names import Ambiguous
+from migrator.analysis.origins import DEVICE_VALUES, Origins, origins_of
 from migrator.analysis.scopes import Binding
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Diagnostic, Severity
@@ -242,7 +243,7 @@ DEVICE_MESHES = {
 DEVICE_MESH_FROM_GROUP = {f"{module}.DeviceMesh.from_group" for module in _MESH_MODULES}
 
 
-def device_positions(view: FileView) -> Iterator[tuple[ast.AST, Place]]:
+def device_positions(view: FileView) -> Iterator[tuple[ast.expr, Place]]:
     """Every expression of the module that is used as a device (or a device type).
 
     Calls: ``torch.device(x)``, ``.to(x)``, ``f(device=x)``, ``f(map_location=x)`` (the values of a
@@ -281,7 +282,7 @@ def parameter_defaults(view: FileView) -> Iterator[tuple[ast.arg, ast.expr]]:
                 yield keyword_only, value
 
 
-def _call_positions(view: FileView, call: ast.Call) -> Iterator[tuple[ast.AST, Place]]:
+def _call_positions(view: FileView, call: ast.Call) -> Iterator[tuple[ast.expr, Place]]:
     name = torch_name(view, call.func)
     first = positional(call)[:1]
     if name in DEVICE_CONSTRUCTORS:
@@ -328,7 +329,7 @@ def _element_value(element: ast.expr) -> ast.expr:
     return element.value if isinstance(element, ast.Starred) else element
 
 
-def _comparison_positions(node: ast.Compare) -> Iterator[tuple[ast.AST, Place]]:
+def _comparison_positions(node: ast.Compare) -> Iterator[tuple[ast.expr, Place]]:
     operands = [node.left, *node.comparators]
     for index, operator in enumerate(node.ops):
         if not isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
@@ -421,55 +422,20 @@ def option_matches(view: FileView, call: ast.Call, pattern: re.Pattern[str]) -> 
 # -- values that reach a position ----------------------------------------------------------------
 
 
-def values_reaching(view: FileView, node: ast.AST, depth: int = 0) -> Iterator[ast.AST]:
-    """The literal-ish expressions that may be the value of ``node``.
-
-    Looks through ``a if c else b``, ``a or b``, ``"cuda:{}".format(i)``, ``"cuda:%d" % i`` and
-    names assigned in the same scope (``loc = "cuda:{}".format(gpu)`` then ``map_location=loc``).
-    """
-    if depth > 4:
-        return
-    if isinstance(node, ast.IfExp):
-        yield from values_reaching(view, node.body, depth + 1)
-        yield from values_reaching(view, node.orelse, depth + 1)
-    elif isinstance(node, ast.BoolOp):
-        # libcst nests `a or b or c` as ((a or b) or c): the same depths here.
-        values = node.values
-        for position, value in enumerate(values):
-            nesting = len(values) - max(position, 1)
-            yield from values_reaching(view, value, depth + nesting)
-    elif (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "format"
-        and simple_string(view, node.func.value) is not None
-    ):
-        yield node.func.value
-    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-        if simple_string(view, node.left) is not None:
-            yield node.left
-    elif isinstance(node, ast.Name):
-        for value in assigned_values(view, node):
-            yield from values_reaching(view, value, depth + 1)
-    else:
-        yield node
+def device_origins(view: FileView) -> Origins:
+    """The file's value-origin analysis under the device rules' policy
+    (:data:`~migrator.analysis.origins.DEVICE_VALUES`): names through the assignments that
+    reach them (tuple unpacking and ``:=`` included), ``a if c else b``, ``a or b``, the
+    templates ``"cuda:{}".format(i)`` / ``"cuda:%d" % i``; a dictionary, an attribute, a call
+    and a parameter (``ast.arg``) are origins."""
+    return origins_of(view, DEVICE_VALUES)
 
 
-def assigned_values(view: FileView, name: ast.Name) -> list[ast.expr]:
-    """The right-hand sides of plain ``name = value`` statements that bind ``name`` here."""
-    values = []
-    for binding in view.index.bindings_of(name):
-        statement = binding.statement
-        if isinstance(statement, ast.Assign):
-            whole = all(isinstance(t, ast.Name) and t.id == name.id for t in statement.targets)
-            value: ast.expr | None = statement.value if whole else None
-        elif isinstance(statement, ast.AnnAssign):
-            value = statement.value
-        else:
-            value = None
-        if value is not None:
-            values.append(value)
-    return values
+def values_reaching(view: FileView, node: ast.expr) -> list[ast.expr]:
+    """The expressions that may be the value of ``node`` (:func:`device_origins`, without the
+    parameters): ``loc = "cuda:{}".format(gpu)`` then ``map_location=loc`` reaches
+    ``"cuda:{}"``."""
+    return [origin for origin in device_origins(view).of(node) if isinstance(origin, ast.expr)]
 
 
 @dataclass(frozen=True)
@@ -480,8 +446,8 @@ class DeviceFlow:
     Computed once per file (:func:`device_flow`): NPU303 rewrites the literals it reaches,
     NPU925 reports the ``"cuda"`` literals it does not."""
 
-    positions: tuple[tuple[ast.AST, Place], ...]
-    reached: tuple[tuple[ast.AST, Place], ...]
+    positions: tuple[tuple[ast.expr, Place], ...]
+    reached: tuple[tuple[ast.expr, Place], ...]
 
 
 def device_flow(view: FileView) -> DeviceFlow:

@@ -7,7 +7,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from migrator.analysis.scopes import BindingKind
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
     ACCELERATOR_TYPE,
@@ -15,6 +14,7 @@ from migrator.rules.device._common import (
     DeviceFlow,
     cuda_fstring_head,
     device_flow,
+    device_origins,
     is_accelerator,
     names_match,
     parameter_defaults,
@@ -122,7 +122,7 @@ class CudaDeviceLiteral(Rule):
         sinks = Sinks()
         for position, _ in flow.positions:
             line = position.lineno  # type: ignore[attr-defined]
-            for origin in self._origins(position):
+            for origin in device_origins(self.view).of(position):
                 if isinstance(origin, ast.arg):
                     sinks.parameters.setdefault(id(origin), (origin, line))
                 elif isinstance(origin, ast.Attribute) and not names_match(origin, DEVICE_NAME):
@@ -131,27 +131,6 @@ class CudaDeviceLiteral(Rule):
                     for function in self._local_functions(origin.func):
                         sinks.functions.setdefault(id(function), line)
         return sinks
-
-    def _origins(self, node: ast.AST, depth: int = 0) -> Iterator[ast.AST]:
-        """What ``node``'s value comes from: through ``a if c else b``, ``a or b`` and names
-        assigned in their scope, down to parameters, attributes, calls and literals."""
-        if depth > 4:
-            return
-        if isinstance(node, ast.IfExp):
-            yield from self._origins(node.body, depth + 1)
-            yield from self._origins(node.orelse, depth + 1)
-        elif isinstance(node, ast.BoolOp):
-            for value in node.values:
-                yield from self._origins(value, depth + 1)
-        elif isinstance(node, ast.Name):
-            for binding in self.index.bindings_of(node):
-                if binding.kind is BindingKind.PARAM and isinstance(binding.node, ast.arg):
-                    yield binding.node
-                statement = binding.statement
-                if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value:
-                    yield from self._origins(statement.value, depth + 1)
-        else:
-            yield node
 
     def _local_functions(self, callee: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
         """The functions of this module that a call of ``callee`` (a plain name) may run."""
