@@ -1,7 +1,7 @@
 """Shared knowledge of the CUDA-to-NPU device rules (NPU3xx, NPU92x). Not a rule itself.
 
 - what ``torch_npu`` provides under ``torch.npu`` (the ``torch.cuda`` names that map one to one);
-- the device-agnostic replacements used with ``--target accelerator``;
+- the import every fix needs on the run's target (the target's spellings: :mod:`._target`);
 - where an expression is a *device* (so that ``"cuda"`` there is a device string, and ``"cuda"`` in
   a log line is not): :func:`device_positions`;
 - which expressions are known to be integer device indices: :func:`int_index`.
@@ -26,7 +26,7 @@ from migrator.analysis.scopes import Binding
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.rule import FixSafety, Rule
-from migrator.settings import Target
+from migrator.rules.device._target import device_target
 
 # torch.cuda names that torch_npu mirrors under torch.npu with the same signature.
 NPU_CUDA_API = frozenset(
@@ -68,32 +68,6 @@ UNSUPPORTED_HINTS = {
 # torch.cuda names that a report-only rule explains; NPU302 leaves them to it.
 REPORTED_BY_OTHER_RULES = {"get_device_capability": "NPU922", "nvtx": "NPU924"}
 
-# --target accelerator: torch.cuda.X -> torch.accelerator.Y (torch >= 2.6; memory: >= 2.8).
-ACCELERATOR_API = {
-    "is_available": "is_available",
-    "device_count": "device_count",
-    "current_device": "current_device_index",
-    "set_device": "set_device_index",
-    "synchronize": "synchronize",
-    "current_stream": "current_stream",
-    "set_stream": "set_stream",
-    "empty_cache": "empty_cache",
-    "memory_allocated": "memory_allocated",
-    "max_memory_allocated": "max_memory_allocated",
-    "memory_reserved": "memory_reserved",
-    "max_memory_reserved": "max_memory_reserved",
-    "memory_stats": "memory_stats",
-    "reset_peak_memory_stats": "reset_peak_memory_stats",
-    "reset_accumulated_memory_stats": "reset_accumulated_memory_stats",
-}
-# --target accelerator: torch.cuda.X -> torch.X (generic stream and event classes, torch >= 2.5).
-ACCELERATOR_TORCH_API = {"Stream": "Stream", "Event": "Event"}
-# Everything else of NPU_CUDA_API under --target accelerator: torch.get_device_module().X
-# (torch >= 2.3), which is torch.cuda on a GPU and torch.npu on an NPU.
-
-ACCELERATOR_DEVICE = "torch.accelerator.current_accelerator()"
-ACCELERATOR_TYPE = "torch.accelerator.current_accelerator().type"
-
 # Device strings: "cuda", "cuda:0", and the templates "cuda:{}", "cuda:%d" that code formats.
 CUDA_DEVICE_TEXT = re.compile(r"cuda(:(\d+|%[ds]|\{[^{}]*\}))?")
 CUDA_FSTRING_HEAD = re.compile(r"cuda(:)?")
@@ -128,14 +102,8 @@ class Place(enum.Enum):
 
 def add_device_import(rule: Rule) -> None:
     """Every NPU-target fix needs ``import torch_npu``; device-agnostic code needs only torch."""
-    if rule.settings.target is Target.NPU:
-        rule.add_import("torch_npu", after="torch")
-    else:
-        rule.add_import("torch")
-
-
-def is_accelerator(rule: Rule) -> bool:
-    return rule.settings.target is Target.ACCELERATOR
+    target = device_target(rule)
+    rule.add_import(target.import_module, after=target.import_after)
 
 
 def expression(code: str) -> cst.BaseExpression:

@@ -12,19 +12,18 @@ from migrator.analysis.calls import string_literal
 from migrator.diagnostics import Diagnostic
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_TYPE,
     CUDA_DEVICE_TEXT,
     Place,
     add_device_import,
     cuda_fstring_head,
     device_flow,
     expression,
-    is_accelerator,
     is_cuda_device_string,
     shell_finding,
     simple_string,
     string_body,
 )
+from migrator.rules.device._target import DeviceTarget, device_target
 
 # `--device cuda:0` style options in a shell script.
 SHELL_DEVICE_OPTION = re.compile(r"(--[\w-]*device)(?:=|\s+)[\"']?(cuda(?::\d+)?)\b")
@@ -110,19 +109,27 @@ class DeviceString(Rule):
         kind: type[cst.CSTNode] = (
             cst.SimpleString if isinstance(node, ast.Constant) else cst.FormattedString
         )
-        new_code = _accelerator_code(self, node) if is_accelerator(self) else _npu_code(self, node)
-        if new_code is None:
-            self.report(
-                node,
-                f"device string template {old} cannot be made device-agnostic; rewrite it by hand",
-            )
-            return
-        if is_accelerator(self) and isinstance(node, ast.JoinedStr):
-            edit = self.replace(node, kind, _fstring_to_accelerator)
-        elif is_accelerator(self):
-            edit = self.replace(node, kind, lambda _: expression(new_code))
+        target = device_target(self)
+        name = target.device_type_name
+        if isinstance(name, str):
+            new_code: str | None = _renamed_code(self, node, name)
+            edit = self.replace(node, kind, lambda literal: renamed_device(literal, name))
         else:
-            edit = self.replace(node, kind, _to_npu)
+            new_code = _type_expression_code(self, node, target)
+            if new_code is None:
+                self.report(
+                    node,
+                    f"device string template {old} cannot be made device-agnostic; "
+                    "rewrite it by hand",
+                )
+                return
+            if isinstance(node, ast.JoinedStr):
+                edit = self.replace(
+                    node, kind, lambda fstring: _fstring_on_type(fstring, target.device_type)
+                )
+            else:
+                code = new_code
+                edit = self.replace(node, kind, lambda _: expression(code))
         if self.fix(node, f"{old} -> {new_code}", edit):
             add_device_import(self)
 
@@ -141,52 +148,54 @@ def _is_concatenated_device(rule: Rule, node: ast.AST) -> bool:
     return left is not None and not left.is_bytes and left.body.startswith("cuda")
 
 
-def _npu_code(rule: Rule, node: ast.AST) -> str:
-    """The literal as written with its leading ``cuda`` replaced by ``npu``."""
+def _renamed_code(rule: Rule, node: ast.AST, name: str) -> str:
+    """The literal as written with its leading ``cuda`` replaced by ``name``."""
     text = rule.code(node)
     start = text.index("cuda")
-    return text[:start] + "npu" + text[start + 4 :]
+    return text[:start] + name + text[start + 4 :]
 
 
-def _to_npu(node: cst.SimpleString | cst.FormattedString) -> cst.BaseExpression:
-    """The concrete literal with its leading ``cuda`` replaced (parentheses kept)."""
+def renamed_device(
+    node: cst.SimpleString | cst.FormattedString, name: str
+) -> cst.SimpleString | cst.FormattedString:
+    """The concrete literal with its leading ``cuda`` replaced by ``name`` (prefix, quotes and
+    parentheses kept)."""
     if isinstance(node, cst.SimpleString):
         start = len(node.prefix) + len(node.quote)
-        return node.with_changes(value=node.value[:start] + "npu" + node.value[start + 4 :])
+        return node.with_changes(value=node.value[:start] + name + node.value[start + 4 :])
     head = node.parts[0]
     assert isinstance(head, cst.FormattedStringText)
     return node.with_changes(
-        parts=[head.with_changes(value="npu" + head.value[4:]), *node.parts[1:]]
+        parts=[head.with_changes(value=name + head.value[4:]), *node.parts[1:]]
     )
 
 
-def _accelerator_code(rule: Rule, node: ast.AST) -> str | None:
-    """``"cuda"`` -> the accelerator's type; ``"cuda:0"`` / ``f"cuda:{i}"`` -> an f-string."""
+def _type_expression_code(rule: Rule, node: ast.AST, target: DeviceTarget) -> str | None:
+    """For a target whose device type is only known at run time: ``"cuda"`` -> the type's
+    expression; ``"cuda:0"`` / ``f"cuda:{i}"`` -> an f-string around it."""
     literal = string_literal(rule.source, node)
     assert literal is not None
-    accelerator = "{" + ACCELERATOR_TYPE + "}"
+    on_type = "{" + target.device_type + "}"
     if isinstance(node, ast.Constant):
         quote = literal.quote
         body = string_body(rule.view, node) or ""
         if body == "cuda":
-            return ACCELERATOR_TYPE
+            return target.device_type
         match = CUDA_DEVICE_TEXT.fullmatch(body)
         if match is None or not body[5:].isdigit():
             return None  # a "cuda:{}" / "cuda:%d" template: formatted later, by the user's code
-        return f"f{quote}{accelerator}:{body[5:]}{quote}"
+        return f"f{quote}{on_type}:{body[5:]}{quote}"
     assert isinstance(node, ast.JoinedStr) and cuda_fstring_head(rule.view, node) is not None
     quote = literal.quote[-1]
-    return f"f{quote}{accelerator}{literal.body[4:]}{quote}"
+    return f"f{quote}{on_type}{literal.body[4:]}{quote}"
 
 
-def _fstring_to_accelerator(node: cst.FormattedString) -> cst.FormattedString:
-    """``f"cuda:{i}"`` -> ``f"{<accelerator type>}:{i}"``, keeping the expressions as the other
-    rules edited them (what ``_accelerator_code`` describes from the original text)."""
+def _fstring_on_type(node: cst.FormattedString, device_type: str) -> cst.FormattedString:
+    """``f"cuda:{i}"`` -> ``f"{<device type>}:{i}"``, keeping the expressions as the other
+    rules edited them (what ``_type_expression_code`` describes from the original text)."""
     head = node.parts[0]
     assert isinstance(head, cst.FormattedStringText)
     quote = node.end[-1]
-    accelerator = cst.FormattedStringExpression(expression(ACCELERATOR_TYPE))
+    on_type = cst.FormattedStringExpression(expression(device_type))
     rest = [head.with_changes(value=head.value[4:])] if head.value[4:] else []
-    return node.with_changes(
-        start=f"f{quote}", end=quote, parts=[accelerator, *rest, *node.parts[1:]]
-    )
+    return node.with_changes(start=f"f{quote}", end=quote, parts=[on_type, *rest, *node.parts[1:]])

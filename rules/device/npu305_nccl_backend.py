@@ -14,12 +14,10 @@ from migrator.analysis.index import full_name
 from migrator.diagnostics import Diagnostic
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_DEVICE,
     BACKEND_NAME,
     TORCH_ROOTS,
     add_device_import,
     expression,
-    is_accelerator,
     names_match,
     option_values,
     parameter_defaults,
@@ -29,6 +27,7 @@ from migrator.rules.device._common import (
     torch_name,
     values_reaching,
 )
+from migrator.rules.device._target import DeviceTarget, NoCounterpart, device_target
 
 # The process-group constructors that take a backend, with the backend's position.
 _GROUP_CONSTRUCTORS = {
@@ -46,7 +45,6 @@ BACKEND_POSITIONS = {
 LITERAL_TYPES = {"typing.Literal", "typing_extensions.Literal"}
 GET_BACKEND = "torch.distributed.get_backend"
 IS_NCCL_AVAILABLE = "torch.distributed.is_nccl_available"
-ACCELERATOR_BACKEND = f"torch.distributed.get_default_backend_for_device({ACCELERATOR_DEVICE})"
 # "cpu:gloo,cuda:nccl": one backend per device type
 PER_DEVICE_BACKENDS = re.compile(r"(\w+:\w+,)*\w+:\w+")
 
@@ -115,7 +113,7 @@ class NcclBackend(Rule):
         for position in _backend_positions(self):
             for value in values_reaching(self.view, position):
                 if isinstance(value, ast.Constant):
-                    if _new_backend_text(self, value) is not None:
+                    if _nccl_text(self, value) is not None:
                         targets.setdefault(id(value), value)
                 elif _mentions_nccl(self, value):
                     self.report(
@@ -130,15 +128,15 @@ class NcclBackend(Rule):
                 self._is_nccl_available(call)
 
     def _rewrite(self, node: ast.Constant) -> None:
-        text = _new_backend_text(self, node)
-        assert text is not None
+        target = device_target(self)
+        text = _new_backend_text(self, node, target)
         old = self.code(node)
-        if is_accelerator(self):
-            if string_body(self.view, node) != "nccl":
-                self.report(node, "per-device backend string: add the accelerator's by hand")
-                return
-            new = ACCELERATOR_BACKEND
-            edit = self.replace(node, cst.SimpleString, lambda _: expression(ACCELERATOR_BACKEND))
+        if isinstance(text, NoCounterpart):
+            self.report(node, f"per-device backend string: {text.reason}")
+            return
+        if text is None:
+            new = target.backend
+            edit = self.replace(node, cst.SimpleString, lambda _: expression(new))
         else:
             literal = simple_string(self.view, node)
             assert literal is not None
@@ -155,40 +153,56 @@ class NcclBackend(Rule):
             add_device_import(self)
 
     def _is_nccl_available(self, call: ast.Call) -> None:
-        if is_accelerator(self):
-            self.report(
-                call,
-                "`is_nccl_available()`: check `torch.distributed.is_backend_available(...)` of the "
-                "accelerator's backend by hand",
-            )
+        available = device_target(self).backend_available
+        if isinstance(available, NoCounterpart):
+            self.report(call, f"`is_nccl_available()`: {available.reason}")
             return
         func = call.func
         if not isinstance(func, (ast.Attribute, ast.Name)):
             return
+        message = f"`is_nccl_available()` -> `{available}()`"
         if isinstance(func, ast.Attribute):
             edit = self.replace(
                 func,
                 cst.Attribute,
-                lambda node: node.with_changes(attr=cst.Name("is_hccl_available")),
+                lambda node: node.with_changes(attr=cst.Name(available)),
             )
-            if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`", edit):
+            if self.fix(call, message, edit):
                 add_device_import(self)
             return
-        if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`"):
+        if self.fix(call, message):
             add_device_import(self)
             self.report(
                 call,
-                "`is_nccl_available` was imported by name: import `is_hccl_available` instead",
+                f"`is_nccl_available` was imported by name: import `{available}` instead",
             )
 
 
-def _new_backend_text(rule: Rule, node: ast.AST) -> str | None:
+def _nccl_text(rule: Rule, node: ast.AST) -> str | None:
+    """The body of a backend literal that names NCCL: ``"nccl"``, or a per-device backend
+    string with ``cuda:nccl`` in it (``"cpu:gloo,cuda:nccl"``); else None."""
     body = string_body(rule.view, node)
     if body == "nccl":
-        return "hccl"
+        return body
     if body and PER_DEVICE_BACKENDS.fullmatch(body) and "cuda:nccl" in body.split(","):
-        return ",".join("npu:hccl" if part == "cuda:nccl" else part for part in body.split(","))
+        return body
     return None
+
+
+def _new_backend_text(
+    rule: Rule, node: ast.AST, target: DeviceTarget
+) -> str | NoCounterpart | None:
+    """The new body of a backend literal on ``target``; None when the target spells the
+    backend as an expression instead (:attr:`DeviceTarget.backend`)."""
+    body = _nccl_text(rule, node)
+    assert body is not None
+    if body == "nccl":
+        name = target.backend_name
+        return name if isinstance(name, str) else None
+    per_device = target.per_device_backend
+    if isinstance(per_device, NoCounterpart):
+        return per_device
+    return ",".join(per_device if part == "cuda:nccl" else part for part in body.split(","))
 
 
 def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:
@@ -196,7 +210,7 @@ def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:
     per-device backend string with ``cuda:nccl``) somewhere inside: ``os.environ.get(KEY,
     "nccl")``. Other strings that contain the letters (``"ncclep"``) are not backends."""
     return any(
-        isinstance(node, ast.Constant) and _new_backend_text(rule, node) is not None
+        isinstance(node, ast.Constant) and _nccl_text(rule, node) is not None
         for node in ast.walk(value)
     )
 

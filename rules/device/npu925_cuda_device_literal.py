@@ -9,17 +9,16 @@ from dataclasses import dataclass, field
 
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_TYPE,
     DEVICE_NAME,
     DeviceFlow,
     cuda_fstring_head,
     device_flow,
     device_origins,
-    is_accelerator,
     names_match,
     parameter_defaults,
     string_body,
 )
+from migrator.rules.device._target import device_target
 
 # Dictionary keys and subscripts that hold a device: {"device": "cuda"}, cfg["map_location"].
 DEVICE_KEY = re.compile(r"(.*_)?device|map_location|device_type")
@@ -100,10 +99,12 @@ class CudaDeviceLiteral(Rule):
                 )
 
     def _replacement(self, literal: ast.AST) -> str:
-        if is_accelerator(self):
-            index = ", keeping the index after `:`" if ":" in self.code(literal) else ""
-            return f"the accelerator's device type (`{ACCELERATOR_TYPE}`{index}) instead"
-        return _npu_spelling(self.code(literal))
+        target = device_target(self)
+        name = target.device_type_name
+        if isinstance(name, str):
+            return _renamed(self.code(literal), name)
+        index = ", keeping the index after `:`" if ":" in self.code(literal) else ""
+        return f"the accelerator's device type (`{target.device_type}`{index}) instead"
 
     def _cuda_literals(self) -> Iterator[ast.Constant | ast.JoinedStr]:
         for constant in self.index.nodes(ast.Constant):
@@ -279,7 +280,7 @@ def _parameter_for(
     return None
 
 
-def _npu_spelling(code: str) -> str:
-    """The literal as written with its ``cuda`` replaced by ``npu``."""
+def _renamed(code: str, name: str) -> str:
+    """The literal as written with its ``cuda`` replaced by ``name``."""
     start = code.index("cuda")
-    return code[:start] + "npu" + code[start + 4 :]
+    return code[:start] + name + code[start + 4 :]
