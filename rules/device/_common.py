@@ -76,6 +76,8 @@ CUDA_FSTRING_HEAD = re.compile(r"cuda(:)?")
 # train_device, and in any case (yacs configs write `_C.MODEL.DEVICE = "cuda"`). Also
 # dist_backend, backend, args.backend, DIST_BACKEND for the backend rule.
 DEVICE_NAME = re.compile(r"(.*_)?device", re.IGNORECASE)
+# A name that says it holds a device type: device_type, amp_device_type (autocast's spelling).
+DEVICE_TYPE_NAME = re.compile(r"(.*_)?device_type", re.IGNORECASE)
 BACKEND_NAME = re.compile(r"(.*_)?backend", re.IGNORECASE)
 # Names that conventionally hold an integer device index (ranks and GPU ids).
 RANK_NAME = re.compile(r"(local_)?rank")
@@ -219,23 +221,37 @@ def device_positions(view: FileView) -> Iterator[tuple[ast.expr, Place]]:
     ``torch.autocast(x)``, ``f(device_type=x)``, ``torch.amp.GradScaler(x)``,
     ``torch.set_default_device(x)``, ``init_device_mesh(x, ...)``, ``DeviceMesh(x, ...)``,
     ``DeviceMesh.from_group(g, x)``. Also comparisons with ``<expr>.device.type`` or a
-    ``*device`` name, assignments to a ``*device`` name or attribute (any case),
-    ``*device`` parameter defaults, and the default and choices of an ``--*device``
-    command-line option or absl flag."""
+    ``*device`` / ``*device_type`` name, assignments to such a name or attribute (any case),
+    such parameter defaults, and the default and choices of an ``--*device`` command-line
+    option or absl flag."""
     index = view.index
     for call in index.nodes(ast.Call):
         yield from _call_positions(view, call)
     for comparison in index.nodes(ast.Compare):
         yield from _comparison_positions(comparison)
     for assign in index.nodes(ast.Assign):
-        if any(names_match(target, DEVICE_NAME) for target in assign.targets):
-            yield assign.value, Place.DEVICE
+        place = next(filter(None, map(named_place, assign.targets)), None)
+        if place is not None:
+            yield assign.value, place
     for annotated in index.nodes(ast.AnnAssign):
-        if annotated.value is not None and names_match(annotated.target, DEVICE_NAME):
-            yield annotated.value, Place.DEVICE
+        place = named_place(annotated.target)
+        if annotated.value is not None and place is not None:
+            yield annotated.value, place
     for parameter, default in parameter_defaults(view):
         if DEVICE_NAME.fullmatch(parameter.arg):
             yield default, Place.DEVICE
+        elif DEVICE_TYPE_NAME.fullmatch(parameter.arg):
+            yield default, Place.DEVICE_TYPE
+
+
+def named_place(node: ast.AST) -> Place | None:
+    """What a name or attribute holds by its name: ``device`` a device, ``device_type`` a
+    device type, anything else nothing the device rules know."""
+    if names_match(node, DEVICE_NAME):
+        return Place.DEVICE
+    if names_match(node, DEVICE_TYPE_NAME):
+        return Place.DEVICE_TYPE
+    return None
 
 
 def parameter_defaults(view: FileView) -> Iterator[tuple[ast.arg, ast.expr]]:
@@ -303,21 +319,19 @@ def _comparison_positions(node: ast.Compare) -> Iterator[tuple[ast.expr, Place]]
         if not isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
             continue
         left, right = operands[index], operands[index + 1]
-        if _names_a_device(left):
-            yield right, Place.DEVICE_TYPE if _is_device_type(left) else Place.DEVICE
-        elif _names_a_device(right):
-            yield left, Place.DEVICE_TYPE if _is_device_type(right) else Place.DEVICE
+        place = _compared_place(left)
+        if place is not None:
+            yield right, place
+        elif (place := _compared_place(right)) is not None:
+            yield left, place
 
 
-def _names_a_device(node: ast.AST) -> bool:
-    """``x.device``, ``x.device.type``, ``device``, ``args.device``."""
+def _compared_place(node: ast.AST) -> Place | None:
+    """``x.device``, ``device``, ``args.device`` (a device); ``x.device.type``,
+    ``device_type`` (a device type)."""
     if isinstance(node, ast.Attribute) and node.attr == "type":
-        return names_match(node.value, DEVICE_NAME)
-    return names_match(node, DEVICE_NAME)
-
-
-def _is_device_type(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "type"
+        return Place.DEVICE_TYPE if names_match(node.value, DEVICE_NAME) else None
+    return named_place(node)
 
 
 def is_add_argument(call: ast.Call) -> bool:
@@ -430,6 +444,27 @@ def _device_flow(view: FileView) -> DeviceFlow:
         (value, place) for position, place in positions for value in values_reaching(view, position)
     )
     return DeviceFlow(positions, reached)
+
+
+def moved_device_literals(view: FileView) -> dict[int, ast.expr]:
+    """The CUDA device strings NPU303 rewrites in this file (the values that reach a device
+    position and fit it), by ``id``, in source order: the values that move to the NPU."""
+    return view.memo("moved-device-literals", lambda: _moved_device_literals(view))
+
+
+def _moved_device_literals(view: FileView) -> dict[int, ast.expr]:
+    moved: dict[int, ast.expr] = {}
+    for value, place in device_flow(view).reached:
+        if is_cuda_device_string(view, value) and fits_place(view, value, place):
+            moved.setdefault(id(value), value)
+    return dict(sorted(moved.items(), key=lambda item: view.source.start(item[1])))
+
+
+def fits_place(view: FileView, node: ast.AST, place: Place) -> bool:
+    """A device type position takes ``"cuda"``, not ``"cuda:0"``."""
+    if place is Place.DEVICE:
+        return True
+    return isinstance(node, ast.Constant) and string_body(view, node) == "cuda"
 
 
 # -- integer device indices ----------------------------------------------------------------------
