@@ -570,16 +570,26 @@ def _statements_reading(view: FileView, statement: ast.stmt, name: str) -> Itera
 
 # -- across the modules of a run (the project stage) ----------------------------------------------
 
-# Text a file must hold to have a test of a device string: "cuda" right after a comparison, a
-# membership test or a prefix test, or right before one.
+# Text a file must hold to have a test of a device string on a value that is not named as a
+# device (those move by their name, with no call to follow): "cuda" compared with, or tested
+# against, something; the tested operand is captured when the text shows it.
 TEST_SHAPE = re.compile(
-    rb"""(?:==|!=|\bin|\bis|startswith\(|\bcase)\s*[(\[{]?\s*["']cuda(?::\d+)?["']"""
-    rb"""|["']cuda(?::\d+)?["']\s*(?:==|!=|\bnot\b|\bin\b|\bis\b)"""
+    rb"""(?P<left>[\w.\])]*)\s*(?:==|!=|\bis(?:\s+not)?)\s*[(\[{]?\s*["']cuda(?::\d+)?["']"""
+    rb"""|["']cuda(?::\d+)?["']\s*(?:==|!=|\bis\b(?:\s+not)?|(?:\bnot\s+)?\bin\b)\s*"""
+    rb"""(?P<right>[\w.]*)"""
+    rb"""|(?P<member>[\w.\])]*)\s+(?:not\s+)?in\s*[(\[{]\s*["']cuda"""
+    rb"""|startswith\(\s*[(\[]?\s*["']cuda|\bcase\s+["']cuda"""
 )
+NAMED_DEVICE = re.compile(rb"(?:\w*_)?device(?:_type)?|type", re.IGNORECASE)
 
 
 def wants_summary(source: bytes) -> bool:
-    return TEST_SHAPE.search(source) is not None
+    for match in TEST_SHAPE.finditer(source):
+        operand = match.group("left") or match.group("right") or match.group("member") or b""
+        last = re.split(rb"\W+", operand.strip(b".()[]"))[-1] if operand else b""
+        if not last or not NAMED_DEVICE.fullmatch(last):
+            return True
+    return False
 
 
 def summarize(view: FileView) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from migrator.rules.device._common import (
     string_body,
     torch_name,
 )
+from migrator.rules.device._guards import held_guards, held_message
 from migrator.rules.device._target import NPU_IMPORTED_MODULES, NoCounterpart, device_target
 
 # The modules whose imports are rewritten (to the target's module, see DeviceTarget).
@@ -227,6 +228,21 @@ class TorchCudaApi(Rule):
     def _torch_cuda(self, node: ast.Attribute) -> None:
         member, sub = self._members(node)
         if member in REPORTED_BY_OTHER_RULES:
+            return
+        held = held_guards(self.view, self.project, self.context.path).get(id(node))
+        if held is not None:
+            member_node = self.index.parent(node)
+            call = self.index.parent(member_node) if member_node is not None else None
+            assert isinstance(call, ast.Call)
+            written = self.view.written(call)
+            target = device_target(self)
+            renamed = target.cuda_module_attribute
+            new = (
+                written.replace("cuda", renamed, 1)
+                if isinstance(renamed, str)
+                else f"{target.cuda_api.get(member or '', target.device_module)}()"
+            )
+            self.report(self.attr_position(node), held_message(written, new, held), held.severity)
             return
         if self._unsupported(member, sub):
             self._report_unsupported(node, member, sub)

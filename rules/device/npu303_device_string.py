@@ -29,6 +29,7 @@ from migrator.rules.device._common import (
     string_body,
     torch_name,
 )
+from migrator.rules.device._guards import held_guards, held_message
 from migrator.rules.device._target import DeviceTarget, device_target
 
 
@@ -172,6 +173,7 @@ class DeviceString(Rule):
 
     def check(self) -> None:
         self._rewritten: set[int] = set()
+        self._left: list[tuple[tests.DeviceTest, tests.Judgement]] = []
         for value, _ in device_flow(self.view).reached:
             if _is_concatenated_device(self, value):
                 self.report(
@@ -187,8 +189,9 @@ class DeviceString(Rule):
             if (choice := tests.fused_choice(self.view, test)) is not None
             for literal in test.literals
         }
+        held = held_guards(self.view, self.project, self.context.path)
         for value in moved.values():
-            if id(value) not in fused:
+            if id(value) not in fused and id(value) not in held:
                 self._rewrite(value)
         for call in self.calls_to(TORCH_ROOTS):
             self._check_cuda_default(call)
@@ -196,20 +199,22 @@ class DeviceString(Rule):
         judge = tests.TestJudge(self.view, linked.get("parameters"))
         for test in device_tests:
             literals = test.literals
+            if id(literals[0]) in held:
+                guard = held[id(literals[0])]
+                written = self.view.written(test.at)
+                self.report(
+                    test.at,
+                    held_message(written, self._edited_test(test), guard),
+                    guard.severity,
+                )
+                continue
             if all(id(literal) in moved for literal in literals) and id(literals[0]) not in fused:
                 continue  # a comparison with a value named as a device: rewritten above
             by_name = all(id(literal) in moved for literal in literals)
             judgement = tests.MOVES if by_name else judge.judge(test)
             self._check_test(test, judgement, fused.get(id(literals[0]), (None, None))[1])
-
-    # -- tests of device strings -----------------------------------------------------------------
-
-    def _check_test(
-        self, test: tests.DeviceTest, judgement: tests.Judgement, fused: ast.AST | None
-    ) -> None:
-        verdict = judgement.verdict
-        if verdict in (tests.Verdict.STAYS, tests.Verdict.OTHER):
-            if moved_device_literals(self.view):  # device values move here: say why not this one
+        if self._rewritten:  # device strings move in this file: say why these tests do not
+            for test, judgement in self._left:
                 kind = (
                     "CUDA strings that are not used as devices"
                     if judgement.staying
@@ -221,6 +226,15 @@ class DeviceString(Rule):
                     "and do not change",
                     Severity.INFO,
                 )
+
+    # -- tests of device strings -----------------------------------------------------------------
+
+    def _check_test(
+        self, test: tests.DeviceTest, judgement: tests.Judgement, fused: ast.AST | None
+    ) -> None:
+        verdict = judgement.verdict
+        if verdict in (tests.Verdict.STAYS, tests.Verdict.OTHER):
+            self._left.append((test, judgement))  # noted once the file's rewrites are known
             return
         written = self.view.written(test.at)
         edited = self._edited_test(test)

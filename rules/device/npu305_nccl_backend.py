@@ -11,6 +11,7 @@ import libcst as cst
 
 from migrator.analysis.calls import argument, keyword
 from migrator.analysis.index import full_name
+from migrator.analysis.names import Ambiguous
 from migrator.diagnostics import Diagnostic
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
@@ -45,6 +46,7 @@ BACKEND_POSITIONS = {
 LITERAL_TYPES = {"typing.Literal", "typing_extensions.Literal"}
 GET_BACKEND = "torch.distributed.get_backend"
 IS_NCCL_AVAILABLE = "torch.distributed.is_nccl_available"
+BACKEND_NCCL = "torch.distributed.Backend.NCCL"
 # "cpu:gloo,cuda:nccl": one backend per device type
 PER_DEVICE_BACKENDS = re.compile(r"(\w+:\w+,)*\w+:\w+")
 
@@ -94,7 +96,7 @@ class NcclBackend(Rule):
     NAME = "nccl-backend"
     SUMMARY = '`"nccl"` distributed backend'
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = ("nccl",)
+    TRIGGER = ("nccl", "NCCL")
 
     @classmethod
     def scan_shell_line(cls, code: str, path: str, number: int) -> Iterator[Diagnostic]:
@@ -123,6 +125,8 @@ class NcclBackend(Rule):
                     )
         for value in sorted(targets.values(), key=lambda v: (v.lineno, v.col_offset)):
             self._rewrite(value)
+        for attribute in self.index.attributes("NCCL"):
+            self._backend_member(attribute)
         for call in self.calls_to(TORCH_ROOTS):
             if torch_name(self.view, call.func) == IS_NCCL_AVAILABLE:
                 self._is_nccl_available(call)
@@ -150,6 +154,34 @@ class NcclBackend(Rule):
 
             edit = self.replace(node, cst.SimpleString, renamed)
         if self.fix(node, f"{old} -> {new}", edit):
+            add_device_import(self)
+
+    def _backend_member(self, attribute: ast.Attribute) -> None:
+        """``dist.Backend.NCCL``: torch_npu registers ``hccl``, which gives ``Backend.HCCL``."""
+        if not self.may_name(attribute, TORCH_ROOTS):
+            return
+        name = self.qualified_name_in(attribute, {BACKEND_NCCL})
+        if isinstance(name, Ambiguous):
+            self.report(
+                attribute,
+                f"cannot tell whether this is `{BACKEND_NCCL}`: {name.describe()}; if it is, "
+                "use the hccl backend",
+            )
+            return
+        if name != BACKEND_NCCL:
+            return
+        target = device_target(self)
+        backend = target.backend_name
+        if isinstance(backend, str):
+            member = backend.upper()
+            edit = self.replace(
+                attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name(member))
+            )
+            message = f"`Backend.NCCL` -> `Backend.{member}`"
+        else:
+            edit = self.replace(attribute, cst.Attribute, lambda _: expression(target.backend))
+            message = f"`Backend.NCCL` -> `{target.backend}`"
+        if self.fix(self.attr_position(attribute), message, edit):
             add_device_import(self)
 
     def _is_nccl_available(self, call: ast.Call) -> None:
@@ -182,7 +214,7 @@ def _nccl_text(rule: Rule, node: ast.AST) -> str | None:
     """The body of a backend literal that names NCCL: ``"nccl"``, or a per-device backend
     string with ``cuda:nccl`` in it (``"cpu:gloo,cuda:nccl"``); else None."""
     body = string_body(rule.view, node)
-    if body == "nccl":
+    if body is not None and body.lower() == "nccl":  # torch reads backend names in any case
         return body
     if body and PER_DEVICE_BACKENDS.fullmatch(body) and "cuda:nccl" in body.split(","):
         return body
@@ -196,13 +228,18 @@ def _new_backend_text(
     backend as an expression instead (:attr:`DeviceTarget.backend`)."""
     body = _nccl_text(rule, node)
     assert body is not None
-    if body == "nccl":
+    if body.lower() == "nccl":
         name = target.backend_name
-        return name if isinstance(name, str) else None
+        return _same_case(name, body) if isinstance(name, str) else None
     per_device = target.per_device_backend
     if isinstance(per_device, NoCounterpart):
         return per_device
     return ",".join(per_device if part == "cuda:nccl" else part for part in body.split(","))
+
+
+def _same_case(name: str, like: str) -> str:
+    """``hccl`` spelled in the case of ``like`` (``"NCCL"`` -> ``"HCCL"``)."""
+    return "".join(n.upper() if c.isupper() else n for n, c in zip(name, like, strict=True))
 
 
 def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:

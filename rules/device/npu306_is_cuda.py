@@ -10,6 +10,7 @@ from migrator.analysis.calls import arguments
 from migrator.analysis.index import full_name
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import add_device_import, expression, string_body
+from migrator.rules.device._guards import held_guards, held_message
 from migrator.rules.device._target import DeviceTarget, NoCounterpart, device_target
 
 # Where a comparison needs no parentheses of its own.
@@ -63,8 +64,23 @@ class IsCuda(Rule):
         }
         target = device_target(self)
         renamed = target.is_cuda_property
+        held = held_guards(self.view, self.project, self.context.path)
         for attribute in self.index.attributes("is_cuda"):
             if self.code(attribute.value) in user_attributes:
+                continue
+            if id(attribute) in held:
+                written = self.view.written(attribute)
+                new = (
+                    f"{written[: -len('is_cuda')]}{renamed}"
+                    if isinstance(renamed, str)
+                    else (
+                        f"{self.view.written(attribute.value)}.device.type == {target.device_type}"
+                    )
+                )
+                guard = held[id(attribute)]
+                self.report(
+                    self.attr_position(attribute), held_message(written, new, guard), guard.severity
+                )
                 continue
             if isinstance(renamed, NoCounterpart):
                 self._compare_device_type(attribute, target)
