@@ -52,6 +52,11 @@ CUDA_BUILD_NAMES = frozenset(
 # their build (NPU932 not selected, a build the scan cannot read).
 EXTENSION_MODULES = frozenset({"_C", "_ext", "_cuda"})
 _DEPTH = 3  # module-level names followed from a branch into what they run
+# Words without one of which a file has no CUDA-only code to find (see _may_have_cuda_only_code).
+MARKERS = (
+    "_C", "_ext", "_cuda", ".cu", "WITH_CUDA", "CUDAExtension", "CUDA_HOME", "ExecutionProvider",
+    "-gpu", "_gpu", "cupy", "pycuda", "tensorrt", "nvidia-", "cudf", "cuml", "numba", "torch.ops.",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -97,15 +102,37 @@ class _Guards:
         self.path = path
         self.catalog = Catalog.of(project)
         self.branch_uses: dict[int, tuple[CudaOnly, ...]] = {}
+        # What a definition of the module uses, scanned once (by id of its node and the depth
+        # it was reached at): guards of a file often share the functions they call.
+        self.definition_uses: dict[tuple[int, int], list[CudaOnly]] = {}
 
     def held(self) -> dict[int, HeldGuard]:
         found: dict[int, HeldGuard] = {}
+        if not self._may_have_cuda_only_code():
+            return found
         for condition, keys in self._conditions():
             held = self._held(condition)
             if held is not None:
                 for key in keys:
                     found[key] = held
         return found
+
+    def _may_have_cuda_only_code(self) -> bool:
+        """A cheap test: a branch can only use CUDA-only code that the file itself spells (its
+        own names are followed, not other modules'), so a file without any of these words or
+        ``torch.cuda`` members has no guard to hold."""
+        text = self.view.source.text
+        if any(word in text for word in (*MARKERS, *self.catalog.words)):
+            return True
+        for cuda in self.index.attributes("cuda"):
+            member = self.index.parent(cuda)
+            if (
+                isinstance(member, ast.Attribute)
+                and member.value is cuda
+                and member.attr not in NPU_CUDA_API
+            ):
+                return True
+        return False
 
     def _conditions(self) -> Iterator[tuple[ast.AST, list[int]]]:
         index = self.index
@@ -253,9 +280,9 @@ class _Scan:
                 self.found.append(
                     CudaOnly(
                         node,
-                        f"`{self.view.written(node)}` (a CUDA build of a third-party package)",
-                        "use the package's CPU build or its Ascend support (onnxruntime's "
-                        "`CANNExecutionProvider`, for one)",
+                        f"`{self.view.written(node)}` (CUDA-only third-party software)",
+                        "use its CPU build or its Ascend counterpart (onnxruntime's "
+                        "`CANNExecutionProvider`, `npu-smi` for `nvidia-smi`)",
                     )
                 )
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -358,11 +385,18 @@ class _Scan:
             if binding.kind in (BindingKind.FUNCTION, BindingKind.CLASS):
                 if binding.scope.kind is not ScopeKind.MODULE:
                     continue
-                seen.add(id(target))
-                self.nodes(list(target.body), depth + 1, seen)  # type: ignore[attr-defined]
+                body: list[ast.AST] = list(target.body)  # type: ignore[attr-defined]
             elif binding.kind is BindingKind.ASSIGN and binding.assigned_value is not None:
-                seen.add(id(target))
-                self.nodes([binding.assigned_value], depth + 1, seen)
+                body = [binding.assigned_value]
+            else:
+                continue
+            seen.add(id(target))
+            key = (id(target), depth + 1)
+            cached = self.guards.definition_uses.get(key)
+            if cached is None:
+                cached = self.guards.definition_uses[key] = []
+                _Scan(self.guards, cached).nodes(body, depth + 1, seen)
+            self.found.extend(cached)
 
 
 def held_message(written: str, migrated: str, held: HeldGuard) -> str:

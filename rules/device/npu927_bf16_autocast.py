@@ -9,7 +9,7 @@ from migrator.analysis.names import Ambiguous
 from migrator.analysis.origins import LookThrough, origins_of
 from migrator.diagnostics import Severity
 from migrator.rule import FixSafety, Rule
-from migrator.rules.device._common import TORCH_ROOTS, torch_name
+from migrator.rules.device._common import TORCH_ROOTS, last_name, torch_name
 
 # Autocast entry points, with the position of their `dtype` parameter.
 AUTOCASTS = {
@@ -64,14 +64,19 @@ class Bf16Autocast(Rule):
     NAME = "bf16-autocast"
     SUMMARY = "bf16 autocast (no bf16 on the Atlas training series, Ascend 910)"
     FIX_SAFETY = FixSafety.NONE
-    TRIGGER = ("bfloat16",)
+    TRIGGER = ("autocast",)
 
     def check(self) -> None:
-        if RUNTIME_CHECK in self.source.text:
+        text = self.source.text
+        if RUNTIME_CHECK in text or "bfloat16" not in text:
             return
         origins = origins_of(self.view, DTYPE_VALUES)
+        spellings = {"autocast", *self.index.imported_as(frozenset(AUTOCASTS))}
         for call in self.calls_to(TORCH_ROOTS | {"torch_npu"}):
-            name = torch_name(self.view, call.func)
+            if not self.view.fast or last_name(call.func) in spellings:
+                name = torch_name(self.view, call.func)
+            else:
+                continue
             position = AUTOCASTS.get(name or "")
             if position is None:
                 continue
