@@ -74,6 +74,8 @@ SNIPPETS = [
     "from apex import amp\n_m, _o = amp.initialize(_m0, _o0, opt_level='O1')\n",
     "import torch\n_d = torch.device('cuda:0')\n",
     "import torch\ntorch.cuda.synchronize()\n",
+    "import torch\n_device = 'cuda'\n_on = 'cuda' in _device\n",
+    "import torch\n_s = torch.amp.GradScaler()\n",
 ]
 
 

@@ -13,11 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from migrator.verify.compare import (
+    Autocast,
     OptimizerStep,
     ParamDigest,
     Step,
@@ -381,3 +383,59 @@ def test_a_migrated_program_that_breaks_the_fused_optimizers_contract_cannot_run
     assert expected in result.stderr, output(result)
     assert "they would silently stop training. Move or convert the model" in result.stderr
     assert "the original program" not in result.stderr, output(result)
+
+
+# -- autocast, and an emulated accelerator ---------------------------------------------------------
+
+BF16_ON_THE_ACCELERATOR = (Autocast("accelerator", "bfloat16", True),)
+
+
+def test_a_step_without_the_original_s_autocast_differs_even_with_equal_numbers() -> None:
+    """On a machine without the accelerator autocast is off on both sides, so the numbers agree;
+    what the migrated program asks for is still different."""
+    original = [replace(step(1.0, (1.0,)), autocast=BF16_ON_THE_ACCELERATOR)]
+    migrated = [step(1.0, (1.0,))]
+    first = compare({0: original}, {0: migrated}, FP32).first_difference
+    assert first is not None
+    assert (first.step, first.what) == (1, "the autocast regions")
+    assert first.detail == "no autocast, the original autocast(accelerator, bfloat16)"
+    assert compare({0: original}, {0: original}, FP32).first_difference is None
+
+
+def test_the_tolerance_names_the_autocast_regions_both_ask_for() -> None:
+    steps = [replace(step(1.0, (1.0,)), autocast=BF16_ON_THE_ACCELERATOR)]
+    tolerance = automatic_tolerance(steps, steps)
+    assert tolerance.rule == "fp32"
+    assert "autocast(accelerator, bfloat16) asked for" in tolerance.reason
+
+
+NANOGPT_SHAPED = REPO / "fixtures" / "e2e" / "device_tests"
+
+
+def test_emulated_accelerator_sees_a_migration_that_turns_autocast_off(tmp_path: Path) -> None:
+    """nanoGPT's shape: `device_type = "cuda" if "cuda" in device else "cpu"`. Migrated with the
+    test, the NPU side autocasts like the original; with the test left as `"cuda"` (what the
+    migration did before it moved tests with their values) it silently trains in fp32, and
+    verify says so. Both sides take their accelerator paths on the CPU."""
+    program = tmp_path / "program"
+    shutil.copytree(NANOGPT_SHAPED, program, ignore=shutil.ignore_patterns("__pycache__"))
+    entry = str(program / "train.py")
+    result = npu_migrate_verify("--emulate-accelerator", "--steps", "2", "--migrate", entry)
+    assert result.returncode == 0, output(result)
+    assert "autocast(accelerator, bfloat16) asked for" in result.stdout, output(result)
+    migrated = tmp_path / "migrated"
+    subprocess.run(
+        [sys.executable, "-m", "migrator", "-q", "-o", str(migrated), str(program)],
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    script = migrated / "train.py"
+    fixed = script.read_text()
+    assert 'device_type = "npu" if "npu" in device else "cpu"' in fixed
+    script.write_text(fixed.replace('if "npu" in device', 'if "cuda" in device'))
+    result = npu_migrate_verify("--emulate-accelerator", "--steps", "2", entry, str(script))
+    assert result.returncode == 1, output(result)
+    assert (
+        "different from step 1: the autocast regions: no autocast, the original "
+        "autocast(accelerator, bfloat16)" in result.stdout
+    ), output(result)

@@ -102,6 +102,12 @@ ENTRY = click.Path(exists=True, dir_okay=False, path_type=Path)
     help="Feed every DataLoader fixed random batches shaped like its first real batch.",
 )
 @click.option(
+    "--emulate-accelerator",
+    is_flag=True,
+    help="Run both sides as if they had an accelerator, backed by the CPU (their cuda/npu "
+    "paths, autocast as the CPU's in the requested dtype).",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=1),
     default=600.0,
@@ -135,6 +141,7 @@ class Request:
     synthetic_data: bool
     timeout: float
     program_args: tuple[str, ...]
+    emulate_accelerator: bool = False
 
 
 def verify(request: Request, out: Console, err: Console) -> int:
@@ -153,6 +160,7 @@ def verify(request: Request, out: Console, err: Console) -> int:
         request.synthetic_data,
         request.timeout,
         request.program_args,
+        request.emulate_accelerator,
     )
     with tempfile.TemporaryDirectory(prefix="npu-migrate-verify-") as scratch:
         errors: list[str] = []

@@ -43,10 +43,24 @@ class OptimizerStep:
 
 
 @dataclass(frozen=True)
+class Autocast:
+    """An autocast region a step entered, as the program asked for it."""
+
+    device: str  # "accelerator" (cuda or npu), "cpu", ...
+    dtype: str
+    enabled: bool
+
+    def describe(self) -> str:
+        shown = f"autocast({self.device}, {self.dtype})"
+        return shown if self.enabled else f"{shown} turned off"
+
+
+@dataclass(frozen=True)
 class Step:
     losses: tuple[float, ...]
     optimizers: tuple[OptimizerStep, ...]
     amp: dict[str, str] | None  # {"opt_level": "O2", "half_dtype": "bfloat16"} under apex amp
+    autocast: tuple[Autocast, ...] = ()  # in the order first entered
 
 
 def step_from_json(line: dict[str, Any]) -> Step:
@@ -64,6 +78,10 @@ def step_from_json(line: dict[str, Any]) -> Step:
             for optimizer in line["optimizers"]
         ),
         amp=line.get("amp"),
+        autocast=tuple(
+            Autocast(str(region["device"]), str(region["dtype"]), bool(region["enabled"]))
+            for region in line.get("autocast", [])
+        ),
     )
 
 
@@ -99,6 +117,12 @@ def automatic_tolerance(original: Sequence[Step], migrated: Sequence[Step]) -> T
     amp = next((s.amp for s in (*original[:1], *migrated[:1]) if s.amp is not None), None)
     if amp is None or amp.get("half_dtype") not in HALF_DTYPES:
         reason = "no mixed precision" if amp is None else "amp computes in float32"
+        regions = {r for s in (*original[:1], *migrated[:1]) for r in s.autocast if r.enabled}
+        if amp is None and regions:
+            # torch's autocast computes the same on both sides when both ask for the same: the
+            # regions are compared as such (compare_step), the numbers as fp32.
+            shown = ", ".join(sorted(region.describe() for region in regions))
+            reason = f"no apex amp; {shown} asked for, compared region by region"
         return Tolerance(1e-5, 1e-7, "fp32", reason)
     precision = f"amp {amp.get('opt_level')} in {amp.get('half_dtype')}"
     pairs = optimizer_pairs(original, migrated)
@@ -236,6 +260,11 @@ def compare_step(
     """The first difference of one step (losses first, then parameters in optimizer order) and
     the largest parameter difference of the step."""
     found: list[Difference] = []
+    if set(original.autocast) != set(migrated.autocast):
+        # Before the losses: it explains them (and on a machine without the accelerator the
+        # losses may agree while the accelerator would compute in another precision).
+        detail = f"{describe_autocast(migrated)}, the original {describe_autocast(original)}"
+        found.append(Difference(step, rank, "the autocast regions", detail))
     if len(original.losses) != len(migrated.losses):
         detail = f"{len(migrated.losses)} losses, the original {len(original.losses)}"
         found.append(Difference(step, rank, "the losses", detail))
@@ -261,6 +290,12 @@ def compare_step(
         if largest is not None:
             worst = largest if worst is None else max(worst, largest)
     return (found[0] if found else None), worst
+
+
+def describe_autocast(step: Step) -> str:
+    if not step.autocast:
+        return "no autocast"
+    return ", ".join(region.describe() for region in step.autocast)
 
 
 def compare_params(

@@ -58,6 +58,7 @@ class Settings:
     synthetic_data: bool
     timeout_s: float
     program_args: tuple[str, ...]
+    emulate_accelerator: bool = False  # both sides see an accelerator backed by the CPU
 
 
 @dataclass
@@ -116,6 +117,7 @@ def child_env(
     for flag, on in (
         ("NPU_MIGRATE_VERIFY_SHIM", side.shim),
         ("NPU_MIGRATE_VERIFY_SYNTHETIC", settings.synthetic_data),
+        ("NPU_MIGRATE_VERIFY_ACCELERATOR", settings.emulate_accelerator),
     ):
         if on:
             env[flag] = "1"

@@ -1,7 +1,7 @@
 """Shared knowledge of the CUDA-to-NPU device rules (NPU3xx, NPU92x). Not a rule itself.
 
 - what ``torch_npu`` provides under ``torch.npu`` (the ``torch.cuda`` names that map one to one);
-- the device-agnostic replacements used with ``--target accelerator``;
+- the import every fix needs on the run's target (the target's spellings: :mod:`._target`);
 - where an expression is a *device* (so that ``"cuda"`` there is a device string, and ``"cuda"`` in
   a log line is not): :func:`device_positions`;
 - which expressions are known to be integer device indices: :func:`int_index`.
@@ -19,12 +19,13 @@ from typing import ClassVar
 from migrator.analysis.calls import StringLiteral, argument, keyword, positional, string_literal
 from migrator.analysis.index import full_name
 from migrator.analysis.names import Ambiguous
+from migrator.analysis.origins import DEVICE_VALUES, Origins, origins_of
 from migrator.analysis.scopes import Binding
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
-from migrator.settings import Target
+from migrator.rules.device._target import device_target
 
 # torch.cuda names that torch_npu mirrors under torch.npu with the same signature.
 NPU_CUDA_API = frozenset(
@@ -66,32 +67,6 @@ UNSUPPORTED_HINTS = {
 # torch.cuda names that a report-only rule explains; NPU302 leaves them to it.
 REPORTED_BY_OTHER_RULES = {"get_device_capability": "NPU922", "nvtx": "NPU924"}
 
-# --target accelerator: torch.cuda.X -> torch.accelerator.Y (torch >= 2.6; memory: >= 2.8).
-ACCELERATOR_API = {
-    "is_available": "is_available",
-    "device_count": "device_count",
-    "current_device": "current_device_index",
-    "set_device": "set_device_index",
-    "synchronize": "synchronize",
-    "current_stream": "current_stream",
-    "set_stream": "set_stream",
-    "empty_cache": "empty_cache",
-    "memory_allocated": "memory_allocated",
-    "max_memory_allocated": "max_memory_allocated",
-    "memory_reserved": "memory_reserved",
-    "max_memory_reserved": "max_memory_reserved",
-    "memory_stats": "memory_stats",
-    "reset_peak_memory_stats": "reset_peak_memory_stats",
-    "reset_accumulated_memory_stats": "reset_accumulated_memory_stats",
-}
-# --target accelerator: torch.cuda.X -> torch.X (generic stream and event classes, torch >= 2.5).
-ACCELERATOR_TORCH_API = {"Stream": "Stream", "Event": "Event"}
-# Everything else of NPU_CUDA_API under --target accelerator: torch.get_device_module().X
-# (torch >= 2.3), which is torch.cuda on a GPU and torch.npu on an NPU.
-
-ACCELERATOR_DEVICE = "torch.accelerator.current_accelerator()"
-ACCELERATOR_TYPE = "torch.accelerator.current_accelerator().type"
-
 # Device strings: "cuda", "cuda:0", and the templates "cuda:{}", "cuda:%d" that code formats.
 CUDA_DEVICE_TEXT = re.compile(r"cuda(:(\d+|%[ds]|\{[^{}]*\}))?")
 CUDA_FSTRING_HEAD = re.compile(r"cuda(:)?")
@@ -100,6 +75,8 @@ CUDA_FSTRING_HEAD = re.compile(r"cuda(:)?")
 # train_device, and in any case (yacs configs write `_C.MODEL.DEVICE = "cuda"`). Also
 # dist_backend, backend, args.backend, DIST_BACKEND for the backend rule.
 DEVICE_NAME = re.compile(r"(.*_)?device", re.IGNORECASE)
+# A name that says it holds a device type: device_type, amp_device_type (autocast's spelling).
+DEVICE_TYPE_NAME = re.compile(r"(.*_)?device_type", re.IGNORECASE)
 BACKEND_NAME = re.compile(r"(.*_)?backend", re.IGNORECASE)
 # Names that conventionally hold an integer device index (ranks and GPU ids).
 RANK_NAME = re.compile(r"(local_)?rank")
@@ -126,14 +103,8 @@ class Place(enum.Enum):
 
 def add_device_import(rule: Rule) -> None:
     """Every NPU-target fix needs ``import torch_npu``; device-agnostic code needs only torch."""
-    if rule.settings.target is Target.NPU:
-        rule.add_import("torch_npu", after="torch")
-    else:
-        rule.add_import("torch")
-
-
-def is_accelerator(rule: Rule) -> bool:
-    return rule.settings.target is Target.ACCELERATOR
+    target = device_target(rule)
+    rule.add_import(target.import_module, after=target.import_after)
 
 
 def expression(code: str) -> cst.BaseExpression:
@@ -241,7 +212,7 @@ DEVICE_MESHES = {
 DEVICE_MESH_FROM_GROUP = {f"{module}.DeviceMesh.from_group" for module in _MESH_MODULES}
 
 
-def device_positions(view: FileView) -> Iterator[tuple[ast.AST, Place]]:
+def device_positions(view: FileView) -> Iterator[tuple[ast.expr, Place]]:
     """Every expression of the module that is used as a device (or a device type).
 
     Calls: ``torch.device(x)``, ``.to(x)``, ``f(device=x)``, ``f(map_location=x)`` (the values of a
@@ -249,23 +220,37 @@ def device_positions(view: FileView) -> Iterator[tuple[ast.AST, Place]]:
     ``torch.autocast(x)``, ``f(device_type=x)``, ``torch.amp.GradScaler(x)``,
     ``torch.set_default_device(x)``, ``init_device_mesh(x, ...)``, ``DeviceMesh(x, ...)``,
     ``DeviceMesh.from_group(g, x)``. Also comparisons with ``<expr>.device.type`` or a
-    ``*device`` name, assignments to a ``*device`` name or attribute (any case),
-    ``*device`` parameter defaults, and the default and choices of an ``--*device``
-    command-line option or absl flag."""
+    ``*device`` / ``*device_type`` name, assignments to such a name or attribute (any case),
+    such parameter defaults, and the default and choices of an ``--*device`` command-line
+    option or absl flag."""
     index = view.index
     for call in index.nodes(ast.Call):
         yield from _call_positions(view, call)
     for comparison in index.nodes(ast.Compare):
         yield from _comparison_positions(comparison)
     for assign in index.nodes(ast.Assign):
-        if any(names_match(target, DEVICE_NAME) for target in assign.targets):
-            yield assign.value, Place.DEVICE
+        place = next(filter(None, map(named_place, assign.targets)), None)
+        if place is not None:
+            yield assign.value, place
     for annotated in index.nodes(ast.AnnAssign):
-        if annotated.value is not None and names_match(annotated.target, DEVICE_NAME):
-            yield annotated.value, Place.DEVICE
+        place = named_place(annotated.target)
+        if annotated.value is not None and place is not None:
+            yield annotated.value, place
     for parameter, default in parameter_defaults(view):
         if DEVICE_NAME.fullmatch(parameter.arg):
             yield default, Place.DEVICE
+        elif DEVICE_TYPE_NAME.fullmatch(parameter.arg):
+            yield default, Place.DEVICE_TYPE
+
+
+def named_place(node: ast.AST) -> Place | None:
+    """What a name or attribute holds by its name: ``device`` a device, ``device_type`` a
+    device type, anything else nothing the device rules know."""
+    if names_match(node, DEVICE_NAME):
+        return Place.DEVICE
+    if names_match(node, DEVICE_TYPE_NAME):
+        return Place.DEVICE_TYPE
+    return None
 
 
 def parameter_defaults(view: FileView) -> Iterator[tuple[ast.arg, ast.expr]]:
@@ -280,7 +265,7 @@ def parameter_defaults(view: FileView) -> Iterator[tuple[ast.arg, ast.expr]]:
                 yield keyword_only, value
 
 
-def _call_positions(view: FileView, call: ast.Call) -> Iterator[tuple[ast.AST, Place]]:
+def _call_positions(view: FileView, call: ast.Call) -> Iterator[tuple[ast.expr, Place]]:
     name = torch_name(view, call.func)
     first = positional(call)[:1]
     if name in DEVICE_CONSTRUCTORS:
@@ -327,27 +312,25 @@ def _element_value(element: ast.expr) -> ast.expr:
     return element.value if isinstance(element, ast.Starred) else element
 
 
-def _comparison_positions(node: ast.Compare) -> Iterator[tuple[ast.AST, Place]]:
+def _comparison_positions(node: ast.Compare) -> Iterator[tuple[ast.expr, Place]]:
     operands = [node.left, *node.comparators]
     for index, operator in enumerate(node.ops):
         if not isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
             continue
         left, right = operands[index], operands[index + 1]
-        if _names_a_device(left):
-            yield right, Place.DEVICE_TYPE if _is_device_type(left) else Place.DEVICE
-        elif _names_a_device(right):
-            yield left, Place.DEVICE_TYPE if _is_device_type(right) else Place.DEVICE
+        place = _compared_place(left)
+        if place is not None:
+            yield right, place
+        elif (place := _compared_place(right)) is not None:
+            yield left, place
 
 
-def _names_a_device(node: ast.AST) -> bool:
-    """``x.device``, ``x.device.type``, ``device``, ``args.device``."""
+def _compared_place(node: ast.AST) -> Place | None:
+    """``x.device``, ``device``, ``args.device`` (a device); ``x.device.type``,
+    ``device_type`` (a device type)."""
     if isinstance(node, ast.Attribute) and node.attr == "type":
-        return names_match(node.value, DEVICE_NAME)
-    return names_match(node, DEVICE_NAME)
-
-
-def _is_device_type(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "type"
+        return Place.DEVICE_TYPE if names_match(node.value, DEVICE_NAME) else None
+    return named_place(node)
 
 
 def is_add_argument(call: ast.Call) -> bool:
@@ -420,55 +403,20 @@ def option_matches(view: FileView, call: ast.Call, pattern: re.Pattern[str]) -> 
 # -- values that reach a position ----------------------------------------------------------------
 
 
-def values_reaching(view: FileView, node: ast.AST, depth: int = 0) -> Iterator[ast.AST]:
-    """The literal-ish expressions that may be the value of ``node``.
-
-    Looks through ``a if c else b``, ``a or b``, ``"cuda:{}".format(i)``, ``"cuda:%d" % i`` and
-    names assigned in the same scope (``loc = "cuda:{}".format(gpu)`` then ``map_location=loc``).
-    """
-    if depth > 4:
-        return
-    if isinstance(node, ast.IfExp):
-        yield from values_reaching(view, node.body, depth + 1)
-        yield from values_reaching(view, node.orelse, depth + 1)
-    elif isinstance(node, ast.BoolOp):
-        # libcst nests `a or b or c` as ((a or b) or c): the same depths here.
-        values = node.values
-        for position, value in enumerate(values):
-            nesting = len(values) - max(position, 1)
-            yield from values_reaching(view, value, depth + nesting)
-    elif (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "format"
-        and simple_string(view, node.func.value) is not None
-    ):
-        yield node.func.value
-    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-        if simple_string(view, node.left) is not None:
-            yield node.left
-    elif isinstance(node, ast.Name):
-        for value in assigned_values(view, node):
-            yield from values_reaching(view, value, depth + 1)
-    else:
-        yield node
+def device_origins(view: FileView) -> Origins:
+    """The file's value-origin analysis under the device rules' policy
+    (:data:`~migrator.analysis.origins.DEVICE_VALUES`): names through the assignments that
+    reach them (tuple unpacking and ``:=`` included), ``a if c else b``, ``a or b``, the
+    templates ``"cuda:{}".format(i)`` / ``"cuda:%d" % i``; a dictionary, an attribute, a call
+    and a parameter (``ast.arg``) are origins."""
+    return origins_of(view, DEVICE_VALUES)
 
 
-def assigned_values(view: FileView, name: ast.Name) -> list[ast.expr]:
-    """The right-hand sides of plain ``name = value`` statements that bind ``name`` here."""
-    values = []
-    for binding in view.index.bindings_of(name):
-        statement = binding.statement
-        if isinstance(statement, ast.Assign):
-            whole = all(isinstance(t, ast.Name) and t.id == name.id for t in statement.targets)
-            value: ast.expr | None = statement.value if whole else None
-        elif isinstance(statement, ast.AnnAssign):
-            value = statement.value
-        else:
-            value = None
-        if value is not None:
-            values.append(value)
-    return values
+def values_reaching(view: FileView, node: ast.expr) -> list[ast.expr]:
+    """The expressions that may be the value of ``node`` (:func:`device_origins`, without the
+    parameters): ``loc = "cuda:{}".format(gpu)`` then ``map_location=loc`` reaches
+    ``"cuda:{}"``."""
+    return [origin for origin in device_origins(view).of(node) if isinstance(origin, ast.expr)]
 
 
 @dataclass(frozen=True)
@@ -479,8 +427,8 @@ class DeviceFlow:
     Computed once per file (:func:`device_flow`): NPU303 rewrites the literals it reaches,
     NPU925 reports the ``"cuda"`` literals it does not."""
 
-    positions: tuple[tuple[ast.AST, Place], ...]
-    reached: tuple[tuple[ast.AST, Place], ...]
+    positions: tuple[tuple[ast.expr, Place], ...]
+    reached: tuple[tuple[ast.expr, Place], ...]
 
 
 def device_flow(view: FileView) -> DeviceFlow:
@@ -495,6 +443,27 @@ def _device_flow(view: FileView) -> DeviceFlow:
         (value, place) for position, place in positions for value in values_reaching(view, position)
     )
     return DeviceFlow(positions, reached)
+
+
+def moved_device_literals(view: FileView) -> dict[int, ast.expr]:
+    """The CUDA device strings NPU303 rewrites in this file (the values that reach a device
+    position and fit it), by ``id``, in source order: the values that move to the NPU."""
+    return view.memo("moved-device-literals", lambda: _moved_device_literals(view))
+
+
+def _moved_device_literals(view: FileView) -> dict[int, ast.expr]:
+    moved: dict[int, ast.expr] = {}
+    for value, place in device_flow(view).reached:
+        if is_cuda_device_string(view, value) and fits_place(view, value, place):
+            moved.setdefault(id(value), value)
+    return dict(sorted(moved.items(), key=lambda item: view.source.start(item[1])))
+
+
+def fits_place(view: FileView, node: ast.AST, place: Place) -> bool:
+    """A device type position takes ``"cuda"``, not ``"cuda:0"``."""
+    if place is Place.DEVICE:
+        return True
+    return isinstance(node, ast.Constant) and string_body(view, node) == "cuda"
 
 
 # -- integer device indices ----------------------------------------------------------------------

@@ -12,16 +12,14 @@ from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_DEVICE,
-    ACCELERATOR_TYPE,
     Index,
     add_device_import,
     expression,
     int_index,
-    is_accelerator,
     string_body,
     torch_name,
 )
+from migrator.rules.device._target import DeviceTarget, NoCounterpart, device_target
 
 METHOD_REFERENCES = {"torch.Tensor.cuda", "torch.nn.Module.cuda"}
 
@@ -80,44 +78,54 @@ class CudaMethod(Rule):
     def _check_call(self, call: ast.Call, func: ast.Attribute) -> None:
         if torch_name(self.view, func) == "torch.cuda":  # the module, not a method
             return
-        if is_accelerator(self):
-            self._to_accelerator(call, func)
+        target = device_target(self)
+        method = target.cuda_method
+        if isinstance(method, NoCounterpart):
+            self._to_device(call, func, target)
             return
-        if self.fix(self.attr_position(func), "`.cuda(...)` -> `.npu(...)`", self._rename(func)):
+        message = f"`.cuda(...)` -> `.{method}(...)`"
+        if self.fix(self.attr_position(func), message, self._rename(func, method)):
             add_device_import(self)
 
     def _check_reference(self, attribute: ast.Attribute) -> None:
-        """``map(torch.Tensor.cuda, batch)``: the unbound method, not a call."""
-        if is_accelerator(self) or torch_name(self.view, attribute) not in METHOD_REFERENCES:
+        """``map(torch.Tensor.cuda, batch)``: the unbound method, not a call (left alone where
+        the target has no method)."""
+        method = device_target(self).cuda_method
+        if isinstance(method, NoCounterpart):
             return
-        if self.fix(self.attr_position(attribute), "`.cuda` -> `.npu`", self._rename(attribute)):
+        if torch_name(self.view, attribute) not in METHOD_REFERENCES:
+            return
+        message = f"`.cuda` -> `.{method}`"
+        if self.fix(self.attr_position(attribute), message, self._rename(attribute, method)):
             add_device_import(self)
 
-    def _rename(self, attribute: ast.Attribute) -> NodeEdit:
+    def _rename(self, attribute: ast.Attribute, method: str) -> NodeEdit:
         return self.replace(
-            attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name("npu"))
+            attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name(method))
         )
 
-    def _to_accelerator(self, call: ast.Call, func: ast.Attribute) -> None:
+    def _to_device(self, call: ast.Call, func: ast.Attribute, target: DeviceTarget) -> None:
+        """``.cuda()`` -> ``.to(<current device>)``, ``.cuda(i)`` -> ``.to(torch.device(<type>,
+        i))``: the spelling of a target without a per-device tensor method."""
         device_arg = argument(call, "device", 0)
         # an index, or None for "the current device": torch.device(type, None) accepts both
         if device_arg is not None and int_index(self.view, device_arg.value) is Index.NO:
             self.report(
                 device_arg.node,
                 "`.cuda(<device>)` with a device that is not an index: pass the device to "
-                "`.to(...)` by hand (device-agnostic target)",
+                f"`.to(...)` by hand ({target.described})",
             )
             return
         index = device_arg.index if device_arg is not None else None
 
-        def to_accelerator(node: cst.Call) -> cst.Call:
+        def to_device(node: cst.Call) -> cst.Call:
             rest = list(node.args)
             if index is None:
-                device: cst.BaseExpression = expression(ACCELERATOR_DEVICE)
+                device: cst.BaseExpression = expression(target.current_device)
             else:
                 device = cst.Call(
                     func=expression("torch.device"),
-                    args=[cst.Arg(expression(ACCELERATOR_TYPE)), cst.Arg(rest[index].value)],
+                    args=[cst.Arg(expression(target.device_type)), cst.Arg(rest[index].value)],
                 )
                 rest = list(remove_arg_objects(node, [rest[index]]).args)
             first = cst.Arg(device)
@@ -129,7 +137,7 @@ class CudaMethod(Rule):
                 func=node.func.with_changes(attr=cst.Name("to")), args=[first, *rest]
             )
 
-        edit = self.replace(call, cst.Call, to_accelerator)
+        edit = self.replace(call, cst.Call, to_device)
         if self.fix(self.attr_position(func), "`.cuda(...)` -> `.to(<current accelerator>)`", edit):
             add_device_import(self)
 

@@ -14,9 +14,6 @@ from migrator.diagnostics import Diagnostic
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_API,
-    ACCELERATOR_TORCH_API,
-    ACCELERATOR_TYPE,
     NPU_CUDA_AMP_API,
     NPU_CUDA_API,
     REPORTED_BY_OTHER_RULES,
@@ -24,15 +21,15 @@ from migrator.rules.device._common import (
     UNSUPPORTED_HINTS,
     add_device_import,
     expression,
-    is_accelerator,
     shell_finding,
     string_body,
     torch_name,
 )
+from migrator.rules.device._guards import held_guards, held_message
+from migrator.rules.device._target import NPU_IMPORTED_MODULES, NoCounterpart, device_target
 
-# import-time module names: torch.npu only exists once torch_npu is imported, so imports name
-# torch_npu's own module, which works wherever the line sits.
-IMPORTED_MODULES = {"torch.cuda": "torch_npu.npu", "torch.cuda.amp": "torch_npu.npu.amp"}
+# The modules whose imports are rewritten (to the target's module, see DeviceTarget).
+IMPORTED_MODULES = frozenset(NPU_IMPORTED_MODULES)
 
 # Functions whose first argument names what a test replaces ("torch.cuda.current_stream").
 PATCHERS = frozenset({"unittest.mock.patch", "mock.patch"})
@@ -107,18 +104,20 @@ class TorchCudaApi(Rule):
             )
 
     def check(self) -> None:
+        target = device_target(self)
+        by_member = isinstance(target.cuda_module_attribute, NoCounterpart)
         for attribute in self.index.attributes("cuda"):
             self._check_cuda(attribute)
-            if is_accelerator(self):
+            if by_member:
                 parent = self.index.parent(attribute)
                 member = isinstance(parent, ast.Attribute) and parent.value is attribute
                 if member and self._is_torch_cuda(attribute):
                     assert isinstance(parent, ast.Attribute)
-                    self._accelerator_member(parent)
+                    self._member(parent)
         self._check_alias_members()
-        if is_accelerator(self):
+        if target.amp_calls:
             for call in self.calls_to(TORCH_ROOTS):
-                self._accelerator_call(call)
+                self._amp_call(call)
         for plain in self.index.nodes(ast.Import):
             self._check_import(plain)
         for from_import in self.index.nodes(ast.ImportFrom):
@@ -147,19 +146,19 @@ class TorchCudaApi(Rule):
         member, sub = parts[2], parts[3] if len(parts) > 3 else None
         if member in REPORTED_BY_OTHER_RULES or self._unsupported(member, sub):
             return  # the code keeps (and NPU302 reports) the CUDA name: so does the test
-        new = "torch.npu." + body.removeprefix("torch.cuda.")
+        prefix = device_target(self).patch_prefix
+        if isinstance(prefix, NoCounterpart):
+            self.report(
+                constant,
+                f"this patches `{body}`, which the migrated code no longer calls: {prefix.reason}",
+            )
+            return
+        new = prefix + body.removeprefix("torch.cuda.")
         if isinstance(patcher, Ambiguous):
             self.report(
                 constant,
                 f"cannot tell whether this is `unittest.mock.patch`: {patcher.describe()}; if it "
                 f"is, patch `{new}`, which the migrated code calls instead of `{body}`",
-            )
-            return
-        if is_accelerator(self):
-            self.report(
-                constant,
-                f"this patches `{body}`, which the migrated code no longer calls: patch the "
-                "`torch.accelerator` / `torch.get_device_module()` name it calls instead",
             )
             return
         edit = self.replace(
@@ -229,25 +228,41 @@ class TorchCudaApi(Rule):
         member, sub = self._members(node)
         if member in REPORTED_BY_OTHER_RULES:
             return
+        held = held_guards(self.view, self.project, self.context.path).get(id(node))
+        if held is not None:
+            member_node = self.index.parent(node)
+            call = self.index.parent(member_node) if member_node is not None else None
+            assert isinstance(call, ast.Call)
+            written = self.view.written(call)
+            target = device_target(self)
+            renamed = target.cuda_module_attribute
+            new = (
+                written.replace("cuda", renamed, 1)
+                if isinstance(renamed, str)
+                else f"{target.cuda_api.get(member or '', target.device_module)}()"
+            )
+            self.report(self.attr_position(node), held_message(written, new, held), held.severity)
+            return
         if self._unsupported(member, sub):
             self._report_unsupported(node, member, sub)
             return
         at = self.attr_position(node)
-        if is_accelerator(self):
+        target = device_target(self)
+        renamed = target.cuda_module_attribute
+        if isinstance(renamed, NoCounterpart):
             if member is not None:
-                return  # rewritten with its member, in _accelerator_member / _accelerator_call
-            edit = self.replace(
-                node, cst.Attribute, lambda _: expression("torch.get_device_module()")
-            )
-            if self.fix(at, "`torch.cuda` -> `torch.get_device_module()`", edit):
+                return  # rewritten with its member, in _member / _amp_call
+            module = target.device_module
+            edit = self.replace(node, cst.Attribute, lambda _: expression(module))
+            if self.fix(at, f"`torch.cuda` -> `{module}`", edit):
                 add_device_import(self)
             return
         dotted = ".".join(p for p in (member, sub) if p)
         dotted = f".{dotted}" if dotted else ""
         edit = self.replace(
-            node, cst.Attribute, lambda attribute: attribute.with_changes(attr=cst.Name("npu"))
+            node, cst.Attribute, lambda attribute: attribute.with_changes(attr=cst.Name(renamed))
         )
-        if self.fix(at, f"`torch.cuda{dotted}` -> `torch.npu{dotted}`", edit):
+        if self.fix(at, f"`torch.cuda{dotted}` -> `torch.{renamed}{dotted}`", edit):
             add_device_import(self)
 
     def _report_unsupported(
@@ -280,35 +295,33 @@ class TorchCudaApi(Rule):
             elif base == "torch.cuda.amp" and member not in NPU_CUDA_AMP_API:
                 self._report_unsupported(attribute, "amp", member)
 
-    # -- --target accelerator ----------------------------------------------------------------
+    # -- targets that spell each member on its own (--target accelerator) ----------------------
 
-    def _accelerator_member(self, node: ast.Attribute) -> None:
+    def _member(self, node: ast.Attribute) -> None:
         member = node.attr
         if member in REPORTED_BY_OTHER_RULES or member not in NPU_CUDA_API or member == "amp":
             return
-        if member in ACCELERATOR_API:
-            code = f"torch.accelerator.{ACCELERATOR_API[member]}"
-        elif member in ACCELERATOR_TORCH_API:
-            code = f"torch.{ACCELERATOR_TORCH_API[member]}"
-        else:
-            code = f"torch.get_device_module().{member}"
+        target = device_target(self)
+        code = target.cuda_api.get(member, f"{target.device_module}.{member}")
         edit = self.replace(node, cst.Attribute, lambda _: expression(code))
         if self.fix(self.attr_position(node), f"`torch.cuda.{member}` -> `{code}`", edit):
             add_device_import(self)
 
-    def _accelerator_call(self, call: ast.Call) -> None:
+    def _amp_call(self, call: ast.Call) -> None:
+        """``torch.cuda.amp.autocast(...)`` / ``GradScaler(...)`` spelled out, on a target that
+        names the device type instead (``torch.autocast(<type>, ...)``)."""
         name = torch_name(self.view, call.func)
-        if name == "torch.cuda.amp.autocast" and self._is_written_out(call.func):
-            if positional(call):
-                self.report(
-                    call,
-                    "`torch.cuda.amp.autocast(...)` with positional arguments: their order differs "
-                    "in `torch.autocast(device_type, dtype, enabled, ...)`; rewrite by hand",
-                )
-                return
-            self._with_device_type(call, "torch.autocast")
-        elif name == "torch.cuda.amp.GradScaler" and self._is_written_out(call.func):
-            self._with_device_type(call, "torch.amp.GradScaler")
+        replacement = device_target(self).amp_calls.get(name or "")
+        if replacement is None or not self._is_written_out(call.func):
+            return
+        if name == "torch.cuda.amp.autocast" and positional(call):
+            self.report(
+                call,
+                "`torch.cuda.amp.autocast(...)` with positional arguments: their order differs "
+                "in `torch.autocast(device_type, dtype, enabled, ...)`; rewrite by hand",
+            )
+            return
+        self._with_device_type(call, replacement)
 
     def _is_written_out(self, func: ast.AST) -> bool:
         """``torch.cuda.amp.X`` spelled in full (imported names are reported at the import)."""
@@ -325,7 +338,7 @@ class TorchCudaApi(Rule):
         def with_device_type(node: cst.Call) -> cst.Call:
             comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
             device_type = cst.Arg(
-                expression(ACCELERATOR_TYPE),
+                expression(device_target(self).device_type),
                 comma=comma if node.args else cst.MaybeSentinel.DEFAULT,
             )
             return node.with_changes(func=expression(replacement), args=[device_type, *node.args])
@@ -341,10 +354,11 @@ class TorchCudaApi(Rule):
             module = alias.name
             if module not in IMPORTED_MODULES or alias.asname is None:
                 continue  # `import torch.cuda` binds `torch`: its uses are rewritten instead
-            if is_accelerator(self):
-                self._report_accelerator_import(alias, module)
+            modules = device_target(self).imported_modules
+            if isinstance(modules, NoCounterpart):
+                self._report_import(alias, module, modules)
                 continue
-            target = IMPORTED_MODULES[module]
+            target = modules[module]
 
             def renamed(node: cst.ImportAlias, target: str = target) -> cst.ImportAlias:
                 new_name = expression(target)
@@ -364,15 +378,16 @@ class TorchCudaApi(Rule):
             return
         if module not in IMPORTED_MODULES:
             return
+        modules = device_target(self).imported_modules
         if any(alias.name == "*" for alias in statement.names):
             self.report(
                 statement,
                 f"`from {module} import *`: import the names you use from "
-                f"`{IMPORTED_MODULES[module]}` instead",
+                f"`{NPU_IMPORTED_MODULES[module]}` instead",
             )
             return
-        if is_accelerator(self):
-            self._report_accelerator_import(statement, module)
+        if isinstance(modules, NoCounterpart):
+            self._report_import(statement, module, modules)
             return
         supported = NPU_CUDA_API if module == "torch.cuda" else NPU_CUDA_AMP_API
         missing = [a.name for a in statement.names if a.name not in supported]
@@ -384,7 +399,7 @@ class TorchCudaApi(Rule):
                 *((missing[0], None) if module == "torch.cuda" else ("amp", missing[0])),
             )
             return
-        target = IMPORTED_MODULES[module]
+        target = modules[module]
 
         def rehomed(node: cst.ImportFrom) -> cst.ImportFrom:
             new_module = expression(target)
@@ -402,30 +417,32 @@ class TorchCudaApi(Rule):
         cuda = [a for a in statement.names if a.name == "cuda"]
         if not cuda:
             return
-        if is_accelerator(self) or len(statement.names) > 1:
+        target = device_target(self)
+        renamed = target.cuda_module_attribute
+        if isinstance(renamed, NoCounterpart) or len(statement.names) > 1:
             self.report(
                 statement,
                 "`from torch import cuda` together with other names: import `cuda` on its own "
                 "line as `from torch_npu import npu as cuda`",
             )
             return
+        home = target.import_module
 
         def rehomed(node: cst.ImportFrom) -> cst.ImportFrom:
             assert not isinstance(node.names, cst.ImportStar)
             alias = node.names[0]
             asname = alias.asname or cst.AsName(name=cst.Name("cuda"))
             return node.with_changes(
-                module=cst.Name("torch_npu"),
-                names=[alias.with_changes(name=cst.Name("npu"), asname=asname)],
+                module=cst.Name(home),
+                names=[alias.with_changes(name=cst.Name(renamed), asname=asname)],
             )
 
         edit = self.replace(statement, cst.ImportFrom, rehomed)
-        if self.fix(statement, "`from torch import cuda` -> `from torch_npu import npu`", edit):
+        message = f"`from torch import cuda` -> `from {home} import {renamed}`"
+        if self.fix(statement, message, edit):
             add_device_import(self)
 
-    def _report_accelerator_import(self, node: ast.AST, module: str) -> None:
+    def _report_import(self, node: ast.AST, module: str, absent: NoCounterpart) -> None:
         self.report(
-            node,
-            f"importing from `{module}` cannot be made device-agnostic: import torch and use "
-            "`torch.accelerator`, `torch.get_device_module()` or `torch.amp` at the call sites",
+            node, f"importing from `{module}` cannot be made device-agnostic: {absent.reason}"
         )

@@ -8,15 +8,14 @@ from migrator.analysis.calls import arguments, keyword, positional
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_TYPE,
     DEVICE_CONSTRUCTORS,
     Index,
     add_device_import,
     expression,
     int_index,
-    is_accelerator,
     torch_name,
 )
+from migrator.rules.device._target import device_target
 
 
 class IntDevice(Rule):
@@ -121,14 +120,16 @@ class IntDevice(Rule):
             add_device_import(self)
 
     def _device_code(self, value: ast.expr, code: str) -> str | None:
-        if is_accelerator(self):
-            return f"torch.device({ACCELERATOR_TYPE}, {code})"
+        target = device_target(self)
+        if target.int_device_call is not None:
+            return target.int_device_call.format(index=code)
+        name = target.device_type_name
         if isinstance(value, ast.Constant):
-            return f'"npu:{code}"'
+            return f'"{name}:{code}"'
         if "\n" in code or ("'" in code and '"' in code):
             return None  # cannot sit inside a single-line f-string on Python < 3.12
         quote = "'" if '"' in code else '"'
-        return f"f{quote}npu:{{{code}}}{quote}"
+        return f"f{quote}{name}:{{{code}}}{quote}"
 
 
 def _takes_an_index(name: object) -> bool:

@@ -9,16 +9,15 @@ from collections.abc import Iterator
 
 from migrator.analysis.calls import argument, keyword
 from migrator.analysis.index import full_name
+from migrator.analysis.names import Ambiguous
 from migrator.diagnostics import Diagnostic
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_DEVICE,
     BACKEND_NAME,
     TORCH_ROOTS,
     add_device_import,
     expression,
-    is_accelerator,
     names_match,
     option_values,
     parameter_defaults,
@@ -28,6 +27,7 @@ from migrator.rules.device._common import (
     torch_name,
     values_reaching,
 )
+from migrator.rules.device._target import DeviceTarget, NoCounterpart, device_target
 
 # The process-group constructors that take a backend, with the backend's position.
 _GROUP_CONSTRUCTORS = {
@@ -45,7 +45,7 @@ BACKEND_POSITIONS = {
 LITERAL_TYPES = {"typing.Literal", "typing_extensions.Literal"}
 GET_BACKEND = "torch.distributed.get_backend"
 IS_NCCL_AVAILABLE = "torch.distributed.is_nccl_available"
-ACCELERATOR_BACKEND = f"torch.distributed.get_default_backend_for_device({ACCELERATOR_DEVICE})"
+BACKEND_NCCL = "torch.distributed.Backend.NCCL"
 # "cpu:gloo,cuda:nccl": one backend per device type
 PER_DEVICE_BACKENDS = re.compile(r"(\w+:\w+,)*\w+:\w+")
 
@@ -95,7 +95,7 @@ class NcclBackend(Rule):
     NAME = "nccl-backend"
     SUMMARY = '`"nccl"` distributed backend'
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = ("nccl",)
+    TRIGGER = ("nccl", "NCCL")
 
     @classmethod
     def scan_shell_line(cls, code: str, path: str, number: int) -> Iterator[Diagnostic]:
@@ -114,7 +114,7 @@ class NcclBackend(Rule):
         for position in _backend_positions(self):
             for value in values_reaching(self.view, position):
                 if isinstance(value, ast.Constant):
-                    if _new_backend_text(self, value) is not None:
+                    if _nccl_text(self, value) is not None:
                         targets.setdefault(id(value), value)
                 elif _mentions_nccl(self, value):
                     self.report(
@@ -124,20 +124,22 @@ class NcclBackend(Rule):
                     )
         for value in sorted(targets.values(), key=lambda v: (v.lineno, v.col_offset)):
             self._rewrite(value)
+        for attribute in self.index.attributes("NCCL"):
+            self._backend_member(attribute)
         for call in self.calls_to(TORCH_ROOTS):
             if torch_name(self.view, call.func) == IS_NCCL_AVAILABLE:
                 self._is_nccl_available(call)
 
     def _rewrite(self, node: ast.Constant) -> None:
-        text = _new_backend_text(self, node)
-        assert text is not None
+        target = device_target(self)
+        text = _new_backend_text(self, node, target)
         old = self.code(node)
-        if is_accelerator(self):
-            if string_body(self.view, node) != "nccl":
-                self.report(node, "per-device backend string: add the accelerator's by hand")
-                return
-            new = ACCELERATOR_BACKEND
-            edit = self.replace(node, cst.SimpleString, lambda _: expression(ACCELERATOR_BACKEND))
+        if isinstance(text, NoCounterpart):
+            self.report(node, f"per-device backend string: {text.reason}")
+            return
+        if text is None:
+            new = target.backend
+            edit = self.replace(node, cst.SimpleString, lambda _: expression(new))
         else:
             literal = simple_string(self.view, node)
             assert literal is not None
@@ -153,41 +155,90 @@ class NcclBackend(Rule):
         if self.fix(node, f"{old} -> {new}", edit):
             add_device_import(self)
 
-    def _is_nccl_available(self, call: ast.Call) -> None:
-        if is_accelerator(self):
+    def _backend_member(self, attribute: ast.Attribute) -> None:
+        """``dist.Backend.NCCL``: torch_npu registers ``hccl``, which gives ``Backend.HCCL``."""
+        if not self.may_name(attribute, TORCH_ROOTS):
+            return
+        name = self.qualified_name_in(attribute, {BACKEND_NCCL})
+        if isinstance(name, Ambiguous):
             self.report(
-                call,
-                "`is_nccl_available()`: check `torch.distributed.is_backend_available(...)` of the "
-                "accelerator's backend by hand",
+                attribute,
+                f"cannot tell whether this is `{BACKEND_NCCL}`: {name.describe()}; if it is, "
+                "use the hccl backend",
             )
+            return
+        if name != BACKEND_NCCL:
+            return
+        target = device_target(self)
+        backend = target.backend_name
+        if isinstance(backend, str):
+            member = backend.upper()
+            edit = self.replace(
+                attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name(member))
+            )
+            message = f"`Backend.NCCL` -> `Backend.{member}`"
+        else:
+            edit = self.replace(attribute, cst.Attribute, lambda _: expression(target.backend))
+            message = f"`Backend.NCCL` -> `{target.backend}`"
+        if self.fix(self.attr_position(attribute), message, edit):
+            add_device_import(self)
+
+    def _is_nccl_available(self, call: ast.Call) -> None:
+        available = device_target(self).backend_available
+        if isinstance(available, NoCounterpart):
+            self.report(call, f"`is_nccl_available()`: {available.reason}")
             return
         func = call.func
         if not isinstance(func, (ast.Attribute, ast.Name)):
             return
+        message = f"`is_nccl_available()` -> `{available}()`"
         if isinstance(func, ast.Attribute):
             edit = self.replace(
                 func,
                 cst.Attribute,
-                lambda node: node.with_changes(attr=cst.Name("is_hccl_available")),
+                lambda node: node.with_changes(attr=cst.Name(available)),
             )
-            if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`", edit):
+            if self.fix(call, message, edit):
                 add_device_import(self)
             return
-        if self.fix(call, "`is_nccl_available()` -> `is_hccl_available()`"):
+        if self.fix(call, message):
             add_device_import(self)
             self.report(
                 call,
-                "`is_nccl_available` was imported by name: import `is_hccl_available` instead",
+                f"`is_nccl_available` was imported by name: import `{available}` instead",
             )
 
 
-def _new_backend_text(rule: Rule, node: ast.AST) -> str | None:
+def _nccl_text(rule: Rule, node: ast.AST) -> str | None:
+    """The body of a backend literal that names NCCL: ``"nccl"``, or a per-device backend
+    string with ``cuda:nccl`` in it (``"cpu:gloo,cuda:nccl"``); else None."""
     body = string_body(rule.view, node)
-    if body == "nccl":
-        return "hccl"
+    if body is not None and body.lower() == "nccl":  # torch reads backend names in any case
+        return body
     if body and PER_DEVICE_BACKENDS.fullmatch(body) and "cuda:nccl" in body.split(","):
-        return ",".join("npu:hccl" if part == "cuda:nccl" else part for part in body.split(","))
+        return body
     return None
+
+
+def _new_backend_text(
+    rule: Rule, node: ast.AST, target: DeviceTarget
+) -> str | NoCounterpart | None:
+    """The new body of a backend literal on ``target``; None when the target spells the
+    backend as an expression instead (:attr:`DeviceTarget.backend`)."""
+    body = _nccl_text(rule, node)
+    assert body is not None
+    if body.lower() == "nccl":
+        name = target.backend_name
+        return _same_case(name, body) if isinstance(name, str) else None
+    per_device = target.per_device_backend
+    if isinstance(per_device, NoCounterpart):
+        return per_device
+    return ",".join(per_device if part == "cuda:nccl" else part for part in body.split(","))
+
+
+def _same_case(name: str, like: str) -> str:
+    """``hccl`` spelled in the case of ``like`` (``"NCCL"`` -> ``"HCCL"``)."""
+    return "".join(n.upper() if c.isupper() else n for n, c in zip(name, like, strict=True))
 
 
 def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:
@@ -195,7 +246,7 @@ def _mentions_nccl(rule: Rule, value: ast.AST) -> bool:
     per-device backend string with ``cuda:nccl``) somewhere inside: ``os.environ.get(KEY,
     "nccl")``. Other strings that contain the letters (``"ncclep"``) are not backends."""
     return any(
-        isinstance(node, ast.Constant) and _new_backend_text(rule, node) is not None
+        isinstance(node, ast.Constant) and _nccl_text(rule, node) is not None
         for node in ast.walk(value)
     )
 

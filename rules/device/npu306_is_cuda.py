@@ -8,13 +8,9 @@ from migrator.analysis.calls import arguments
 from migrator.analysis.index import full_name
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
-from migrator.rules.device._common import (
-    ACCELERATOR_TYPE,
-    add_device_import,
-    expression,
-    is_accelerator,
-    string_body,
-)
+from migrator.rules.device._common import add_device_import, expression, string_body
+from migrator.rules.device._guards import held_guards, held_message
+from migrator.rules.device._target import DeviceTarget, NoCounterpart, device_target
 
 # Where a comparison needs no parentheses of its own.
 STATEMENT_PARENTS = (ast.If, ast.While, ast.Assign, ast.Return, ast.Assert, ast.keyword)
@@ -65,19 +61,38 @@ class IsCuda(Rule):
             for target in assign.targets
             if isinstance(target, ast.Attribute) and target.attr == "is_cuda"
         }
+        target = device_target(self)
+        renamed = target.is_cuda_property
+        held = held_guards(self.view, self.project, self.context.path)
         for attribute in self.index.attributes("is_cuda"):
             if self.code(attribute.value) in user_attributes:
                 continue
-            if is_accelerator(self):
-                self._accelerator(attribute)
+            if id(attribute) in held:
+                written = self.view.written(attribute)
+                new = (
+                    f"{written[: -len('is_cuda')]}{renamed}"
+                    if isinstance(renamed, str)
+                    else (
+                        f"{self.view.written(attribute.value)}.device.type == {target.device_type}"
+                    )
+                )
+                guard = held[id(attribute)]
+                self.report(
+                    self.attr_position(attribute), held_message(written, new, guard), guard.severity
+                )
+                continue
+            if isinstance(renamed, NoCounterpart):
+                self._compare_device_type(attribute, target)
                 continue
             edit = self.replace(
-                attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name("is_npu"))
+                attribute, cst.Attribute, lambda node: node.with_changes(attr=cst.Name(renamed))
             )
-            if self.fix(self.attr_position(attribute), "`.is_cuda` -> `.is_npu`", edit):
+            if self.fix(self.attr_position(attribute), f"`.is_cuda` -> `.{renamed}`", edit):
                 add_device_import(self)
 
-    def _accelerator(self, attribute: ast.Attribute) -> None:
+    def _compare_device_type(self, attribute: ast.Attribute, target: DeviceTarget) -> None:
+        """``x.is_cuda`` -> ``x.device.type == <device type>``, for a target without a
+        property of its own."""
         parent = self.index.parent(attribute)
         bare = isinstance(parent, STATEMENT_PARENTS) or (
             isinstance(parent, ast.Call) and attribute is not parent.func
@@ -85,7 +100,7 @@ class IsCuda(Rule):
 
         def compared(node: cst.Attribute) -> cst.BaseExpression:
             comparison = _with_receiver(
-                expression(f"x.device.type == {ACCELERATOR_TYPE}"), node.value
+                expression(f"x.device.type == {target.device_type}"), node.value
             )
             if bare:
                 return comparison

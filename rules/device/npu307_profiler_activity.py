@@ -7,13 +7,8 @@ import ast
 from migrator.analysis.names import Ambiguous
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
-from migrator.rules.device._common import (
-    TORCH_ROOTS,
-    add_device_import,
-    expression,
-    is_accelerator,
-    torch_name,
-)
+from migrator.rules.device._common import TORCH_ROOTS, add_device_import, expression, torch_name
+from migrator.rules.device._target import NoCounterpart, device_target
 
 PROFILER = "torch.profiler"
 CUDA_ACTIVITY = "torch.profiler.ProfilerActivity.CUDA"
@@ -72,12 +67,13 @@ class ProfilerActivityCuda(Rule):
         self.profiles_cuda = any(torch_name(self.view, a) == CUDA_ACTIVITY for a in activities)
         for attribute in activities:
             self._check_activity(attribute)
-        if self.profiles_cuda and not is_accelerator(self):
+        profiler = device_target(self).profiler_module
+        if self.profiles_cuda and isinstance(profiler, str):
             for member in sorted(NPU_PROFILER_API):
                 for attribute in self.index.attributes(member):
-                    self._check_profiler_member(attribute)
+                    self._check_profiler_member(attribute, profiler)
             for statement in self.index.nodes(ast.ImportFrom):
-                self._check_import(statement)
+                self._check_import(statement, profiler)
 
     def _kept_imports(self) -> set[str]:
         """Names bound by a `from torch.profiler import` that also imports other names: that
@@ -107,30 +103,30 @@ class ProfilerActivityCuda(Rule):
             return
         if not self.profiles_cuda or name != CUDA_ACTIVITY:
             return
-        if is_accelerator(self):
-            self.report(
-                node,
-                "there is no device-agnostic profiler activity: profile with torch_npu's "
-                "profiler on Ascend and torch's on GPU",
-            )
+        target = device_target(self)
+        activity, profiler = target.profiler_activity, target.profiler_module
+        if isinstance(activity, NoCounterpart) or isinstance(profiler, NoCounterpart):
+            reasons = [
+                absent.reason for absent in (activity, profiler) if not isinstance(absent, str)
+            ]
+            self.report(node, ": ".join(reasons))
             return
         receiver = node.value
         if isinstance(receiver, ast.Name) and receiver.id in self.kept_imports:
             self.report(
                 node,
-                "`ProfilerActivity.CUDA` -> `ProfilerActivity.NPU` once `ProfilerActivity` is "
-                "imported from `torch_npu.profiler` (see the import above)",
+                f"`ProfilerActivity.CUDA` -> `ProfilerActivity.{activity}` once "
+                f"`ProfilerActivity` is imported from `{profiler}` (see the import above)",
             )
             return
         edit = self.replace(
-            node, cst.Attribute, lambda attribute: attribute.with_changes(attr=cst.Name("NPU"))
+            node, cst.Attribute, lambda attribute: attribute.with_changes(attr=cst.Name(activity))
         )
-        if self.fix(
-            self.attr_position(node), "`ProfilerActivity.CUDA` -> `ProfilerActivity.NPU`", edit
-        ):
+        message = f"`ProfilerActivity.CUDA` -> `ProfilerActivity.{activity}`"
+        if self.fix(self.attr_position(node), message, edit):
             add_device_import(self)
 
-    def _check_profiler_member(self, node: ast.Attribute) -> None:
+    def _check_profiler_member(self, node: ast.Attribute, profiler: str) -> None:
         if not isinstance(node.value, ast.Attribute):
             return  # written out: `torch.profiler.profile`, not an imported name
         if torch_name(self.view, node.value) != PROFILER:
@@ -139,12 +135,12 @@ class ProfilerActivityCuda(Rule):
         edit = self.replace(
             node,
             cst.Attribute,
-            lambda attribute: attribute.with_changes(value=expression("torch_npu.profiler")),
+            lambda attribute: attribute.with_changes(value=expression(profiler)),
         )
-        if self.fix(node, f"`torch.profiler.{member}` -> `torch_npu.profiler.{member}`", edit):
+        if self.fix(node, f"`torch.profiler.{member}` -> `{profiler}.{member}`", edit):
             add_device_import(self)
 
-    def _check_import(self, statement: ast.ImportFrom) -> None:
+    def _check_import(self, statement: ast.ImportFrom, profiler: str) -> None:
         if statement.level or statement.module != PROFILER:
             return
         if any(alias.name == "*" for alias in statement.names):
@@ -155,18 +151,18 @@ class ProfilerActivityCuda(Rule):
             self.report(
                 statement,
                 f"split this import: take {', '.join(n for n in names if n not in others)} from "
-                f"`torch_npu.profiler`, keep {', '.join(others)} from `torch.profiler`",
+                f"`{profiler}`, keep {', '.join(others)} from `torch.profiler`",
             )
             return
 
         def rehomed(node: cst.ImportFrom) -> cst.ImportFrom:
-            module = expression("torch_npu.profiler")
+            module = expression(profiler)
             assert isinstance(module, cst.Attribute)
             return node.with_changes(module=module)
 
         if self.fix(
             statement,
-            "`from torch.profiler import` -> `from torch_npu.profiler import`",
+            f"`from torch.profiler import` -> `from {profiler} import`",
             self.replace(statement, cst.ImportFrom, rehomed),
         ):
             add_device_import(self)

@@ -10,12 +10,8 @@ from migrator.analysis.calls import argument
 from migrator.analysis.names import Ambiguous
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
-from migrator.rules.device._common import (
-    add_device_import,
-    is_accelerator,
-    string_body,
-    values_reaching,
-)
+from migrator.rules.device._common import add_device_import, string_body, values_reaching
+from migrator.rules.device._target import NoCounterpart, device_target
 
 CUDA_PREFIX = "torch.cuda."
 NPU_PREFIX = "torch.npu."
@@ -169,16 +165,12 @@ class TensorTypeString(Rule):
         if type_name not in NPU_TENSOR_TYPES:
             self.report(node, f"`{body}` has no torch_npu counterpart: port this code by hand")
             return
-        if is_accelerator(self):
-            self.report(
-                node,
-                f"`{body}` has no device-neutral name: use "
-                "`.to(torch.accelerator.current_accelerator(), <dtype>)`, or compare "
-                "`t.dtype` and `t.device.type`",
-            )
+        prefix = device_target(self).tensor_type_prefix
+        if isinstance(prefix, NoCounterpart):
+            self.report(node, f"`{body}` has no device-neutral name: {prefix.reason}")
             return
-        new = NPU_PREFIX + type_name
-        edit = self.replace(node, cst.SimpleString, _to_npu)
+        new = prefix + type_name
+        edit = self.replace(node, cst.SimpleString, lambda string: _renamed(string, prefix))
         if self.fix(node, f'"{body}" -> "{new}"', edit):
             add_device_import(self)
 
@@ -227,9 +219,9 @@ def _npu_spelling(body: str) -> str:
     return "an NPU tensor type (torch_npu has no counterpart of this one: port it by hand)"
 
 
-def _to_npu(node: cst.SimpleString) -> cst.SimpleString:
-    """The literal with ``torch.cuda.`` replaced, prefix and quotes kept."""
+def _renamed(node: cst.SimpleString, prefix: str) -> cst.SimpleString:
+    """The literal with ``torch.cuda.`` replaced by ``prefix``, string prefix and quotes kept."""
     start = len(node.prefix) + len(node.quote)
     value = node.value
     assert value[start:].startswith(CUDA_PREFIX)
-    return node.with_changes(value=value[:start] + NPU_PREFIX + value[start + len(CUDA_PREFIX) :])
+    return node.with_changes(value=value[:start] + prefix + value[start + len(CUDA_PREFIX) :])

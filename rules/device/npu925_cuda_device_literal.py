@@ -7,19 +7,18 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from migrator.analysis.scopes import BindingKind
 from migrator.rule import FixSafety, Rule
 from migrator.rules.device._common import (
-    ACCELERATOR_TYPE,
     DEVICE_NAME,
     DeviceFlow,
     cuda_fstring_head,
     device_flow,
-    is_accelerator,
+    device_origins,
     names_match,
     parameter_defaults,
     string_body,
 )
+from migrator.rules.device._target import device_target
 
 # Dictionary keys and subscripts that hold a device: {"device": "cuda"}, cfg["map_location"].
 DEVICE_KEY = re.compile(r"(.*_)?device|map_location|device_type")
@@ -100,10 +99,12 @@ class CudaDeviceLiteral(Rule):
                 )
 
     def _replacement(self, literal: ast.AST) -> str:
-        if is_accelerator(self):
-            index = ", keeping the index after `:`" if ":" in self.code(literal) else ""
-            return f"the accelerator's device type (`{ACCELERATOR_TYPE}`{index}) instead"
-        return _npu_spelling(self.code(literal))
+        target = device_target(self)
+        name = target.device_type_name
+        if isinstance(name, str):
+            return _renamed(self.code(literal), name)
+        index = ", keeping the index after `:`" if ":" in self.code(literal) else ""
+        return f"the accelerator's device type (`{target.device_type}`{index}) instead"
 
     def _cuda_literals(self) -> Iterator[ast.Constant | ast.JoinedStr]:
         for constant in self.index.nodes(ast.Constant):
@@ -122,7 +123,7 @@ class CudaDeviceLiteral(Rule):
         sinks = Sinks()
         for position, _ in flow.positions:
             line = position.lineno  # type: ignore[attr-defined]
-            for origin in self._origins(position):
+            for origin in device_origins(self.view).of(position):
                 if isinstance(origin, ast.arg):
                     sinks.parameters.setdefault(id(origin), (origin, line))
                 elif isinstance(origin, ast.Attribute) and not names_match(origin, DEVICE_NAME):
@@ -131,27 +132,6 @@ class CudaDeviceLiteral(Rule):
                     for function in self._local_functions(origin.func):
                         sinks.functions.setdefault(id(function), line)
         return sinks
-
-    def _origins(self, node: ast.AST, depth: int = 0) -> Iterator[ast.AST]:
-        """What ``node``'s value comes from: through ``a if c else b``, ``a or b`` and names
-        assigned in their scope, down to parameters, attributes, calls and literals."""
-        if depth > 4:
-            return
-        if isinstance(node, ast.IfExp):
-            yield from self._origins(node.body, depth + 1)
-            yield from self._origins(node.orelse, depth + 1)
-        elif isinstance(node, ast.BoolOp):
-            for value in node.values:
-                yield from self._origins(value, depth + 1)
-        elif isinstance(node, ast.Name):
-            for binding in self.index.bindings_of(node):
-                if binding.kind is BindingKind.PARAM and isinstance(binding.node, ast.arg):
-                    yield binding.node
-                statement = binding.statement
-                if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value:
-                    yield from self._origins(statement.value, depth + 1)
-        else:
-            yield node
 
     def _local_functions(self, callee: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
         """The functions of this module that a call of ``callee`` (a plain name) may run."""
@@ -300,7 +280,7 @@ def _parameter_for(
     return None
 
 
-def _npu_spelling(code: str) -> str:
-    """The literal as written with its ``cuda`` replaced by ``npu``."""
+def _renamed(code: str, name: str) -> str:
+    """The literal as written with its ``cuda`` replaced by ``name``."""
     start = code.index("cuda")
-    return code[:start] + "npu" + code[start + 4 :]
+    return code[:start] + name + code[start + 4 :]

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from migrator.analysis.calls import argument
-from migrator.analysis.flow import ENTRY, ReachingDefinitions
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.names import Ambiguous
+from migrator.analysis.origins import OPTIMIZER_VALUES, Origins
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._plans import FusedPlan
 from migrator.rules.optimizers._tables import (
@@ -81,12 +81,14 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 class OptimizerFlow:
     """Module-wide facts about optimizers, computed once per file from the original tree.
 
-    ``origins(expr)`` are the expressions that may produce the value of ``expr``: it follows
-    names through their assignments in the scope where they are read, ``self.<attr>`` through
-    every assignment to that attribute in the module, list / tuple / dict / conditional
-    expressions through their parts, subscripts to what they index, and calls of functions
-    defined in this module through their ``return`` values. What cannot be followed (a
-    parameter, a call into another module) is itself an origin.
+    ``origins(expr)`` are the expressions that may produce the value of ``expr``: the file's
+    value-origin analysis (:mod:`migrator.analysis.origins`) under the optimizer policy, which
+    follows names through the assignments that reach them, ``self.<attr>`` through every
+    assignment to that attribute in the module, list / tuple / dict / conditional expressions
+    through their parts, subscripts to what they index, calls of functions defined in this
+    module through their ``return`` values, and ``amp.initialize`` to the optimizers it hands
+    back. What cannot be followed (a parameter, a call into another module) is itself an
+    origin.
 
     The rules of one file share one flow (:meth:`of`); what it computes depends only on the
     module, never on the rule that asks.
@@ -95,7 +97,7 @@ class OptimizerFlow:
     def __init__(self, view: FileView) -> None:
         self.view = view
         self.index: ModuleIndex = view.index
-        self.reaching = ReachingDefinitions(view.index)
+        self._origins = Origins(view, OPTIMIZER_VALUES, pass_through=self._amp_passes)
         self.amp_sinks: list[AmpSink] = []
         self.ambiguous_amp: list[tuple[ast.Call, Ambiguous]] = []
         # Calls whose callee may be an optimizer, `FP16_Optimizer`, `amp.initialize` or an NPU
@@ -208,211 +210,18 @@ class OptimizerFlow:
     # -- origins ---------------------------------------------------------------------------------
 
     def origins(self, expr: ast.expr) -> list[ast.expr]:
-        found: list[ast.expr] = []
-        self._follow(expr, found, set())
-        return found
+        """The expressions that may produce the value of ``expr``
+        (:data:`~migrator.analysis.origins.OPTIMIZER_VALUES`, with ``amp.initialize`` handing
+        its optimizers back)."""
+        return [origin for origin in self._origins.of(expr) if isinstance(origin, ast.expr)]
 
-    def _follow(self, expr: ast.expr, found: list[ast.expr], seen: set[int]) -> None:
-        if id(expr) in seen:
-            return
-        seen.add(id(expr))
-        for part in self._sources_of(expr):
-            if part is expr:
-                found.append(expr)
-            else:
-                self._follow(part, found, seen)
-
-    def _sources_of(self, expr: ast.expr) -> Iterator[ast.expr]:
-        """The expressions one step upstream of ``expr``; ``expr`` itself when it is an origin."""
-        if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
-            for element in expr.elts:
-                yield element.value if isinstance(element, ast.Starred) else element
-        elif isinstance(expr, ast.Dict):
-            entries = zip(expr.keys, expr.values, strict=True)
-            yield from (value for key, value in entries if key is not None)
-        elif isinstance(expr, ast.IfExp):
-            yield expr.body
-            yield expr.orelse
-        elif isinstance(expr, (ast.Subscript, ast.NamedExpr)):
-            yield expr.value
-        elif isinstance(expr, ast.Name):
-            yield from self._name_sources(expr)
-        elif isinstance(expr, ast.Attribute):
-            yield from self._attribute_sources(expr)
-        elif isinstance(expr, ast.Call):
-            yield from self._call_sources(expr)
-        else:
-            yield expr
-
-    def _name_sources(self, name: ast.Name) -> Iterator[ast.expr]:
-        """The values assigned to ``name`` that reach this read, in program order
-        (:mod:`migrator.analysis.flow`); every binding of the name in its scope where order
-        cannot be used (a closure, ``global``)."""
-        definitions = self.reaching.of_name(name)
-        if definitions is None:
-            definitions = [binding.node or ENTRY for binding in self.index.bindings_of(name)]
-        yield from self._definition_sources(name, definitions)
-
-    def _definition_sources(self, read: ast.expr, definitions: list[ast.AST]) -> Iterator[ast.expr]:
-        values: list[ast.expr] = []
-        opaque = False
-        for definition in definitions:
-            assigned = (
-                self._assigned_values(definition)
-                if isinstance(definition, (ast.Name, ast.Attribute))
-                else None
-            )
-            if assigned is None:
-                opaque = True  # a parameter, an import, a def, a `for` target, a builtin...
-            else:
-                values.extend(assigned)
-        if opaque or not definitions:
-            yield read
-        yield from values
-
-    def _assigned_values(self, target: ast.Name | ast.Attribute) -> list[ast.expr] | None:
-        """What an assignment to ``target`` stores there; ``None`` when it cannot be told.
-
-        Unpacking is followed element by element: ``a, b = x, y`` gives ``b`` the value ``y``,
-        and ``model, optimizer = amp.initialize(model, optimizer)`` (directly, or through
-        ``amp_inits = amp.initialize(...)``) gives ``optimizer`` the optimizers passed in.
-        """
-        parent = self.index.parent(target)
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
-            return [parent.value] if parent.value is not None else None
-        path: list[int] = []
-        node: ast.AST = target
-        while isinstance(parent, (ast.Tuple, ast.List)):
-            path.append(next(i for i, e in enumerate(parent.elts) if e is node))
-            node, parent = parent, self.index.parent(parent)
-        if not isinstance(parent, ast.Assign) or not path:
-            return None  # a `for` / `with` target, an augmented assignment...
-        if any(isinstance(e, ast.Starred) for e in ast.walk(node)):
+    def _amp_passes(self, call: ast.Call, position: int | None) -> list[ast.expr] | None:
+        """``amp.initialize`` gives back the optimizers passed to it: as its whole result
+        (``amp_inits = amp.initialize(...)``) and as the second of ``(models, optimizers)``;
+        the models part never holds an optimizer."""
+        if not self.is_amp_initialize(call):
             return None
-        path.reverse()
-        return self._unpacked(parent.value, path)
-
-    def _unpacked(self, value: ast.expr, path: list[int]) -> list[ast.expr] | None:
-        """The element at ``path`` of what ``value`` gives when unpacked, or None."""
-        position, rest = path[0], path[1:]
-        if isinstance(value, (ast.Tuple, ast.List)):
-            if any(isinstance(e, ast.Starred) for e in value.elts):
-                return None
-            if position >= len(value.elts):
-                return None
-            element = value.elts[position]
-            return self._unpacked(element, rest) if rest else [element]
-        if isinstance(value, ast.Call) and self.is_amp_initialize(value):
-            # `(models, optimizers)` out, in the shape they went in: the optimizers part may
-            # be reached; the models part never holds an optimizer.
-            if position != 1:
-                return []
-            arg = argument(value, "optimizers", AMP_OPTIMIZERS_POSITION)
-            return [arg.value] if arg is not None else []
-        if isinstance(value, ast.Name):
-            definitions = self.reaching.of_name(value)
-            if definitions is None or not definitions:
-                return None
-            found: list[ast.expr] = []
-            for definition in definitions:
-                if not isinstance(definition, ast.Name):
-                    return None
-                assigned = self._assigned_values(definition)
-                if assigned is None:
-                    return None
-                for item in assigned:
-                    unpacked = self._unpacked(item, path)
-                    if unpacked is None:
-                        return None
-                    found.extend(unpacked)
-            return found
-        return None
-
-    def _call_sources(self, call: ast.Call) -> Iterator[ast.expr]:
-        if self.is_amp_initialize(call):
-            # `amp_inits = amp.initialize(...)`: the optimizers come back out.
-            arg = argument(call, "optimizers", AMP_OPTIMIZERS_POSITION)
-            if arg is not None:
-                yield arg.value
-            return
-        callee = call.func
-        local_function = None
-        if isinstance(callee, ast.Name):
-            local_function = callee.id
-        elif isinstance(callee, ast.Attribute):
-            local_function = callee.attr  # `self.build_optimizer(...)`
-        returns = self._returns
-        # Only calls that resolve to no import can be this module's functions.
-        if local_function in returns and self.view.qualified_name(callee) is None:
-            yield from returns[local_function]
-        else:
-            yield call
-
-    @cached_property
-    def _returns(self) -> dict[str, list[ast.expr]]:
-        """Function name -> the values its ``return`` statements give (any function so named)."""
-        returns: dict[str, list[ast.expr]] = {}
-        for statement in self.index.nodes(ast.Return):
-            if statement.value is None:
-                continue
-            function = next(
-                (a for a in self.index.ancestors(statement) if isinstance(a, _FUNCTIONS)), None
-            )
-            if function is not None:
-                returns.setdefault(function.name, []).append(statement.value)
-        return returns
-
-    def _attribute_sources(self, read: ast.Attribute) -> Iterator[ast.expr]:
-        """``self.optimizer``: the assignments of its own function that reach the read, in
-        program order; when the value may come from before the function started, also every
-        assignment to an attribute spelled so in the rest of the module (another method)."""
-        dotted = full_name(read)
-        function = self._function_of(read)
-        local = self.reaching.of_attribute(read, function) if dotted else None
-        if local is None:
-            local = [ENTRY]
-        definitions = [d for d in local if d is not ENTRY]
-        if ENTRY in local:
-            definitions += [
-                target
-                for target in self._attribute_targets.get(dotted or "", [])
-                if self._function_of(target) is not function
-            ]
-        if not definitions:
-            yield read
-            return
-        yield from self._definition_sources(read, definitions)
-
-    def _function_of(self, node: ast.AST) -> ast.AST:
-        """The innermost function around ``node``, or the module."""
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, _FUNCTIONS):
-                return ancestor
-        return self.index.tree
-
-    @cached_property
-    def _attribute_targets(self) -> dict[str, list[ast.Attribute]]:
-        """``self.optimizer`` -> every attribute spelled so that is assigned to (unpacking
-        included), in source order."""
-        targets: dict[str, list[ast.Attribute]] = {}
-        for attribute in self._stored_attributes():
-            dotted = full_name(attribute)
-            if dotted is not None:
-                targets.setdefault(dotted, []).append(attribute)
-        return targets
-
-    def _stored_attributes(self) -> Iterator[ast.Attribute]:
-        assignments: list[ast.Assign | ast.AnnAssign] = [*self.index.nodes(ast.Assign)]
-        assignments += self.index.nodes(ast.AnnAssign)
-        assignments.sort(key=lambda node: (node.lineno, node.col_offset))
-        for statement in assignments:
-            if statement.value is None:
-                continue
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            stack = list(reversed(targets))
-            while stack:
-                target = stack.pop()
-                if isinstance(target, ast.Attribute):
-                    yield target
-                elif isinstance(target, (ast.Tuple, ast.List)):
-                    stack.extend(reversed(target.elts))
+        if position is not None and position != 1:
+            return []
+        arg = argument(call, "optimizers", AMP_OPTIMIZERS_POSITION)
+        return [arg.value] if arg is not None else []

@@ -18,6 +18,14 @@ What it does, driven by environment variables set by the parent (``migrator/veri
   stops the program with ``SystemExit(0)``;
 - with ``NPU_MIGRATE_VERIFY_SYNTHETIC``, replaces what each ``DataLoader`` yields with fixed random
   batches shaped like its first real batch;
+- records the autocast regions the program enters in each step, as requested (device type,
+  dtype, enabled), so that a migration that turns autocast off (or changes its dtype) is seen
+  even where autocast itself cannot run;
+- with ``NPU_MIGRATE_VERIFY_ACCELERATOR``, emulates an accelerator on the CPU for both sides:
+  ``torch.cuda`` / ``torch.npu`` say one device is available, ``"cuda"`` / ``"npu"`` devices,
+  ``.cuda()`` and ``pin_memory()`` leave tensors on the CPU, and autocast and ``GradScaler`` on
+  the accelerator run as the CPU's, in the requested dtype; the two sides then take their
+  accelerator paths and compute the same arithmetic where they request the same;
 - records an uncaught exception (and, when it is a missing file, the path) for the parent's
   error message.
 """
@@ -44,6 +52,10 @@ from typing import Any
 DIGEST_ENTRIES = 1024  # per tensor; bounds the record of a large model to a few MB per step
 WRAPPERS = frozenset({"DistributedDataParallel", "DataParallel"})  # their params are `module.*`
 DATA_CODE = (f"torch{os.sep}utils{os.sep}data", f"torchvision{os.sep}datasets")
+# Device types of an accelerator (the privateuse1 backend is torch_npu's `npu`).
+ACCELERATOR_TYPES = frozenset({"cuda", "npu", "privateuseone"})
+# What autocast computes in when no dtype is asked for (torch's defaults).
+DEFAULT_AUTOCAST_DTYPE = {"accelerator": "float16", "cpu": "bfloat16"}
 MISSING_FILE = re.compile(r"No such file or directory: '([^']+)'")
 
 
@@ -59,6 +71,7 @@ class Recorder:
         self.current_optimizers: list[int] = []  # ids of the optimizers stepped in the current step
         self.slots: int | None = None  # optimizer steps per training step, known after the first
         self.pending_losses: list[float] = []
+        self.pending_autocast: list[dict[str, Any]] = []  # regions entered since the last step
         self.step_depth = 0
         self.backward_depth = 0
         self.scaled: dict[int, tuple[weakref.ref[Any], float]] = {}
@@ -82,6 +95,12 @@ class Recorder:
         for tensor in items:
             if isinstance(tensor, torch.Tensor) and tensor.numel() == 1:
                 self.pending_losses.append(self.unscaled(tensor))
+
+    def on_autocast(self, request: dict[str, Any]) -> None:
+        """An autocast region is entered (``request``: its device, dtype and enabled flag, as
+        the program asked for them)."""
+        if not self.stopped and request not in self.pending_autocast:
+            self.pending_autocast.append(request)
 
     def note_scaled(self, scaled: Any, loss: Any) -> None:
         """``scaled`` is ``loss`` times a loss scale: record ``loss`` when it is backpropagated."""
@@ -113,10 +132,14 @@ class Recorder:
             if self.finished >= self.wanted:
                 self.stop()
         if self.current is None:
-            self.current = {"losses": [], "optimizers": []}
+            self.current = {"losses": [], "optimizers": [], "autocast": []}
             self.current_optimizers = []
         self.current["losses"].extend(self.pending_losses)
         self.pending_losses = []
+        for request in self.pending_autocast:
+            if request not in self.current["autocast"]:
+                self.current["autocast"].append(request)
+        self.pending_autocast = []
         self.current["optimizers"].append(self.digest(optimizer))
         self.current_optimizers.append(id(optimizer))
         if self.slots is not None and len(self.current_optimizers) == self.slots:
@@ -427,7 +450,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def patch_torch(recorder: Recorder, synthetic: bool, torch: ModuleType) -> None:
+def patch_torch(recorder: Recorder, synthetic: bool, emulate: bool, torch: ModuleType) -> None:
     import torch.optim.optimizer as optim
 
     torch.manual_seed(recorder.seed)
@@ -467,9 +490,174 @@ def patch_torch(recorder: Recorder, synthetic: bool, torch: ModuleType) -> None:
         return scaled
 
     torch.amp.GradScaler.scale = scale
+    patch_autocast(recorder, emulate, torch)
     if synthetic:
         loader_class = torch.utils.data.DataLoader
         loader_class.__iter__ = synthetic_iter(recorder, loader_class.__iter__)
+
+
+# -- autocast, and an accelerator emulated on the CPU ----------------------------------------------
+
+
+def is_accelerator(device: Any) -> bool:
+    """``"cuda"``, ``"npu:0"``, ``torch.device("cuda", 1)``, or a bare index (CUDA's)."""
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True
+    if isinstance(device, str):
+        return device.split(":")[0] in ACCELERATOR_TYPES
+    return getattr(device, "type", None) in ACCELERATOR_TYPES
+
+
+def autocast_request(device_type: Any, dtype: Any, enabled: Any) -> dict[str, Any]:
+    kind = "accelerator" if is_accelerator(str(device_type)) else str(device_type)
+    shown = str(dtype).removeprefix("torch.") if dtype is not None else None
+    return {
+        "device": kind,
+        "dtype": shown or DEFAULT_AUTOCAST_DTYPE.get(kind, "default"),
+        "enabled": bool(enabled),
+    }
+
+
+def patch_autocast(recorder: Recorder, emulate: bool, torch: ModuleType) -> None:
+    """Record each autocast region the program enters, as it asked for it; when emulating,
+    run the accelerator's as the CPU's in the requested dtype."""
+    base = torch.amp.autocast_mode.autocast
+    real_init, real_enter = base.__init__, base.__enter__
+    depth = [0]  # a subclass's __init__ calls the base's with its own arguments
+
+    @functools.wraps(real_init)
+    def __init__(
+        self: Any,
+        device_type: str,
+        dtype: Any = None,
+        enabled: bool = True,
+        cache_enabled: bool | None = None,
+    ) -> None:
+        if depth[0] == 0 and not hasattr(self, "_npu_migrate_request"):
+            self._npu_migrate_request = autocast_request(device_type, dtype, enabled)
+        if emulate and is_accelerator(device_type):
+            wanted = self._npu_migrate_request
+            device_type, dtype = "cpu", getattr(torch, wanted["dtype"], dtype)
+            enabled = wanted["enabled"]
+        depth[0] += 1
+        try:
+            real_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+        finally:
+            depth[0] -= 1
+
+    @functools.wraps(real_enter)
+    def __enter__(self: Any) -> Any:
+        request = getattr(self, "_npu_migrate_request", None)
+        if request is not None:
+            recorder.on_autocast(request)
+        return real_enter(self)
+
+    base.__init__ = __init__
+    base.__enter__ = __enter__
+    if emulate:
+        emulate_accelerator(torch)
+
+
+def emulate_accelerator(torch: ModuleType) -> None:
+    """An accelerator backed by the CPU, for both sides alike (see the module docstring)."""
+    runtime = torch.cuda
+    answers = {
+        "is_available": True,
+        "device_count": 1,
+        "current_device": 0,
+        "is_initialized": True,
+        "is_bf16_supported": True,
+        "get_device_name": "emulated accelerator (CPU)",
+        "memory_allocated": 0,
+        "max_memory_allocated": 0,
+        "memory_reserved": 0,
+        "max_memory_reserved": 0,
+    }
+    for name, answer in answers.items():
+        setattr(runtime, name, lambda *args, _answer=answer, **kwargs: _answer)
+    for name in (
+        "set_device", "synchronize", "empty_cache", "manual_seed", "manual_seed_all", "seed",
+        "seed_all", "reset_peak_memory_stats", "init",
+    ):  # fmt: skip
+        setattr(runtime, name, lambda *args, **kwargs: None)
+    scaler = torch.amp.GradScaler
+    real_scaler_init = scaler.__init__
+
+    @functools.wraps(real_scaler_init)
+    def scaler_init(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+        real_scaler_init(self, "cpu" if is_accelerator(device) else device, *args, **kwargs)
+
+    scaler.__init__ = scaler_init
+    OnCpu = accelerator_on_cpu(torch)
+    OnCpu().__enter__()  # for the rest of the process
+
+
+def accelerator_on_cpu(torch: ModuleType) -> type:
+    """A torch function mode that puts what the program sends to the accelerator on the CPU."""
+    tensor = torch.Tensor
+    staying = {tensor.cuda, tensor.pin_memory}
+    mode: Any = torch.overrides.TorchFunctionMode
+
+    class AcceleratorOnCpu(mode):  # type: ignore[misc,valid-type]
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            if func in staying:
+                return args[0]
+            if is_accelerator(kwargs.get("device", "cpu")):
+                kwargs["device"] = "cpu"
+            if func is tensor.to and len(args) > 1 and is_accelerator(args[1]):
+                args = (args[0], "cpu", *args[2:])
+            return func(*args, **kwargs)
+
+    return AcceleratorOnCpu
+
+
+def patch_npu(recorder: Recorder, emulate: bool, torch_npu: ModuleType) -> None:
+    """The torch_npu stand-in: its ``torch.npu.amp.autocast`` asks the base class for a
+    disabled CPU region, so its request is recorded here; when emulating, its device is
+    available and its autocast and GradScaler work as the CPU's."""
+    import torch
+
+    amp = sys.modules.get("torch_npu.npu.amp")
+    npu = sys.modules.get("torch_npu.npu")
+    if amp is None or npu is None:
+        return
+    base = torch.amp.autocast_mode.autocast
+
+    def autocast_init(
+        self: Any, enabled: bool = True, dtype: Any = torch.float16, cache_enabled: bool = True
+    ) -> None:
+        self._npu_migrate_request = autocast_request("npu", dtype, enabled)
+        if emulate:
+            base.__init__(self, "npu", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+        else:
+            real_autocast_init(self, enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
+
+    real_autocast_init = amp.autocast.__init__
+    amp.autocast.__init__ = autocast_init
+    if not emulate:
+        return
+    for name, answer in (("is_available", True), ("device_count", 1), ("is_bf16_supported", True)):
+        setattr(npu, name, lambda *args, _answer=answer, **kwargs: _answer)
+
+    def scaler_init(
+        self: Any,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        torch.amp.GradScaler.__init__(
+            self, "npu", init_scale, growth_factor, backoff_factor, growth_interval, enabled
+        )
+
+    amp.GradScaler.__init__ = scaler_init
 
 
 def patch_amp(recorder: Recorder, amp: ModuleType) -> None:
@@ -516,8 +704,10 @@ def install() -> None:
     if environ.get("NPU_MIGRATE_VERIFY_SHIM"):
         put_shim_first()
     synthetic = bool(environ.get("NPU_MIGRATE_VERIFY_SYNTHETIC"))
+    emulate = bool(environ.get("NPU_MIGRATE_VERIFY_ACCELERATOR"))
     callbacks: dict[str, Callable[[ModuleType], None]] = {
-        "torch": functools.partial(patch_torch, recorder, synthetic),
+        "torch": functools.partial(patch_torch, recorder, synthetic, emulate),
+        "torch_npu": functools.partial(patch_npu, recorder, emulate),
         "numpy": functools.partial(seed_numpy, seed),
         "apex.amp": functools.partial(patch_amp, recorder),
     }

@@ -1,0 +1,386 @@
+"""Where a value comes from: the one value-origin analysis of every rule that asks.
+
+``Origins(view, policy).of(expr)`` answers "which expressions may produce the value of
+``expr``?" for one file. Names are followed through the definitions that reach the read in
+program order (:mod:`migrator.analysis.flow`), so ``device = "cuda"; device = "cpu";
+model.to(device)`` reaches only ``"cpu"``; what cannot be followed is itself an origin.
+
+What else the analysis looks through is a :class:`LookThrough` policy, chosen by the asker and
+never implied: the optimizer rules follow containers (``amp.initialize(model, [opt_a, opt_b])``),
+``self.optimizer`` through the module's assignments and calls of the module's own functions
+through their ``return`` values; the device rules follow ``a or b`` and string templates
+(``"cuda:{}".format(i)``) but stop at a dictionary, an attribute or a call, whose literals they
+report instead of rewriting. The two policies the rules use are :data:`OPTIMIZER_VALUES` and
+:data:`DEVICE_VALUES`.
+
+An origin is an ``ast`` node:
+
+- an expression the policy does not look through (a literal, a call, an attribute...);
+- a read (``ast.Name`` or ``ast.Attribute``) that stands for a value from where the analysis
+  cannot see: a parameter (unless the policy makes parameters origins of their own), a builtin,
+  an import, a ``for`` / ``with`` target, an augmented assignment, the value an attribute had
+  before the function started;
+- an ``ast.arg``: a parameter of the function, when ``LookThrough.parameters`` is set. Another
+  analysis can then follow it into the calls of the function (the device rules do, across the
+  modules of a run).
+
+The analysis keeps its state per file and policy: build it once through :func:`origins_of`
+(``view.memo``), or keep the instance, as :class:`~migrator.rules.optimizers._flow.OptimizerFlow`
+does for its pass-through hook.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+from migrator.analysis.calls import string_literal
+from migrator.analysis.flow import ENTRY, ReachingDefinitions
+from migrator.analysis.index import ModuleIndex, full_name
+from migrator.analysis.view import FileView
+
+Origin = ast.expr | ast.arg
+
+# `amp.initialize(model, optimizer)`: a call that hands (part of) an argument back. Called with
+# the call and, for a tuple unpacking of its result, the position unpacked (None: the whole
+# result). Returns the expressions that come back out, or None when the call is no such call.
+PassThrough = Callable[[ast.Call, int | None], list[ast.expr] | None]
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+@dataclass(frozen=True)
+class LookThrough:
+    """What :class:`Origins` looks through to find a value's origins (the policy).
+
+    Names are always followed through the definitions that reach them (every binding of the
+    name in its scope where program order cannot be used: a closure, ``global``).
+    """
+
+    containers: bool = False
+    """``[a, b]``, ``(a, *b)``, ``{a, b}`` give their elements, ``{k: v}`` its values (not a
+    ``**other`` entry): "which objects may end up in here"."""
+    conditionals: bool = True
+    """``a if c else b`` gives ``a`` and ``b``."""
+    boolean: bool = False
+    """``a or b`` / ``a and b`` give ``a`` and ``b`` (either may be the value)."""
+    subscripts: bool = False
+    """``x[i]`` gives ``x`` (an element of ``x``: used together with ``containers``)."""
+    walrus: bool = True
+    """``(x := v)`` gives ``v``."""
+    templates: bool = False
+    """``"cuda:{}".format(i)`` and ``"cuda:%d" % i`` give the template literal (written as one
+    plain string token); another ``%`` stays an origin."""
+    unpacking: bool = True
+    """``a, b = x, y`` gives ``b`` the value ``y`` (through names, and through the
+    ``pass_through`` hook: ``model, optimizer = amp.initialize(model, optimizer)``)."""
+    attributes: bool = False
+    """``self.optimizer`` gives the assignments of its own function that reach the read and,
+    when its value may come from before the function started, every assignment of an
+    attribute spelled so elsewhere in the module (another method). Off: an attribute is an
+    origin."""
+    local_calls: bool = False
+    """``build(cfg)`` / ``self.build(cfg)`` with a callee that resolves to no import gives the
+    ``return`` values of every function of the module so named. Off: a call is an origin."""
+    parameters: bool = False
+    """A name whose reaching definition is a parameter gives that parameter (``ast.arg``) as
+    an origin. Off: the read itself stands for the parameter's value, like any value that
+    cannot be followed."""
+
+
+# The optimizer rules: where the optimizers passed to `amp.initialize` are built.
+OPTIMIZER_VALUES = LookThrough(containers=True, subscripts=True, attributes=True, local_calls=True)
+# The device rules: the literals that reach a device (or backend, or tensor type) position.
+DEVICE_VALUES = LookThrough(boolean=True, templates=True, parameters=True)
+
+
+class Origins:
+    """The value-origin analysis of one file under one :class:`LookThrough` policy."""
+
+    def __init__(
+        self, view: FileView, policy: LookThrough, pass_through: PassThrough | None = None
+    ) -> None:
+        self.view = view
+        self.index: ModuleIndex = view.index
+        self.policy = policy
+        self.pass_through = pass_through
+        self.reaching = reaching_definitions(view)
+
+    def of(self, expr: ast.expr) -> list[Origin]:
+        """The origins of ``expr``'s value, each once, in the order they are found (``a if c
+        else b``: ``a``'s first)."""
+        found: list[Origin] = []
+        self._follow(expr, found, set())
+        return found
+
+    def _follow(self, expr: Origin, found: list[Origin], seen: set[int]) -> None:
+        if id(expr) in seen:
+            return
+        seen.add(id(expr))
+        for part in self._sources_of(expr):
+            if part is expr:
+                found.append(expr)
+            else:
+                self._follow(part, found, seen)
+
+    def _sources_of(self, expr: Origin) -> Iterator[Origin]:
+        """The expressions one step upstream of ``expr``; ``expr`` itself when it is an origin."""
+        policy = self.policy
+        if isinstance(expr, ast.arg):
+            yield expr
+        elif policy.containers and isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
+            for element in expr.elts:
+                yield element.value if isinstance(element, ast.Starred) else element
+        elif policy.containers and isinstance(expr, ast.Dict):
+            entries = zip(expr.keys, expr.values, strict=True)
+            yield from (value for key, value in entries if key is not None)
+        elif policy.conditionals and isinstance(expr, ast.IfExp):
+            yield expr.body
+            yield expr.orelse
+        elif policy.boolean and isinstance(expr, ast.BoolOp):
+            yield from expr.values
+        elif self._passes_whole(expr):
+            assert isinstance(expr, (ast.Subscript, ast.NamedExpr))
+            yield expr.value
+        elif policy.templates and (template := self._template(expr)) is not None:
+            yield template
+        elif isinstance(expr, ast.Name):
+            yield from self._name_sources(expr)
+        elif policy.attributes and isinstance(expr, ast.Attribute):
+            yield from self._attribute_sources(expr)
+        elif isinstance(expr, ast.Call):
+            yield from self._call_sources(expr)
+        else:
+            yield expr
+
+    def _passes_whole(self, expr: Origin) -> bool:
+        """``x[i]`` (an element of ``x``) and ``(x := v)``, when the policy looks through them."""
+        if isinstance(expr, ast.Subscript):
+            return self.policy.subscripts
+        return isinstance(expr, ast.NamedExpr) and self.policy.walrus
+
+    # -- templates -------------------------------------------------------------------------------
+
+    def _template(self, expr: ast.expr) -> ast.Constant | None:
+        """The literal of ``"cuda:{}".format(i)`` / ``"cuda:%d" % i``, else None."""
+        if (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr == "format"
+        ):
+            return self._plain_string(expr.func.value)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):
+            return self._plain_string(expr.left)
+        return None
+
+    def _plain_string(self, node: ast.expr) -> ast.Constant | None:
+        """``node`` when it is one plain (not formatted) string literal token."""
+        if not isinstance(node, ast.Constant):
+            return None
+        literal = string_literal(self.view.source, node)
+        return node if literal is not None and not literal.is_format else None
+
+    # -- names -----------------------------------------------------------------------------------
+
+    def _name_sources(self, name: ast.Name) -> Iterator[Origin]:
+        """The values assigned to ``name`` that reach this read; every binding of the name in
+        its scope where program order cannot be used (a closure, ``global``)."""
+        definitions = self.reaching.of_name(name)
+        if definitions is None:
+            definitions = [binding.node or ENTRY for binding in self.index.bindings_of(name)]
+        yield from self._definition_sources(name, definitions)
+
+    def _definition_sources(self, read: ast.expr, definitions: list[ast.AST]) -> Iterator[Origin]:
+        values: list[Origin] = []
+        opaque = not definitions
+        for definition in definitions:
+            if self.policy.parameters and isinstance(definition, ast.arg):
+                values.append(definition)
+                continue
+            assigned = (
+                self._assigned_values(definition)
+                if isinstance(definition, (ast.Name, ast.Attribute))
+                else None
+            )
+            if assigned is None:
+                opaque = True  # a parameter, an import, a def, a `for` target, a builtin...
+            else:
+                values.extend(assigned)
+        if opaque:
+            yield read
+        yield from values
+
+    def _assigned_values(self, target: ast.Name | ast.Attribute) -> list[ast.expr] | None:
+        """What an assignment to ``target`` stores there; ``None`` when it cannot be told
+        (a ``for`` / ``with`` target, an augmented assignment, a starred unpacking)."""
+        parent = self.index.parent(target)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+            return [parent.value] if parent.value is not None else None
+        if not self.policy.unpacking:
+            return None
+        path: list[int] = []
+        node: ast.AST = target
+        while isinstance(parent, (ast.Tuple, ast.List)):
+            path.append(next(i for i, e in enumerate(parent.elts) if e is node))
+            node, parent = parent, self.index.parent(parent)
+        if not isinstance(parent, ast.Assign) or not path:
+            return None
+        if any(isinstance(e, ast.Starred) for e in ast.walk(node)):
+            return None
+        path.reverse()
+        return self._unpacked(parent.value, path)
+
+    def _unpacked(self, value: ast.expr, path: list[int]) -> list[ast.expr] | None:
+        """The element at ``path`` of what ``value`` gives when unpacked, or None."""
+        position, rest = path[0], path[1:]
+        if isinstance(value, (ast.Tuple, ast.List)):
+            if any(isinstance(e, ast.Starred) for e in value.elts):
+                return None
+            if position >= len(value.elts):
+                return None
+            element = value.elts[position]
+            return self._unpacked(element, rest) if rest else [element]
+        if isinstance(value, ast.Call) and self.pass_through is not None:
+            passed = self.pass_through(value, position)
+            if passed is not None:
+                return passed
+        if isinstance(value, ast.Name):
+            definitions = self.reaching.of_name(value)
+            if not definitions:
+                return None
+            found: list[ast.expr] = []
+            for definition in definitions:
+                if not isinstance(definition, ast.Name):
+                    return None
+                assigned = self._assigned_values(definition)
+                if assigned is None:
+                    return None
+                for item in assigned:
+                    unpacked = self._unpacked(item, path)
+                    if unpacked is None:
+                        return None
+                    found.extend(unpacked)
+            return found
+        return None
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    def _call_sources(self, call: ast.Call) -> Iterator[ast.expr]:
+        if self.pass_through is not None:
+            passed = self.pass_through(call, None)
+            if passed is not None:
+                yield from passed
+                return
+        if not self.policy.local_calls:
+            yield call
+            return
+        callee = call.func
+        local_function = None
+        if isinstance(callee, ast.Name):
+            local_function = callee.id
+        elif isinstance(callee, ast.Attribute):
+            local_function = callee.attr  # `self.build_optimizer(...)`
+        returns = self._returns
+        # Only calls that resolve to no import can be this module's functions.
+        if local_function in returns and self.view.qualified_name(callee) is None:
+            yield from returns[local_function]
+        else:
+            yield call
+
+    @cached_property
+    def _returns(self) -> dict[str, list[ast.expr]]:
+        """Function name -> the values its ``return`` statements give (any function so named)."""
+        returns: dict[str, list[ast.expr]] = {}
+        for statement in self.index.nodes(ast.Return):
+            if statement.value is None:
+                continue
+            function = function_of(self.index, statement)
+            if function is not self.index.tree:
+                assert isinstance(function, _FUNCTIONS)
+                returns.setdefault(function.name, []).append(statement.value)
+        return returns
+
+    # -- attributes ------------------------------------------------------------------------------
+
+    def _attribute_sources(self, read: ast.Attribute) -> Iterator[Origin]:
+        """``self.optimizer``: the assignments of its own function that reach the read, in
+        program order; when the value may come from before the function started, also every
+        assignment to an attribute spelled so in the rest of the module (another method)."""
+        dotted = full_name(read)
+        function = function_of(self.index, read)
+        local = self.reaching.of_attribute(read, function) if dotted else None
+        if local is None:
+            local = [ENTRY]
+        definitions = [d for d in local if d is not ENTRY]
+        if ENTRY in local:
+            definitions += [
+                target
+                for target in self._attribute_targets.get(dotted or "", [])
+                if function_of(self.index, target) is not function
+            ]
+        if not definitions:
+            yield read
+            return
+        yield from self._definition_sources(read, definitions)
+
+    @cached_property
+    def _attribute_targets(self) -> dict[str, list[ast.Attribute]]:
+        """``self.optimizer`` -> every attribute spelled so that is assigned to (unpacking
+        included), in source order."""
+        targets: dict[str, list[ast.Attribute]] = {}
+        for attribute in _stored_attributes(self.index):
+            dotted = full_name(attribute)
+            if dotted is not None:
+                targets.setdefault(dotted, []).append(attribute)
+        return targets
+
+
+def reaching_definitions(view: FileView) -> ReachingDefinitions:
+    """The file's reaching definitions, shared by every analysis of the file."""
+    return view.memo(ReachingDefinitions, lambda: ReachingDefinitions(view.index))
+
+
+def origins_of(view: FileView, policy: LookThrough) -> Origins:
+    """The file's analysis under ``policy`` (without a pass-through hook), built once."""
+    return view.memo((Origins, policy), lambda: Origins(view, policy))
+
+
+def function_of(index: ModuleIndex, node: ast.AST) -> ast.AST:
+    """The innermost function around ``node``, or the module."""
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, _FUNCTIONS):
+            return ancestor
+    return index.tree
+
+
+def returned_values(
+    index: ModuleIndex, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> list[ast.expr]:
+    """The values the ``return`` statements of ``function`` itself give (not those of the
+    functions nested in it), in source order."""
+    return [
+        statement.value
+        for statement in index.walk(function)
+        if isinstance(statement, ast.Return)
+        and statement.value is not None
+        and function_of(index, statement) is function
+    ]
+
+
+def _stored_attributes(index: ModuleIndex) -> Iterator[ast.Attribute]:
+    assignments: list[ast.Assign | ast.AnnAssign] = [*index.nodes(ast.Assign)]
+    assignments += index.nodes(ast.AnnAssign)
+    assignments.sort(key=lambda node: (node.lineno, node.col_offset))
+    for statement in assignments:
+        if statement.value is None:
+            continue
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        stack = list(reversed(targets))
+        while stack:
+            target = stack.pop()
+            if isinstance(target, ast.Attribute):
+                yield target
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                stack.extend(reversed(target.elts))
