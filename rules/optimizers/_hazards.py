@@ -15,7 +15,7 @@ idea) packs every parameter's gradient into one flat buffer per dtype at the fir
 Where this module looks, for one optimizer constructor (the *scope rule*):
 
 - the optimizer's own ``zero_grad(...)`` anywhere in the file, found by following the names that
-  hold it (:class:`~migrator.rules.optimizers._common.OptimizerFlow`);
+  hold it (:class:`~migrator.rules.optimizers._flow.OptimizerFlow`);
 - everything else (a module's ``zero_grad``, ``.grad`` stores, dtype casts of the model whose
   ``.parameters()`` feed it, ``torch.set_default_dtype``) in the *units* where the optimizer
   lives: the function that builds it, every function that calls its ``step()`` or

@@ -32,7 +32,6 @@ from migrator.rules.optimizers._tables import (
     NPU1_ROOTS,
     requested_opt_level,
 )
-from migrator.rules.optimizers.npu101_npu_fused_optimizer import NpuFusedOptimizer
 from migrator.settings import Settings
 
 
@@ -100,10 +99,6 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         requested_opt_level(options)
-
-    @classmethod
-    def fused_planner(cls) -> type[Rule]:
-        return NpuFusedOptimizer
 
     @classmethod
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:
