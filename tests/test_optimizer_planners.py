@@ -281,3 +281,117 @@ def test_a_wrap_stays_when_the_wrapper_is_used_in_a_way_it_cannot_follow() -> No
     (kept,) = plan_combine_ddp(view, fused_plans(view))
     assert isinstance(kept, WrapKept)
     assert "passed to `hook`, which npu-migrate cannot see into (line 15)" in kept.message
+
+
+# -- the fused optimizers' contract (NPU101) -------------------------------------------------------
+
+
+def contract_findings(code: str) -> list[str]:
+    decisions = decide(code)
+    return [finding.message for finding in decisions.findings]
+
+
+def test_a_move_between_two_steps_breaks_the_contract_and_names_its_line() -> None:
+    (message,) = contract_findings(
+        """
+        import torch
+
+
+        def main(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x in loader:
+                    optimizer.step()
+                model.cpu()
+                model.cuda()
+        """
+    )
+    assert "`model.cpu()` (line 10) moves this optimizer's parameters to the CPU" in message
+
+
+def test_moves_before_the_first_step_or_after_the_last_keep_the_contract() -> None:
+    assert not contract_findings(
+        """
+        import torch
+
+
+        def main(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model.half()
+            for x in loader:
+                optimizer.step()
+            model.cpu()
+        """
+    )
+
+
+def test_an_optimizer_built_again_for_each_run_starts_unpacked() -> None:
+    # Each fold moves the model and then builds a new optimizer: nothing packed is moved.
+    assert not contract_findings(
+        """
+        import torch
+
+
+        def cross_validate(model, folds):
+            for fold in folds:
+                model.cpu()
+                model.cuda()
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+                for x in fold:
+                    optimizer.step()
+        """
+    )
+
+
+def test_steps_of_another_optimizer_do_not_count() -> None:
+    # The generator's optimizer is never stepped in the loop that moves the generator.
+    assert not contract_findings(
+        """
+        import torch
+
+
+        def main(netG, netD, loader):
+            optG = torch.optim.Adam(netG.parameters(), lr=1e-3)
+            optD = torch.optim.Adam(netD.parameters(), lr=1e-3)
+            for x in loader:
+                optD.step()
+                netG.cpu()
+            netG.cuda()
+        """
+    )
+
+
+def test_a_step_in_another_module_counts_when_it_is_handed_the_optimizer() -> None:
+    (message,) = contract_findings(
+        """
+        import torch
+        from engine import train_one_epoch
+
+
+        def main(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                train_one_epoch(model, optimizer, loader)
+                model.to(torch.float16)
+        """
+    )
+    assert "`model.to(torch.float16)` (line 10) casts this optimizer's parameters to float16" in (
+        message
+    )
+
+
+def test_a_tensor_made_from_the_model_is_not_the_model() -> None:
+    assert not contract_findings(
+        """
+        import torch
+
+
+        def main(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                optimizer.step()
+                sample = model.decode(x).cpu()
+                weight = model.fc.weight.cpu()
+                state = {k: v.cpu() for k, v in model.state_dict().items()}
+        """
+    )

@@ -54,16 +54,22 @@ from migrator.suppressions import Suppressions
 
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
 KEY = "NPU1"
-# A file that calls apex.amp.initialize names both (Rule.wants_summary).
-PROJECT_TRIGGER = ("initialize",)
+# A file that calls apex.amp.initialize names both (Rule.wants_summary); one that shares a model
+# with hogwild workers calls `share_memory()`.
+PROJECT_TRIGGER = ("initialize", "share_memory")
 _ALSO_NEEDED = b"apex"
+_SHARED = b"share_memory"
+# How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.
+_SPAWNERS = frozenset({"spawn", "start_processes"})
 # Names that are never a factory of the repository.
 _LIBRARY_ROOTS = frozenset({"torch", "apex", "torch_npu", "builtins"})
 _MAX_REEXPORTS = 4  # `from .optim import build` in an __init__.py, followed this many times
 
 
 def wants_summary(source: bytes) -> bool:
-    return any(word.encode() in source for word in PROJECT_TRIGGER) and _ALSO_NEEDED in source
+    if _SHARED in source:
+        return True
+    return b"initialize" in source and _ALSO_NEEDED in source
 
 
 def _display(path: str) -> str:
@@ -96,15 +102,46 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
             use = _use(reader, origin)
             if use is not None and use not in uses:
                 uses.append(use)
-    return {"uses": uses} if uses else None
+    facts: dict[str, Any] = {"uses": uses} if uses else {}
+    workers = _workers(reader)
+    if workers:
+        facts["workers"] = workers
+    return facts or None
 
 
-def _use(reader: FileView, call: ast.Call) -> dict[str, Any] | None:
-    """The callee of ``call`` when it may be a function of another module of the run."""
+def _workers(reader: FileView) -> list[dict[str, Any]]:
+    """In a file that calls ``x.share_memory()``, the functions it starts as worker processes
+    (``Process(target=train, ...)``, ``mp.spawn(train, ...)``) that may be defined in another
+    module: hogwild training, whose workers share the model's parameters."""
+    shares = [
+        call
+        for call in reader.index.nodes(ast.Call)
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "share_memory"
+    ]
+    if not shares:
+        return []
+    found: list[dict[str, Any]] = []
+    for call in reader.index.nodes(ast.Call):
+        targets = [k.value for k in call.keywords if k.arg == "target"]
+        if isinstance(call.func, ast.Attribute) and call.func.attr in _SPAWNERS and call.args:
+            targets.append(call.args[0])
+        for target in targets:
+            use = _use(reader, ast.Call(func=target, args=[], keywords=[]), at=target)
+            if use is not None and "callee" in use:
+                worker = {"callee": use["callee"], "share": shares[0].lineno}
+                if worker not in found:
+                    found.append(worker)
+    return found
+
+
+def _use(reader: FileView, call: ast.Call, at: ast.expr | None = None) -> dict[str, Any] | None:
+    """The callee of ``call`` when it may be a function of another module of the run (``at``:
+    the node that stands for the call, when it is not one)."""
     if not isinstance(call.func, ast.Name | ast.Attribute):
         return None
     name = reader.qualified_name(call.func)
-    where: dict[str, Any] = {"line": call.lineno, "col": call.col_offset}
+    node = at if at is not None else call
+    where: dict[str, Any] = {"line": node.lineno, "col": node.col_offset}
     if isinstance(name, Ambiguous):
         if any(_is_library(candidate) for candidate in name.candidates):
             return None  # an optimizer class of torch or apex: NPU101 reports the ambiguity
@@ -166,6 +203,10 @@ def link(linking: Linking) -> Mapping[str, Facts] | None:
     state = _Link(linking)
     callers: dict[Factory, list[tuple[str, str, str]]] = {}  # -> (caller, origin key, callee)
     for path, summary in linking.project.summaries(KEY).items():
+        for worker in summary.get("workers", []):
+            found = _locate(state, worker["callee"], path)
+            if isinstance(found, Factory):
+                state.of(found.path, "shared")[found.name] = f"{_display(path)}:{worker['share']}"
         for use in summary.get("uses", []):
             key = f"{use['line']}:{use['col']}"
             found = _factory_of_use(state, path, use)
@@ -364,10 +405,14 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
     if suppressions.skip_file:
         why = f"{_display(path)} is left alone by its `skip-file` comment"
         return {f: _verdict_entry(False, f"{f.shown}: {why}", False, why) for f in factories}
-    factories_facts = state.facts.get(path, {}).get("factories", {})
+    facts = state.facts.get(path, {})
     view = FileView(index)
     decisions = plan_fused(
-        view, level=state.switched_level, factories=factories_facts, suppressions=suppressions
+        view,
+        level=state.switched_level,
+        factories=facts.get("factories", {}),
+        shared=facts.get("shared", {}),
+        suppressions=suppressions,
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
     findings = decisions.lines(suppressions)
@@ -430,6 +475,13 @@ def factory_facts(rule: Rule) -> Mapping[str, Any]:
     empty without any."""
     facts: Mapping[str, Any] = rule.project.links(KEY).get(rule.context.path, {})
     return facts.get("factories", {})
+
+
+def shared_workers(rule: Rule) -> Mapping[str, str]:
+    """The functions of the module ``rule`` checks that another file of the run starts as
+    hogwild workers on a model in shared memory (name -> where it calls ``share_memory()``)."""
+    facts: Mapping[str, Any] = rule.project.links(KEY).get(rule.context.path, {})
+    return facts.get("shared", {})
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from migrator.analysis.view import FileView
 from migrator.diagnostics import Severity
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._call_sites import CallSite, ExternalAmp, factory_sites
+from migrator.rules.optimizers._contract import Break, ParameterContract
+from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard
 from migrator.rules.optimizers._hazards import describe as describe_hazards
@@ -198,15 +200,18 @@ def plan_fused(
     level: str | None,
     factories: Mapping[str, Any],
     suppressions: Suppressions,
+    shared: Mapping[str, str] | None = None,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
     ``level`` is the ``opt_level`` NPU102's switch sets on every ``amp.initialize`` (None: no
     switch, or NPU102 does not run); ``factories`` the link stage's facts about the module's
     functions that other files of the run call for an optimizer (empty without any);
-    ``suppressions`` the file's suppression comments (a covered constructor is not planned).
+    ``suppressions`` the file's suppression comments (a covered constructor is not planned);
+    ``shared`` the module's functions that another file starts as hogwild workers on a model
+    in shared memory (name -> where ``share_memory()`` is called).
     """
-    return _Planner(view, level, factories, suppressions).decide()
+    return _Planner(view, level, factories, suppressions, shared or {}).decide()
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -241,6 +246,7 @@ class _Planner:
         level: str | None,
         factories: Mapping[str, Any],
         suppressions: Suppressions,
+        shared: Mapping[str, str],
     ) -> None:
         self.view = view
         self.index = view.index
@@ -248,6 +254,7 @@ class _Planner:
         self.suppressions = suppressions
         self.flow = OptimizerFlow.of(view)
         self.hazards = FusionHazards(view, self.flow)
+        self.contract = ParameterContract(view, self.flow, shared)
         self.sites = factory_sites(view, factories, level)
         self.findings: list[Finding] = []
         self.drafts: list[_Draft] = []
@@ -323,7 +330,13 @@ class _Planner:
                 # NVIDIA apex's classes fail on Ascend: manual; torch's run unfused: info.
                 apex = name.startswith(APEX_HOME + ".")
                 severity = Severity.MANUAL if apex else Severity.INFO
-                self._report(node, _class_value_message(self.view.written(node), name), severity)
+                code = self.view.written(node)
+                sharder = self._sharder_given(node)
+                if sharder is not None:
+                    message = _sharded_class_message(code, name, sharder)
+                else:
+                    message = _class_value_message(code, name)
+                self._report(node, message, severity)
         for lookup in self._getattr_values():
             if not self._suppressed(lookup):
                 self._report(lookup, _DYNAMIC_LOOKUP_ADVICE)
@@ -339,6 +352,19 @@ class _Planner:
                 found += [n for n in self.index.names(identifier) if isinstance(n.ctx, ast.Load)]
         found.sort(key=lambda node: (node.lineno, node.col_offset))
         return [node for node in found if self.view.may_name(node, NPU1_ROOTS)]
+
+    def _sharder_given(self, node: ast.expr) -> str | None:
+        """``ZeroRedundancyOptimizer(params, optimizer_class=<node>)``: the sharding layer that
+        builds its optimizers from the class ``node``, as written."""
+        call = self.index.parent(node)
+        if isinstance(call, ast.keyword):
+            call = self.index.parent(call)
+        if not isinstance(call, ast.Call) or node is call.func:
+            return None
+        name = self.view.qualified_name(call.func)
+        if isinstance(name, str) and name.rpartition(".")[2] == "ZeroRedundancyOptimizer":
+            return self.view.written(call.func)
+        return None
 
     def _alias_called_here(self, node: ast.expr) -> bool:
         """``Optimizer = torch.optim.SGD`` where this file calls ``Optimizer(...)``."""
@@ -518,6 +544,14 @@ class _Planner:
         hazards = self.hazards.of(call, params)
         if hazards:
             self._report(call, _hazard_message(source, target, hazards))
+            return
+        sharded = self.contract.sharding(call, params)
+        if sharded:
+            self._report(call, _sharded_message(source, target, sharded))
+            return
+        reallocated = self.contract.reallocations(call, params)
+        if reallocated:
+            self._report(call, _reallocated_message(source, target, reallocated))
             return
         amp_calls = self.flow.amp_calls_reached.get(id(call), [])
         settings = [amp_options(self.view, amp_call, self.level) for amp_call in amp_calls]
@@ -894,6 +928,41 @@ def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> s
     )
 
 
+_CONTRACT = (
+    "NPU fused optimizers pack the parameters handed to them into flat buffers at their first "
+    "step and from then on update only the buffers, so the parameters must never be "
+    "re-allocated while the optimizer is in use (Ascend's documented constraint)"
+)
+
+
+def _sharded_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
+    if source.unfused_replacement is None:
+        keep = f"Keep `{source.display}`: it runs on NPU unfused"
+    else:
+        name = source.display.rsplit(".", 1)[1]
+        keep = (
+            f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, "
+            f"which Ascend's apex lacks), so replace it by hand with "
+            f"{source.unfused_replacement}, which runs on NPU unfused"
+        )
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
+        f"{_CONTRACT}. {keep}"
+    )
+
+
+def _reallocated_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
+    to_fuse = (
+        "re-allocate before the optimizer is built, or work on a copy there "
+        "(`copy.deepcopy(model).cpu()`, `{k: v.cpu() for k, v in model.state_dict().items()}`), "
+        f"then use `{target}`"
+    )
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
+        f"{_CONTRACT}. {_left_unfused(source, to_fuse)}"
+    )
+
+
 def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
     line = line_of(gate.amp_call)
     return (
@@ -994,6 +1063,24 @@ def _fixed_message(draft: _Draft) -> str:
         )
     notes = "".join(f"; {note}" for note in draft.notes)
     return f"replaced `{draft.source.display}` with `{draft.qualified_target}`: {why}{notes}"
+
+
+def _sharded_class_message(code: str, name: str, sharder: str) -> str:
+    """An optimizer class that a sharding layer builds its optimizers from."""
+    if name in UNSUPPORTED or SOURCES[name].unfused_replacement is not None:
+        instead = (
+            f"NVIDIA's class does not run on Ascend (it needs apex's CUDA extension `amp_C`): "
+            f"put {SOURCES[name].unfused_replacement if name in SOURCES else 'a torch optimizer'}"
+            " here"
+        )
+    else:
+        instead = "keep it: it runs on NPU unfused"
+    return (
+        f"`{code}` (`{name}`) is the class `{sharder}` builds its optimizer from over its shard "
+        "of the parameters, which it re-allocates into buckets of its own; an NPU fused "
+        f"optimizer there would break the fused optimizers' contract (parameters never "
+        f"re-allocated while in use), so {instead}"
+    )
 
 
 def _class_value_message(code: str, name: str) -> str:

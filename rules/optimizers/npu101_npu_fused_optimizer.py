@@ -11,7 +11,11 @@ from migrator.analysis.calls import Argument
 from migrator.callargs import append_arg, keyword, remove_arg_objects
 from migrator.edits import NodeEdit
 from migrator.rule import FixSafety, Rule
-from migrator.rules.optimizers._factories import OptimizerFactories, factory_facts
+from migrator.rules.optimizers._factories import (
+    OptimizerFactories,
+    factory_facts,
+    shared_workers,
+)
 from migrator.rules.optimizers._fused_planner import (
     CODE,
     FuncStyle,
@@ -59,7 +63,18 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
     at its own line); an optimizer whose surrounding code breaks a fused one
     (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16 casts of its
-    model, sparse embeddings; where these are looked for: docs/rules-optimizers.md); a
+    model, sparse embeddings; where these are looked for: docs/rules-optimizers.md); an
+    optimizer whose parameters are re-allocated while it is in use, which breaks the contract
+    of every NPU fused optimizer (the line that breaks it is named): a move away from the
+    device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
+    `.half()`, `.bfloat16()`, `.double()`, `._apply(fn)`), a store to a parameter or its
+    `.data`, `setattr` / `register_parameter` / `del` on the model, wherever one may run
+    between two of its steps (an epoch-end `model.cpu()` checkpoint, directly or in a function
+    of the module it calls), and parameters owned by a sharding or partitioning layer, in any
+    order: FSDP (`FullyShardedDataParallel`, `fully_shard`), tensor and sequence parallelism
+    (`parallelize_module`, DTensor parameters), DeepSpeed (`deepspeed.initialize` given the
+    model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
+    when another file of the run starts them); a
     `torch.optim` optimizer whose `amp.initialize` runs only on some paths (`if args.fp16:`,
     `enabled=args.amp`), since neither home fits both paths (an apex `Fused*` one, which fails on
     Ascend anyway, is rewritten for the amp path and the other path is reported at the
@@ -69,7 +84,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
     buffers and update them with one kernel per buffer; the unfused ones launch kernels per
     tensor. Ascend apex's versions raise in `step()` unless the optimizer went through
-    `amp.initialize`, which is why an optimizer outside amp gets torch_npu's version.
+    `amp.initialize`, which is why an optimizer outside amp gets torch_npu's version. Their
+    contract, as Ascend documents it: the parameter objects handed to the optimizer must not be
+    re-allocated while it is in use. They are packed into the flat buffers at the first step;
+    a parameter re-allocated after that is no longer in a buffer and silently stops being
+    updated. Moves before the first step (`optimizer = SGD(model.parameters()); model.cuda()`)
+    or after the last one (an export), copies (`copy.deepcopy(model).cpu()`, `tensor.cpu()`,
+    a CPU state dict), `load_state_dict` and in-place updates keep the contract and are
+    rewritten.
 
     ## Example
     ```python
@@ -112,6 +134,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             level=switched_level(self),
             factories=factory_facts(self),
             suppressions=self.context.suppressions,
+            shared=shared_workers(self),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
