@@ -11,6 +11,7 @@ from migrator.analysis.index import line_of
 from migrator.analysis.parse import parse_index
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Severity
+from migrator.rules.optimizers._amp import amp_options, level_arms
 from migrator.rules.optimizers._combine_ddp_planner import (
     WrapKept,
     WrapRemoval,
@@ -395,3 +396,88 @@ def test_a_tensor_made_from_the_model_is_not_the_model() -> None:
                 state = {k: v.cpu() for k, v in model.state_dict().items()}
         """
     )
+
+
+# -- opt levels computed at run time, and models that stay on the CPU (NPU101, NPU102) -------------
+
+
+def amp_call(view: FileView) -> ast.Call:
+    return next(
+        call
+        for call in view.index.nodes(ast.Call)
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "initialize"
+    )
+
+
+def test_every_arm_of_a_computed_level_is_read() -> None:
+    view = view_of(
+        """
+        import argparse
+        from apex import amp
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--amp-level", dest="level", default="O2")
+        args = parser.parse_args()
+        TABLE = {"fp32": "O0", "fp16": args.level}
+        if args.pure:
+            chosen = "O3"
+        else:
+            chosen = TABLE[args.precision] if args.table else "O1"
+        amp.initialize(model, optimizer, opt_level=chosen)
+        """
+    )
+    call = amp_call(view)
+    arms = level_arms(view, call, call.keywords[0].value)
+    assert [(arm.level, arm.when, arm.line) for arm in arms] == [
+        ("O3", "when `args.pure` holds", 10),
+        ("O0", 'when `args.precision` is "fp32"', 8),
+        ("O2", "by default (`--amp-level`)", 6),
+        (None, 'when `args.precision` is "fp16"', 8),  # what the command line passes instead
+        ("O1", "when `args.table` is false", 12),
+    ]
+    options = amp_options(view, call, None)
+    assert options.level == "O3"
+    assert options.level_shown() == (
+        "'O3' on one path: `chosen` is 'O3' when `args.pure` holds (line 10)"
+    )
+    assert options.refuses_fused() is not None
+
+
+def test_a_level_whose_arms_are_all_fused_needs_no_run_time_note() -> None:
+    view = view_of(
+        """
+        from apex import amp
+
+        level = "O2" if half else "O1"
+        amp.initialize(model, optimizer, opt_level=level)
+        """
+    )
+    options = amp_options(view, amp_call(view), None)
+    assert options.level is None and options.arms_fused
+    assert options.refuses_fused() is None and options.run_time_notes() == []
+
+
+def test_a_model_that_stays_on_the_cpu_keeps_torch_optimizer() -> None:
+    decisions = decide(
+        """
+        import torch
+
+
+        def test_step():
+            model = torch.nn.Linear(4, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+
+
+        def test_moved(device):
+            model = torch.nn.Linear(4, 2)
+            model.to(device)
+            return torch.optim.SGD(model.parameters(), lr=0.1)
+        """
+    )
+    (finding,) = decisions.findings
+    assert finding.severity is Severity.INFO and line_of(finding.node) == 7
+    assert "its parameters stay on the CPU (`torch.nn.Linear(4, 2)`, line 6" in finding.message
+    (rewrite,) = decisions.rewrites
+    assert line_of(rewrite.call) == 15

@@ -30,6 +30,16 @@ class ExternalAmp:
     refusal: str | None
     notes: tuple[str, ...]
     switch: str | None
+    # It runs, or enables amp ("verb"), only when "test" is true ("amp_when_true") or false,
+    # and that condition does not also guard the call of the factory.
+    gate: tuple[str, bool, str] | None = None
+    computed: bool = False  # the refusing level is one arm of a level computed at run time
+
+    @property
+    def condition(self) -> str:
+        assert self.gate is not None
+        test, when_true, _ = self.gate
+        return f"`{test}` holds" if when_true else f"`{test}` is false"
 
 
 @dataclass(frozen=True)
@@ -65,12 +75,15 @@ def factory_sites(
 
 def _external_amp(facts: Mapping[str, Any], level: str) -> ExternalAmp:
     options = facts["levels"][level]
+    gate = facts.get("gate")
     return ExternalAmp(
         facts["at"],
         facts["disabled"],
         options["refusal"],
         tuple(options["notes"]),
         options["switch"],
+        (gate[0], gate[1], gate[2]) if gate else None,
+        options.get("computed", False),
     )
 
 

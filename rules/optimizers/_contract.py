@@ -78,6 +78,12 @@ _CAST_DTYPES = {
     "torch.float64": "float64",
     "torch.double": "float64",
 }
+_ALL_DTYPES = frozenset(
+    {
+        "torch.float16", "torch.half", "torch.bfloat16", "torch.float32", "torch.float",
+        "torch.float64", "torch.double",
+    }
+)  # fmt: skip
 _PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 _MODULE_ITERATORS = frozenset({"modules", "named_modules", "children", "named_children"})
 _PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
@@ -637,6 +643,199 @@ class ParameterContract:
                 effect = "registers a parameter on the model"
                 yield _Candidate(call, attribute.value, code, effect)
 
+    # -- parameters that never reach a device --------------------------------------------------
+
+    def stays_on_cpu(self, constructor: ast.Call, params: ast.expr | None) -> Break | None:
+        """The model of ``constructor`` when its parameters certainly stay on the CPU: it is
+        built in this file (a class of torch.nn or of the file, or a call with no device in a
+        file that places nothing on a device), no placement (``.cuda()``, ``.npu()``,
+        ``.to(<not only a dtype>)``, ``device=``) touches it, it is handed to no function that
+        could move it, and nothing moves every new tensor (``torch.set_default_device``,
+        ``with torch.device(...)``, ``transfer_to_npu``)."""
+        paths = self._models(params)
+        if not paths or self._device_switches:
+            return None
+        built: list[ast.Call] = []
+        wrapped: set[Path] = set()  # `DDP(model)`: the model it wraps is placed or not
+        for model in self._model_reads(params):
+            origins = self.flow.origins(model)
+            if not origins or not all(isinstance(origin, ast.Call) for origin in origins):
+                return None
+            for origin in origins:
+                assert isinstance(origin, ast.Call)
+                if self._placed(origin) or not self._builds_on_cpu(origin):
+                    return None
+                for value in _arguments_of(origin):
+                    path = _path(value)
+                    if path is not None:
+                        wrapped.add(path)
+                    if any(
+                        isinstance(inner, ast.Call) and self._placed(inner)
+                        for inner in self.flow.origins(value)
+                    ):
+                        return None
+                built.append(origin)
+        if not built:
+            return None
+        context = _Context(self.index.tree, paths | frozenset(wrapped))
+        reads = [root for root in map(_root_name, self._model_reads(params)) if root is not None]
+        for call in self._placements:
+            assert isinstance(call.func, ast.Attribute)
+            if self._same_model(reads, call.func.value) and self._on_model(
+                context, call.func.value
+            ):
+                return None
+        if self._handed_away(context, reads):
+            return None
+        origin = built[0]
+        code = f"`{self.view.written(origin)}`"
+        return Break(origin, code, "builds the model, which nothing in this file moves to a device")
+
+    def _model_reads(self, params: ast.expr | None) -> list[ast.expr]:
+        """The ``x`` of the ``x.parameters()`` calls ``params`` comes from."""
+        if params is None:
+            return []
+        found: list[ast.expr] = []
+        for expression in [params, *self.flow.origins(params)]:
+            for node in ast.walk(expression):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _PARAMETER_ITERATORS
+                ):
+                    found.append(_strip_method_calls(node.func.value))
+        return found
+
+    def _placed(self, origin: ast.Call) -> bool:
+        """``Net().cuda()``, ``Net(device=...)``, ``Net().to(device)``: placed where it is built."""
+        node: ast.expr = origin
+        while isinstance(node, ast.Call):
+            if any(k.arg in ("device", "device_map") for k in node.keywords):
+                return True
+            if isinstance(node.func, ast.Attribute):
+                if any(call is node for call in self._placements):
+                    return True
+                node = node.func.value
+            else:
+                break
+        return False
+
+    def _builds_on_cpu(self, origin: ast.Call) -> bool:
+        """The call a model comes from builds it on the CPU: a class of torch.nn, a class of
+        this file that places nothing itself, or anything when the file places nothing at all."""
+        if not self._placements:
+            return True
+        constructor = _strip_method_calls(origin)
+        if not isinstance(constructor, ast.Call):
+            return False
+        name = self.view.qualified_name(constructor.func)
+        if isinstance(name, str) and name.startswith("torch.nn."):
+            return True
+        if isinstance(constructor.func, ast.Name):
+            for binding in self.index.bindings_of(constructor.func):
+                if binding.kind is BindingKind.CLASS and binding.node is not None:
+                    return not any(
+                        any(call is node for call in self._placements)
+                        for node in ast.walk(binding.node)
+                    )
+        return False
+
+    def _handed_away(self, context: _Context, reads: list[ast.Name]) -> bool:
+        """The model is passed to a function that may move it (anything but builtins, torch's
+        functions and the optimizer's own constructor)."""
+        for call in self.index.nodes(ast.Call):
+            values = [*call.args, *(k.value for k in call.keywords)]
+            if not any(
+                self._same_model(reads, value) and self._names_model(context, value)
+                for value in values
+            ):
+                continue
+            name = self.view.qualified_name(call.func)
+            if isinstance(name, str) and name.startswith(("builtins.", "torch.", "copy.")):
+                continue
+            return True
+        return False
+
+    def _same_model(self, reads: list[ast.Name], node: ast.expr) -> bool:
+        """``node`` starts from the same variable as one of ``reads`` (the model as the
+        optimizer's constructor reads it): a binding in common, or ``self`` in the same class.
+        A ``model`` of another function is another model."""
+        root = _root_name(node)
+        if root is None:
+            return False
+        bindings = {id(binding) for binding in self.index.bindings_of(root)}
+        for read in reads:
+            if read.id != root.id:
+                continue
+            if read.id == "self":
+                if self._class_of(read) is self._class_of(root):
+                    return True
+            elif bindings & {id(binding) for binding in self.index.bindings_of(read)}:
+                return True
+        return False
+
+    def _class_of(self, node: ast.AST) -> ast.AST | None:
+        return next((a for a in self.index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
+
+    def _names_model(self, context: _Context, value: ast.expr) -> bool:
+        """``value`` is the model or a submodule, as spelled or through an alias (not what a
+        loop over one of its attributes gives)."""
+        if not isinstance(value, (ast.Name, ast.Attribute)):
+            return False
+        path = _path(value)
+        if path is not None and _within(path, context.models):
+            return True
+        root = _root_name(value)
+        if root is None:
+            return False
+        for origin in self.flow.origins(root):
+            aliased = _path(origin) if origin is not root else None
+            if aliased is not None and _within(aliased, context.models):
+                return True
+        return False
+
+    @cached_property
+    def _placements(self) -> list[ast.Call]:
+        """``x.cuda()``, ``x.npu()``, ``x.xpu()``, ``x.to_empty(...)``, and ``x.to(...)`` with
+        anything but a dtype."""
+        found: list[ast.Call] = []
+        for method in ("cuda", "npu", "xpu", "mps", "to_empty", "to"):
+            for attribute in self.index.attributes(method):
+                call = self.index.parent(attribute)
+                if not isinstance(call, ast.Call) or call.func is not attribute:
+                    continue
+                if method == "to" and self._only_dtypes(call):
+                    continue
+                found.append(call)
+        return found
+
+    def _only_dtypes(self, call: ast.Call) -> bool:
+        values = [*call.args, *(k.value for k in call.keywords if k.arg != "non_blocking")]
+        for value in values:
+            name = self.view.qualified_name(value)
+            if not (isinstance(name, str) and name in _ALL_DTYPES):
+                return False
+        return bool(values)
+
+    @cached_property
+    def _device_switches(self) -> bool:
+        """Something in the file moves every new tensor to a device."""
+        for last in ("set_default_device", "set_default_tensor_type"):
+            if self._calls_named(last):
+                return True
+        for statement in self.index.nodes(ast.With):
+            for item in statement.items:
+                expression = item.context_expr
+                if isinstance(expression, ast.Call):
+                    name = self.view.qualified_name(expression.func)
+                    if name == "torch.device":
+                        return True
+        return any(
+            "transfer_to_npu" in (getattr(statement, "module", None) or "")
+            or any("transfer_to_npu" in alias.name for alias in statement.names)
+            for statement in self.index.imports()
+        )
+
     # -- sharding ------------------------------------------------------------------------------
 
     def sharding(self, constructor: ast.Call, params: ast.expr | None) -> list[Break]:
@@ -867,6 +1066,16 @@ def _path(node: ast.expr) -> Path | None:
             return tuple(reversed(parts))
         else:
             return None
+
+
+def _arguments_of(call: ast.Call) -> list[ast.expr]:
+    """The arguments of the calls a chain of module methods is made of (``DDP(model).eval()``)."""
+    found: list[ast.expr] = []
+    node: ast.expr = call
+    while isinstance(node, ast.Call):
+        found += [*node.args, *(k.value for k in node.keywords)]
+        node = node.func.value if isinstance(node.func, ast.Attribute) else node.func
+    return found
 
 
 def _iterated_path(iterable: ast.expr) -> Path | None:

@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from migrator.analysis.calls import NOT_LITERAL
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, Module
@@ -350,7 +351,8 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
                 continue
             flow = OptimizerFlow.of(reader)
             amps = [
-                _amp_facts(reader, path, amp) for amp in flow.amp_calls_reached.get(id(call), [])
+                _amp_facts(reader, path, amp, call)
+                for amp in flow.amp_calls_reached.get(id(call), [])
             ]
             sites = state.of(factory.path, "factories")[factory.name]["sites"]
             sites.append({"at": _at(path, call), "amp": amps})
@@ -375,21 +377,31 @@ def _calls_of(
             yield call, found
 
 
-def _amp_facts(reader: FileView, path: str, call: ast.Call) -> dict[str, Any]:
-    """One ``amp.initialize`` call a factory's result reaches: where, whether it is disabled,
-    and for no switch ("") and each level NPU102's switch may set: why Ascend apex would
-    refuse an NPU fused optimizer there, what must hold at run time, the level set."""
+def _amp_facts(reader: FileView, path: str, call: ast.Call, site: ast.Call) -> dict[str, Any]:
+    """One ``amp.initialize`` call a factory's result reaches from the call ``site``: where,
+    whether it is disabled, whether it runs (or enables amp) only under a condition that does
+    not also guard the site (``gate``: [test, amp when true, verb]), and for no switch ("") and
+    each level NPU102's switch may set: why Ascend apex would refuse an NPU fused optimizer
+    there, what must hold at run time, the level set."""
+    gate: list[Any] | None = None
+    guard = OptimizerFlow.of(reader).guard_only_for(call, site)
+    written = amp_options(reader, call, None)
+    if guard is not None:
+        gate = [guard[0], guard[1], "runs"]
+    elif written.enabled is NOT_LITERAL and written.enabled_code is not None:
+        gate = [written.enabled_code, True, "enables amp"]
     levels: dict[str, Any] = {}
     disabled = False
     for requested in ("", *OPT_LEVELS):
         options = amp_options(reader, call, requested or None)
         disabled = options.disabled
         levels[requested] = {
-            "refusal": options.refuses_fused(),
+            "refusal": options.refuses_fused(_display(path)),
+            "computed": options.level_path is not None,
             "notes": options.run_time_notes(),
             "switch": options.switch,
         }
-    return {"at": _at(path, call), "disabled": disabled, "levels": levels}
+    return {"at": _at(path, call), "disabled": disabled, "gate": gate, "levels": levels}
 
 
 # -- verdicts: what a factory returns, after NPU101 ----------------------------------------------

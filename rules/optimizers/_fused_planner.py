@@ -118,9 +118,14 @@ class AmpGate:
 
     def choice(self, target: str) -> str:
         """The class picked by the same condition, for the message."""
-        apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
-        first, second = (apex, torch_npu) if self.amp_when_true else (torch_npu, apex)
-        return f"`({first} if {self.test} else {second})(...)`"
+        return _choice(self.test, self.amp_when_true, target)
+
+
+def _choice(test: str, amp_when_true: bool, target: str) -> str:
+    """``(apex.optimizers.X if test else torch_npu.optim.X)(...)``, for a message."""
+    apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
+    first, second = (apex, torch_npu) if amp_when_true else (torch_npu, apex)
+    return f"`({first} if {test} else {second})(...)`"
 
 
 @dataclass(frozen=True)
@@ -553,6 +558,12 @@ class _Planner:
         if reallocated:
             self._report(call, _reallocated_message(source, target, reallocated))
             return
+        on_cpu = self.contract.stays_on_cpu(call, params)
+        if on_cpu is not None:
+            # torch's optimizer is right on the CPU; NVIDIA apex's does not run on Ascend at all.
+            severity = Severity.INFO if source.unfused_replacement is None else Severity.MANUAL
+            self._report(call, _cpu_message(source, target, on_cpu), severity)
+            return
         amp_calls = self.flow.amp_calls_reached.get(id(call), [])
         settings = [amp_options(self.view, amp_call, self.level) for amp_call in amp_calls]
         for options in settings:
@@ -579,6 +590,11 @@ class _Planner:
             APEX_HOME if apex else TORCH_NPU_HOME,
             line_of(amp_call) if amp_call is not None else None,
         )
+        gated_site = self._gated_site(with_amp) if apex else None
+        if gated_site is not None and source.unfused_replacement is None:
+            site, amp = gated_site
+            self._report(call, _gated_elsewhere_refusal(source, target, site, amp))
+            return
         gate = self._amp_gate(call, enabled) if apex else None
         if gate is not None and source.unfused_replacement is None:
             # torch's optimizer runs on both paths; the apex one would raise on the path
@@ -600,12 +616,26 @@ class _Planner:
                     f'NPU102 sets `opt_level="{options.switch}"` at line {line_of(options.call)}'
                 )
             draft.notes.extend(options.run_time_notes(with_enabled=gate is None))
+        if gated_site is not None and gated_site[1].gate and gated_site[1].gate[2] == "runs":
+            # (`enabled=<run-time value>` there has its own note, from the call's options.)
+            site, amp = gated_site
+            draft.notes.append(_gated_elsewhere_warning(draft, site, amp))
         for site in with_amp:
             for amp in site.with_amp:
                 if amp.switch is not None:
                     draft.notes.append(f'NPU102 sets `opt_level="{amp.switch}"` at {amp.at}')
                 draft.notes.extend(f"at {amp.at}: {note}" for note in amp.notes)
         self.drafts.append(draft)
+
+    @staticmethod
+    def _gated_site(sites: Sequence[CallSite]) -> tuple[CallSite, ExternalAmp] | None:
+        """A call site in another file whose `amp.initialize` runs, or enables amp, only under
+        a condition that does not also guard the call."""
+        for site in sites:
+            for amp in site.with_amp:
+                if amp.gate is not None:
+                    return site, amp
+        return None
 
     def _amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
         """The condition under which the optimizer of ``call`` goes through amp, when it may
@@ -963,6 +993,22 @@ def _reallocated_message(source: Source, target: str, breaks: Sequence[Break]) -
     )
 
 
+def _cpu_message(source: Source, target: str, model: Break) -> str:
+    message = (
+        f"`{source.display}` is not rewritten to `{target}`: its parameters stay on the CPU "
+        f"({model.code}, line {model.line}, {model.effect}), and the NPU fused optimizers work "
+        "on NPU tensors only (torch_npu's `npu_combine_tensors` raises for CPU tensors at the "
+        f"first step). If the model is moved to the NPU elsewhere, use `{TORCH_NPU_HOME}.{target}`"
+    )
+    if source.unfused_replacement is None:
+        return message
+    name = source.display.rsplit(".", 1)[1]
+    return (
+        f"{message}; NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension "
+        f"`amp_C`), so on the CPU use {source.unfused_replacement}"
+    )
+
+
 def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
     line = line_of(gate.amp_call)
     return (
@@ -979,6 +1025,34 @@ def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
     )
 
 
+def _gated_elsewhere_refusal(source: Source, target: str, site: CallSite, amp: ExternalAmp) -> str:
+    assert amp.gate is not None
+    test, when_true, verb = amp.gate
+    choice = _choice(test, when_true, target)
+    return (
+        f"`{source.display}` is not rewritten: `{site.factory}` returns it to the call at "
+        f"{site.at}, whose `amp.initialize` ({amp.at}) {verb} only when {amp.condition}. Under "
+        f"amp it needs `{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
+        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
+        "fits both paths. "
+        + _left_unfused(
+            source,
+            "call `amp.initialize` on every path there, or pick the class by the same "
+            "condition: " + choice,
+        )
+    )
+
+
+def _gated_elsewhere_warning(draft: _Draft, site: CallSite, amp: ExternalAmp) -> str:
+    assert amp.gate is not None
+    _, _, verb = amp.gate
+    return (
+        f"warning: the `amp.initialize` at {amp.at} (after the call at {site.at}) {verb} only "
+        f"when {amp.condition}; on the other path `{draft.qualified_target}` raises in "
+        "`step()` (NVIDIA's class did not run on Ascend there either)"
+    )
+
+
 def _gated_amp_warning(draft: _Draft, gate: AmpGate) -> str:
     return (
         f"this `amp.initialize` {gate.verb} only when {gate.condition}, and the optimizer built "
@@ -991,10 +1065,17 @@ def _gated_amp_warning(draft: _Draft, gate: AmpGate) -> str:
     )
 
 
+_EVERY_PATH_O1_O2 = (
+    "let every path of the opt level be O1 or O2 (by hand: NPU102's `opt-level` switch sets "
+    "literal levels only)"
+)
+
+
 def _refused_message(source: Source, target: str, options: AmpOptions, refusal: str) -> str:
+    to_fuse = _EVERY_PATH_O1_O2 if options.level_path is not None else _USE_O1_O2
     return (
         f"`{source.display}` is not rewritten to `{target}`: it goes through `amp.initialize` "
-        f"(line {line_of(options.call)}), and {refusal}. {_left_unfused(source, _USE_O1_O2)}"
+        f"(line {line_of(options.call)}), and {refusal}. {_left_unfused(source, to_fuse)}"
     )
 
 
@@ -1004,7 +1085,7 @@ def _refused_elsewhere_message(
     return (
         f"`{source.display}` is not rewritten to `{target}`: `{site.factory}` returns it to the "
         f"call at {site.at}, which passes it to `amp.initialize` at {amp.at}, and {amp.refusal}. "
-        f"{_left_unfused(source, _USE_O1_O2)}"
+        f"{_left_unfused(source, _EVERY_PATH_O1_O2 if amp.computed else _USE_O1_O2)}"
     )
 
 

@@ -46,13 +46,19 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     only `amp.initialize(..., enabled=False)`, becomes `torch_npu.optim.NpuFused*`, which works
     without amp. An optimizer that reaches an `amp.initialize` whose literal `opt_level` is O0 or
     O3, or O2 with `master_weights=False`, is reported and left unfused: Ascend apex refuses NPU
-    fused optimizers of either home there. A level, master-weights flag or `enabled` computed at
-    run time is named in the message as a requirement, and NPU102's `opt-level` switch counts
-    when NPU102 runs. A constructor that a function returns to other modules of the run
-    (`create_optimizer(args, model)` called from `train.py`) is placed by every call site of
-    that function there: `apex.optimizers` when all of them pass it to `amp.initialize`,
-    `torch_npu.optim` when some do not, reported when one would be refused; the message names
-    the calls and their `amp.initialize`. Arguments are mapped: apex FusedAdam's
+    fused optimizers of either home there. A level computed in the module is read over every arm
+    it shows (`'O1' if use_mixed_precision else 'O0'`, an `if`/`else`, a dict of levels, the
+    default of an `--opt-level` option): one O0 or O3 arm counts as that literal level, since
+    that path must keep running. A level, master-weights flag or `enabled` computed at run time
+    otherwise is named in the message as a requirement, and NPU102's `opt-level` switch counts
+    when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test)
+    is left as it is: the fused optimizers pack on the NPU only. A constructor that a function
+    returns to other modules of the run (`create_optimizer(args, model)` called from
+    `train.py`) is placed by every call site of that function there: `apex.optimizers` when
+    all of them pass it to `amp.initialize`, `torch_npu.optim` when some do not, reported when
+    one would be refused; the message names the calls and their `amp.initialize`; a call whose
+    `amp.initialize` runs only under a condition (`if args.fp16:`) keeps a `torch.optim`
+    constructor unfused, as in the module itself. Arguments are mapped: apex FusedAdam's
     `adam_w_mode` picks `NpuFusedAdamW` or `NpuFusedAdam`, and `weight_decay=0.0` is passed
     explicitly when FusedAdam relied on its default; performance-only switches (`foreach`,
     `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped.
