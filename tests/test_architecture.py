@@ -201,6 +201,6 @@ def test_the_checks_see_the_imports_they_guard() -> None:
     """The checks above read real imports: NPU101 imports the analysis and its shared modules,
     the engine imports the rule interface (a parser that found nothing would pass them all)."""
     npu101 = "migrator.rules.optimizers.npu101_npu_fused_optimizer"
-    assert "migrator.rules.optimizers._flow" in {t for t, _ in imports_of(npu101)}
+    assert "migrator.rules.optimizers._fused_planner" in {t for t, _ in imports_of(npu101)}
     assert "migrator.rule" in {t for t, _ in imports_of("migrator.engine")}
     assert layer_of("migrator.analysis.index") < layer_of("migrator.rule")

@@ -4,7 +4,7 @@ Real training scripts often get the optimizer they pass to ``amp.initialize`` fr
 another module of the repository (``optimizer = create_optimizer(args, model)`` imported from
 ``utils/optim.py``, ``self.optimizer = build_optimizer(cfg, model)`` from a package's
 ``solver/build.py``). The per-module flow
-(:class:`~migrator.rules.optimizers._common.OptimizerFlow`) stops at such a call; this module
+(:class:`~migrator.rules.optimizers._flow.OptimizerFlow`) stops at such a call; this module
 carries the flow across files, through the project facts of :mod:`migrator.analysis.project`,
 in three steps:
 
@@ -16,11 +16,13 @@ in three steps:
    file of the run (re-exports through a package's ``__init__`` are followed) and must be a
    function defined at the top of it. Its call sites are found in the files whose text names it,
    and for each the ``amp.initialize`` calls its result reaches there, with their options (for
-   every level NPU102's ``opt-level`` switch could set). NPU101's own analysis then runs on the
-   factory's module with those call sites, and what the factory returns is judged: NPU fused as
-   written, made NPU fused by NPU101 (and with which home), or why not.
+   every level NPU102's ``opt-level`` switch could set). NPU101's planner
+   (:func:`~migrator.rules.optimizers._fused_planner.plan_fused`) then runs on the factory's
+   module with those call sites, and what the factory returns is judged: NPU fused as written,
+   made NPU fused by NPU101 (and with which home), or why not.
 3. **Check**: NPU101, in the factory's module, chooses the home of the constructors a factory
-   returns from its call sites (:func:`call_sites`); NPU102, at the ``amp.initialize`` of a
+   returns from its call sites (:func:`factory_facts`, read by
+   :mod:`~migrator.rules.optimizers._call_sites`); NPU102, at the ``amp.initialize`` of a
    caller, counts the factory's optimizer as NPU fused or reports why not
    (:func:`factory_verdict`).
 
@@ -34,32 +36,41 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+from migrator.analysis.calls import NOT_LITERAL
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, Module
 from migrator.analysis.view import FileView
-from migrator.rule import FileContext, Linking, Rule
+from migrator.rule import Linking, Rule
 from migrator.rules.optimizers._amp import amp_options
+from migrator.rules.optimizers._call_sites import returned_origins
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._plans import FusedPlans, FusedSwaps, OptLevelSwitch, switched_level
+from migrator.rules.optimizers._fused_planner import plan_fused
+from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
 from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPT_LEVELS
 from migrator.suppressions import Suppressions
 
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
 KEY = "NPU1"
-# A file that calls apex.amp.initialize names both (Rule.wants_summary).
-PROJECT_TRIGGER = ("initialize",)
+# A file that calls apex.amp.initialize names both (Rule.wants_summary); one that shares a model
+# with hogwild workers calls `share_memory()`.
+PROJECT_TRIGGER = ("initialize", "share_memory")
 _ALSO_NEEDED = b"apex"
+_SHARED = b"share_memory"
+# How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.
+_SPAWNERS = frozenset({"spawn", "start_processes"})
 # Names that are never a factory of the repository.
 _LIBRARY_ROOTS = frozenset({"torch", "apex", "torch_npu", "builtins"})
 _MAX_REEXPORTS = 4  # `from .optim import build` in an __init__.py, followed this many times
 
 
 def wants_summary(source: bytes) -> bool:
-    return any(word.encode() in source for word in PROJECT_TRIGGER) and _ALSO_NEEDED in source
+    if _SHARED in source:
+        return True
+    return b"initialize" in source and _ALSO_NEEDED in source
 
 
 def _display(path: str) -> str:
@@ -92,15 +103,46 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
             use = _use(reader, origin)
             if use is not None and use not in uses:
                 uses.append(use)
-    return {"uses": uses} if uses else None
+    facts: dict[str, Any] = {"uses": uses} if uses else {}
+    workers = _workers(reader)
+    if workers:
+        facts["workers"] = workers
+    return facts or None
 
 
-def _use(reader: FileView, call: ast.Call) -> dict[str, Any] | None:
-    """The callee of ``call`` when it may be a function of another module of the run."""
+def _workers(reader: FileView) -> list[dict[str, Any]]:
+    """In a file that calls ``x.share_memory()``, the functions it starts as worker processes
+    (``Process(target=train, ...)``, ``mp.spawn(train, ...)``) that may be defined in another
+    module: hogwild training, whose workers share the model's parameters."""
+    shares = [
+        call
+        for call in reader.index.nodes(ast.Call)
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "share_memory"
+    ]
+    if not shares:
+        return []
+    found: list[dict[str, Any]] = []
+    for call in reader.index.nodes(ast.Call):
+        targets = [k.value for k in call.keywords if k.arg == "target"]
+        if isinstance(call.func, ast.Attribute) and call.func.attr in _SPAWNERS and call.args:
+            targets.append(call.args[0])
+        for target in targets:
+            use = _use(reader, ast.Call(func=target, args=[], keywords=[]), at=target)
+            if use is not None and "callee" in use:
+                worker = {"callee": use["callee"], "share": shares[0].lineno}
+                if worker not in found:
+                    found.append(worker)
+    return found
+
+
+def _use(reader: FileView, call: ast.Call, at: ast.expr | None = None) -> dict[str, Any] | None:
+    """The callee of ``call`` when it may be a function of another module of the run (``at``:
+    the node that stands for the call, when it is not one)."""
     if not isinstance(call.func, ast.Name | ast.Attribute):
         return None
     name = reader.qualified_name(call.func)
-    where: dict[str, Any] = {"line": call.lineno, "col": call.col_offset}
+    node = at if at is not None else call
+    where: dict[str, Any] = {"line": node.lineno, "col": node.col_offset}
     if isinstance(name, Ambiguous):
         if any(_is_library(candidate) for candidate in name.candidates):
             return None  # an optimizer class of torch or apex: NPU101 reports the ambiguity
@@ -135,7 +177,6 @@ class _Link:
     """The state of one link stage."""
 
     linking: Linking
-    planner: type[Rule]  # NPU101: what it makes of the optimizers a factory returns
     readers: dict[str, FileView | None] = field(default_factory=dict)
     located: dict[tuple[str, str], Factory | str] = field(default_factory=dict)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> facts
@@ -157,11 +198,16 @@ class _Link:
         return self.facts.setdefault(path, {}).setdefault(part, {})
 
 
-def link(linking: Linking, planner: type[Rule]) -> Mapping[str, Facts] | None:
-    """The factories' facts; ``planner`` is NPU101, run in each factory's module."""
-    state = _Link(linking, planner)
+def link(linking: Linking) -> Mapping[str, Facts] | None:
+    """The factories' facts (NPU101's planner decides, in each factory's module, what the
+    factory returns)."""
+    state = _Link(linking)
     callers: dict[Factory, list[tuple[str, str, str]]] = {}  # -> (caller, origin key, callee)
     for path, summary in linking.project.summaries(KEY).items():
+        for worker in summary.get("workers", []):
+            found = _locate(state, worker["callee"], path)
+            if isinstance(found, Factory):
+                state.of(found.path, "shared")[found.name] = f"{_display(path)}:{worker['share']}"
         for use in summary.get("uses", []):
             key = f"{use['line']}:{use['col']}"
             found = _factory_of_use(state, path, use)
@@ -305,7 +351,8 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
                 continue
             flow = OptimizerFlow.of(reader)
             amps = [
-                _amp_facts(reader, path, amp) for amp in flow.amp_calls_reached.get(id(call), [])
+                _amp_facts(reader, path, amp, call)
+                for amp in flow.amp_calls_reached.get(id(call), [])
             ]
             sites = state.of(factory.path, "factories")[factory.name]["sites"]
             sites.append({"at": _at(path, call), "amp": amps})
@@ -330,21 +377,31 @@ def _calls_of(
             yield call, found
 
 
-def _amp_facts(reader: FileView, path: str, call: ast.Call) -> dict[str, Any]:
-    """One ``amp.initialize`` call a factory's result reaches: where, whether it is disabled,
-    and for no switch ("") and each level NPU102's switch may set: why Ascend apex would
-    refuse an NPU fused optimizer there, what must hold at run time, the level set."""
+def _amp_facts(reader: FileView, path: str, call: ast.Call, site: ast.Call) -> dict[str, Any]:
+    """One ``amp.initialize`` call a factory's result reaches from the call ``site``: where,
+    whether it is disabled, whether it runs (or enables amp) only under a condition that does
+    not also guard the site (``gate``: [test, amp when true, verb]), and for no switch ("") and
+    each level NPU102's switch may set: why Ascend apex would refuse an NPU fused optimizer
+    there, what must hold at run time, the level set."""
+    gate: list[Any] | None = None
+    guard = OptimizerFlow.of(reader).guard_only_for(call, site)
+    written = amp_options(reader, call, None)
+    if guard is not None:
+        gate = [guard[0], guard[1], "runs"]
+    elif written.enabled is NOT_LITERAL and written.enabled_code is not None:
+        gate = [written.enabled_code, True, "enables amp"]
     levels: dict[str, Any] = {}
     disabled = False
     for requested in ("", *OPT_LEVELS):
         options = amp_options(reader, call, requested or None)
         disabled = options.disabled
         levels[requested] = {
-            "refusal": options.refuses_fused(),
+            "refusal": options.refuses_fused(_display(path)),
+            "computed": options.level_path is not None,
             "notes": options.run_time_notes(),
             "switch": options.switch,
         }
-    return {"at": _at(path, call), "disabled": disabled, "levels": levels}
+    return {"at": _at(path, call), "disabled": disabled, "gate": gate, "levels": levels}
 
 
 # -- verdicts: what a factory returns, after NPU101 ----------------------------------------------
@@ -355,23 +412,24 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
     NPU101 has run there (with the call sites just found), and as written?"""
     reader = state.reader(path)
     assert reader is not None  # _top_level parsed it
-    index, linking = reader.index, state.linking
+    index = reader.index
     suppressions = Suppressions.scan(index.source.text)
     if suppressions.skip_file:
         why = f"{_display(path)} is left alone by its `skip-file` comment"
         return {f: _verdict_entry(False, f"{f.shown}: {why}", False, why) for f in factories}
-    linked = {**linking.project.linked, KEY: {path: dict(state.facts.get(path, {}))}}
-    settings = replace(linking.settings, project=replace(linking.project, linked=linked))
+    facts = state.facts.get(path, {})
     view = FileView(index)
-    context = FileContext(path, settings, suppressions, view, plans=dict(linking.plans))
-    state.planner(context).check()
-    published = context.plans.get(FusedPlans)
-    plans = published.by_call if isinstance(published, FusedPlans) else {}
-    code = state.planner.CODE
-    findings = {d.line for d in context.diagnostics if d.code == code}
+    decisions = plan_fused(
+        view,
+        level=state.switched_level,
+        factories=facts.get("factories", {}),
+        shared=facts.get("shared", {}),
+        suppressions=suppressions,
+    )
+    plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
+    findings = decisions.lines(suppressions)
     verdicts = {factory: _verdict(view, factory, plans, findings, path) for factory in factories}
-    # The plans and the flow hold nodes of the index, which the link stage releases.
-    context.plans.clear()
+    # The decisions and the flow hold nodes of the index, which the link stage releases.
     view.release()
     return verdicts
 
@@ -420,113 +478,22 @@ def _known_optimizer(view: FileView, call: ast.Call) -> bool:
     return isinstance(view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
 
 
-def returned_origins(view: FileView, name: str) -> list[ast.expr]:
-    """Where the values that the function ``name`` at the top of the module returns come
-    from, through the module's flow (its local helpers included), in source order."""
-    function = _top_level_function(view.index, name)
-    if function is None:
-        return []
-    flow = OptimizerFlow.of(view)
-    found: list[ast.expr] = []
-    for statement in view.index.walk(function):
-        if not isinstance(statement, ast.Return) or statement.value is None:
-            continue
-        if _function_of(view.index, statement) is not function:
-            continue
-        for origin in flow.origins(statement.value):
-            if all(origin is not seen for seen in found):
-                found.append(origin)
-    return found
-
-
-def _top_level_function(
-    index: ModuleIndex, name: str
-) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    found = [
-        statement
-        for statement in index.tree.body
-        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and statement.name == name
-    ]
-    return found[-1] if found else None
-
-
-def _function_of(index: ModuleIndex, node: ast.AST) -> ast.AST | None:
-    for ancestor in index.ancestors(node):
-        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            return ancestor
-    return None
-
-
 # -- 3. check: what NPU101 and NPU102 read -------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ExternalAmp:
-    """An ``amp.initialize`` call in another file that a factory's optimizer reaches."""
-
-    at: str  # "train.py:20"
-    disabled: bool
-    refusal: str | None
-    notes: tuple[str, ...]
-    switch: str | None
+def factory_facts(rule: Rule) -> Mapping[str, Any]:
+    """The link stage's facts about the functions of the module ``rule`` checks that other
+    files of the run call for an optimizer (name -> line and call sites), for NPU101's planner;
+    empty without any."""
+    facts: Mapping[str, Any] = rule.project.links(KEY).get(rule.context.path, {})
+    return facts.get("factories", {})
 
 
-@dataclass(frozen=True)
-class CallSite:
-    """A call, in another file of the run, of a function of this module that returns the
-    optimizer a constructor builds."""
-
-    factory: str  # the function's name
-    at: str  # "train.py:15"
-    amps: tuple[ExternalAmp, ...]
-
-    @property
-    def with_amp(self) -> tuple[ExternalAmp, ...]:
-        return tuple(amp for amp in self.amps if not amp.disabled)
-
-
-def call_sites(rule: Rule, call: ast.Call) -> list[CallSite]:
-    """The call sites in other files of the functions of this module that return the optimizer
-    ``call`` builds (empty without project facts)."""
-    exported = _exported(rule)
-    if not exported:
-        return []
-    factories = rule.project.links(KEY).get(rule.context.path, {}).get("factories", {})
-    level = switched_level(rule) or ""
-    sites: list[CallSite] = []
-    for name in exported.get(id(call), []):
-        for site in factories[name]["sites"]:
-            amps = tuple(_external_amp(amp, level) for amp in site["amp"])
-            sites.append(CallSite(name, site["at"], amps))
-    return sites
-
-
-def _external_amp(facts: Mapping[str, Any], level: str) -> ExternalAmp:
-    options = facts["levels"][level]
-    return ExternalAmp(
-        facts["at"],
-        facts["disabled"],
-        options["refusal"],
-        tuple(options["notes"]),
-        options["switch"],
-    )
-
-
-def _exported(rule: Rule) -> dict[int, list[str]]:
-    """id(origin) -> the names of this module's factories (per the project facts) that return
-    it; computed once per file."""
-    factories = rule.project.links(KEY).get(rule.context.path, {}).get("factories", {})
-
-    def exported() -> dict[int, list[str]]:
-        found: dict[int, list[str]] = {}
-        for name, facts in factories.items():
-            if not facts["sites"]:
-                continue
-            for origin in returned_origins(rule.view, name):
-                found.setdefault(id(origin), []).append(name)
-        return found
-
-    return rule.view.memo(_exported, exported)
+def shared_workers(rule: Rule) -> Mapping[str, str]:
+    """The functions of the module ``rule`` checks that another file of the run starts as
+    hogwild workers on a model in shared memory (name -> where it calls ``share_memory()``)."""
+    facts: Mapping[str, Any] = rule.project.links(KEY).get(rule.context.path, {})
+    return facts.get("shared", {})
 
 
 @dataclass(frozen=True)
@@ -564,10 +531,5 @@ class OptimizerFactories:
         return summarize(index, module)
 
     @classmethod
-    def fused_planner(cls) -> type[Rule]:
-        """NPU101, whose plan for a factory's module decides what the factory returns."""
-        raise NotImplementedError
-
-    @classmethod
     def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
-        return link(linking, cls.fused_planner())
+        return link(linking)

@@ -15,7 +15,7 @@ idea) packs every parameter's gradient into one flat buffer per dtype at the fir
 Where this module looks, for one optimizer constructor (the *scope rule*):
 
 - the optimizer's own ``zero_grad(...)`` anywhere in the file, found by following the names that
-  hold it (:class:`~migrator.rules.optimizers._common.OptimizerFlow`);
+  hold it (:class:`~migrator.rules.optimizers._flow.OptimizerFlow`);
 - everything else (a module's ``zero_grad``, ``.grad`` stores, dtype casts of the model whose
   ``.parameters()`` feed it, ``torch.set_default_dtype``) in the *units* where the optimizer
   lives: the function that builds it, every function that calls its ``step()`` or
@@ -306,7 +306,7 @@ class FusionHazards:
     def _model_casts(self, units: set[int], params: ast.expr | None) -> list[Hazard]:
         """Casts to a refused dtype of the model whose ``.parameters()`` feed the optimizer:
         ``model.bfloat16()``, ``model.to(torch.bfloat16)``, ``model = Net().to(dtype=...)``."""
-        models = self._models_feeding(params)
+        models = models_feeding(self.flow, params)
         if not models:
             return []
         found: list[Hazard] = []
@@ -329,23 +329,6 @@ class FusionHazards:
             remedy = _KEEP_FLOAT32
             found.append(Hazard(call, written, effect, remedy))
         return found
-
-    def _models_feeding(self, params: ast.expr | None) -> set[str]:
-        """The spellings of ``x`` in the ``x.parameters()`` calls that ``params`` comes from."""
-        if params is None:
-            return set()
-        models: set[str] = set()
-        for expression in [params, *self.flow.origins(params)]:
-            for node in ast.walk(expression):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in _PARAMETER_METHODS
-                ):
-                    spelled = dotted_name(_strip_method_calls(node.func.value))
-                    if spelled is not None:
-                        models.add(spelled)
-        return models
 
     def _casts_model(self, call: ast.Call, models: set[str]) -> bool:
         """``call`` casts ``model`` (``model.cuda().bfloat16()``), or its value is assigned to
@@ -427,6 +410,25 @@ class FusionHazards:
             )
             found.append(Hazard(call, written, effect, remedy))
         return found
+
+
+def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
+    """The spellings of ``x`` in the ``x.parameters()`` / ``x.named_parameters()`` calls that
+    ``params`` (an optimizer's first argument) comes from: ``model``, ``self.model``."""
+    if params is None:
+        return set()
+    models: set[str] = set()
+    for expression in [params, *flow.origins(params)]:
+        for node in ast.walk(expression):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _PARAMETER_METHODS
+            ):
+                spelled = dotted_name(_strip_method_calls(node.func.value))
+                if spelled is not None:
+                    models.add(spelled)
+    return models
 
 
 def describe(hazards: list[Hazard]) -> str:

@@ -4,28 +4,24 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
-from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
-from migrator.analysis.index import line_of
-from migrator.analysis.names import Ambiguous
-from migrator.analysis.scopes import Binding, BindingKind
+from migrator.analysis.calls import Argument
 from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
-from migrator.diagnostics import Severity
 from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
-from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._factories import (
-    CallSite,
-    ExternalAmp,
     OptimizerFactories,
-    call_sites,
+    factory_facts,
+    shared_workers,
 )
-from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._hazards import FusionHazards, Hazard
-from migrator.rules.optimizers._hazards import describe as describe_hazards
+from migrator.rules.optimizers._fused_planner import (
+    CODE,
+    FuncStyle,
+    ImportRewrite,
+    Rewrite,
+    plan_fused,
+)
 from migrator.rules.optimizers._plans import (
     FusedPlan,
     FusedPlans,
@@ -33,117 +29,8 @@ from migrator.rules.optimizers._plans import (
     OptLevelSwitch,
     switched_level,
 )
-from migrator.rules.optimizers._tables import (
-    APEX_HOME,
-    FP16_OPTIMIZERS,
-    KNOWN_OPTIMIZERS,
-    NPU1_ROOTS,
-    OPTIMIZER_MODULES,
-    OPTIMIZER_TRIGGER,
-    SOURCES,
-    TARGET_PARAMETERS,
-    TORCH_NPU_HOME,
-    UNSUPPORTED,
-    Source,
-)
+from migrator.rules.optimizers._tables import OPTIMIZER_TRIGGER, TORCH_NPU_HOME
 from migrator.settings import Settings
-
-# Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
-PERFORMANCE_ONLY = frozenset(
-    {"foreach", "fused", "capturable", "set_grad_none", "materialize_master_grads"}
-)
-# Arguments that are harmless at the given value and change the update at any other value.
-NEUTRAL_AT: dict[str, tuple[object, str]] = {
-    "maximize": (False, "`maximize=True` (gradient ascent) has no NPU fused equivalent"),
-    "differentiable": (
-        False,
-        "`differentiable=True` (autograd through the optimizer step) has no NPU fused equivalent",
-    ),
-    "bias_correction": (
-        True,
-        "`bias_correction=False` has no NPU equivalent: the NPU fused Adam optimizers always "
-        "apply bias correction",
-    ),
-    "wd_after_momentum": (
-        False,
-        "`wd_after_momentum=True` has no NPU equivalent: NpuFusedSGD applies weight decay "
-        "before momentum, as torch.optim.SGD does",
-    ),
-    "decoupled_weight_decay": (
-        False,
-        "`decoupled_weight_decay=True` makes it AdamW: use `NpuFusedAdamW` with the same "
-        "`weight_decay` instead",
-    ),
-    "master_weights": (
-        False,
-        "FusedAdam's own fp32 master weights have no NPU equivalent: "
-        '`amp.initialize(..., opt_level="O2")` keeps fp32 master weights instead',
-    ),
-    "amsgrad": (False, "the NPU fused Adam optimizers do not implement AMSGrad"),
-}
-# Arguments the NPU fused optimizers also take, for which the neutral value is kept as written.
-KEPT_WHEN_NEUTRAL = frozenset({"amsgrad"})
-
-TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD requires lr
-
-# How a rewritten call spells the new class: the whole dotted name, only its last attribute
-# (`apex_optimizers.FusedAdam` -> `apex_optimizers.NpuFusedAdamW`), the unchanged alias of a
-# rewritten `from ... import X as A`, or the new name of a rewritten `from ... import X`.
-FuncStyle = Literal["dotted", "attr", "alias", "rename"]
-
-
-@dataclass
-class Plan:
-    """How one constructor call is rewritten; computed on the original file."""
-
-    call: ast.Call
-    arguments: list[Argument]
-    source: Source
-    target: str
-    home: str
-    amp_line: int | None
-    dropped: set[int] = field(default_factory=set)  # argument indices
-    to_keyword: dict[int, str] = field(default_factory=dict)  # positional index -> its name
-    added: list[tuple[str, str]] = field(default_factory=list)  # (keyword, value code)
-    notes: list[str] = field(default_factory=list)
-    func_style: FuncStyle = "dotted"
-    disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
-    why: str | None = None  # the reason for the home, when other files' calls decide it
-    gate: AmpGate | None = None  # amp.initialize runs only under a condition
-
-    @property
-    def qualified_target(self) -> str:
-        return f"{self.home}.{self.target}"
-
-
-@dataclass(frozen=True)
-class AmpGate:
-    """An ``amp.initialize`` that runs, or enables amp, only when ``test`` is true
-    (``amp_when_true``) or only when it is false."""
-
-    amp_call: ast.Call
-    test: str
-    amp_when_true: bool
-    verb: str = "runs"  # "enables amp" for `enabled=<run-time value>`
-
-    @property
-    def condition(self) -> str:
-        return f"`{self.test}` holds" if self.amp_when_true else f"`{self.test}` is false"
-
-    def choice(self, target: str) -> str:
-        """The class picked by the same condition, for the message."""
-        apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
-        first, second = (apex, torch_npu) if self.amp_when_true else (torch_npu, apex)
-        return f"`({first} if {self.test} else {second})(...)`"
-
-
-@dataclass
-class ImportRewrite:
-    """``from m import X [as A]`` rewritten in place: alias index -> new name, maybe new module."""
-
-    statement: ast.ImportFrom
-    names: dict[int, str] = field(default_factory=dict)
-    module: str | None = None
 
 
 class NpuFusedOptimizer(OptimizerFactories, Rule):
@@ -156,13 +43,19 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     only `amp.initialize(..., enabled=False)`, becomes `torch_npu.optim.NpuFused*`, which works
     without amp. An optimizer that reaches an `amp.initialize` whose literal `opt_level` is O0 or
     O3, or O2 with `master_weights=False`, is reported and left unfused: Ascend apex refuses NPU
-    fused optimizers of either home there. A level, master-weights flag or `enabled` computed at
-    run time is named in the message as a requirement, and NPU102's `opt-level` switch counts
-    when NPU102 runs. A constructor that a function returns to other modules of the run
-    (`create_optimizer(args, model)` called from `train.py`) is placed by every call site of
-    that function there: `apex.optimizers` when all of them pass it to `amp.initialize`,
-    `torch_npu.optim` when some do not, reported when one would be refused; the message names
-    the calls and their `amp.initialize`. Arguments are mapped: apex FusedAdam's
+    fused optimizers of either home there. A level computed in the module is read over every arm
+    it shows (`'O1' if use_mixed_precision else 'O0'`, an `if`/`else`, a dict of levels, the
+    default of an `--opt-level` option): one O0 or O3 arm counts as that literal level, since
+    that path must keep running. A level, master-weights flag or `enabled` computed at run time
+    otherwise is named in the message as a requirement, and NPU102's `opt-level` switch counts
+    when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test)
+    is left as it is: the fused optimizers pack on the NPU only. A constructor that a function
+    returns to other modules of the run (`create_optimizer(args, model)` called from
+    `train.py`) is placed by every call site of that function there: `apex.optimizers` when
+    all of them pass it to `amp.initialize`, `torch_npu.optim` when some do not, reported when
+    one would be refused; the message names the calls and their `amp.initialize`; a call whose
+    `amp.initialize` runs only under a condition (`if args.fp16:`) keeps a `torch.optim`
+    constructor unfused, as in the module itself. Arguments are mapped: apex FusedAdam's
     `adam_w_mode` picks `NpuFusedAdamW` or `NpuFusedAdam`, and `weight_decay=0.0` is passed
     explicitly when FusedAdam relied on its default; performance-only switches (`foreach`,
     `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped.
@@ -173,7 +66,18 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
     at its own line); an optimizer whose surrounding code breaks a fused one
     (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16 casts of its
-    model, sparse embeddings; where these are looked for: docs/rules-optimizers.md); a
+    model, sparse embeddings; where these are looked for: docs/rules-optimizers.md); an
+    optimizer whose parameters are re-allocated while it is in use, which breaks the contract
+    of every NPU fused optimizer (the line that breaks it is named): a move away from the
+    device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
+    `.half()`, `.bfloat16()`, `.double()`, `._apply(fn)`), a store to a parameter or its
+    `.data`, `setattr` / `register_parameter` / `del` on the model, wherever one may run
+    between two of its steps (an epoch-end `model.cpu()` checkpoint, directly or in a function
+    of the module it calls), and parameters owned by a sharding or partitioning layer, in any
+    order: FSDP (`FullyShardedDataParallel`, `fully_shard`), tensor and sequence parallelism
+    (`parallelize_module`, DTensor parameters), DeepSpeed (`deepspeed.initialize` given the
+    model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
+    when another file of the run starts them); a
     `torch.optim` optimizer whose `amp.initialize` runs only on some paths (`if args.fp16:`,
     `enabled=args.amp`), since neither home fits both paths (an apex `Fused*` one, which fails on
     Ascend anyway, is rewritten for the amp path and the other path is reported at the
@@ -183,7 +87,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
     buffers and update them with one kernel per buffer; the unfused ones launch kernels per
     tensor. Ascend apex's versions raise in `step()` unless the optimizer went through
-    `amp.initialize`, which is why an optimizer outside amp gets torch_npu's version.
+    `amp.initialize`, which is why an optimizer outside amp gets torch_npu's version. Their
+    contract, as Ascend documents it: the parameter objects handed to the optimizer must not be
+    re-allocated while it is in use. They are packed into the flat buffers at the first step;
+    a parameter re-allocated after that is no longer in a buffer and silently stops being
+    updated. Moves before the first step (`optimizer = SGD(model.parameters()); model.cuda()`)
+    or after the last one (an export), copies (`copy.deepcopy(model).cpu()`, `tensor.cpu()`,
+    a CPU state dict), `load_state_dict` and in-place updates keep the contract and are
+    rewritten.
 
     ## Example
     ```python
@@ -204,7 +115,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     per-parameter state keys.
     """
 
-    CODE = "NPU101"
+    CODE = CODE
     NAME = "npu-fused-optimizer"
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
@@ -218,510 +129,38 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:
         return (FusedSwaps(),)
 
-    @classmethod
-    def fused_planner(cls) -> type[Rule]:
-        return cls
-
     def check(self) -> None:
-        self.flow = OptimizerFlow.of(self.view)
-        self.hazards = FusionHazards(self.view, self.flow)
-        self.plans: list[Plan] = []
-        self.import_rewrites: dict[int, ImportRewrite] = {}  # id(ImportFrom) -> its rewrite
-        wrapped = self._report_fp16_wrappers()
-        for call in self._dynamic_lookups():
-            if id(call) not in wrapped:
-                self.report(call, _DYNAMIC_LOOKUP_ADVICE)
-        for call in self.flow.candidates:
-            if id(call) not in wrapped:
-                self._examine_call(call)
-        for class_def in self.index.nodes(ast.ClassDef):
-            self._examine_subclass(class_def)
-        self._report_class_values()
-        self._plan_call_names()
-        self._apply_plans()
-
-    # -- analysis --------------------------------------------------------------------------------
-
-    def _report_fp16_wrappers(self) -> set[int]:
-        """Report ``FP16_Optimizer(...)``; the ids of the constructors it wraps, left as they are
-        so that the user migrates wrapper and optimizer together."""
-        wrapped: set[int] = set()
-        for call in self.flow.candidates:
-            if isinstance(self.qualified_name_in(call.func, FP16_OPTIMIZERS), str):
-                if self._suppressed(call):
-                    continue
-                self.report(call, _FP16_OPTIMIZER_ADVICE)
-                for arg in arguments(call):
-                    for origin in self.flow.origins(arg.value):
-                        wrapped.add(id(origin))
-                        self._report_wrapped(origin, call)
-        return wrapped
-
-    def _report_wrapped(self, origin: ast.expr, wrapper: ast.Call) -> None:
-        """A constructor built on another line than its `FP16_Optimizer` wrapper says there
-        why it is left alone (the wrapper's line has the advice)."""
-        if not isinstance(origin, ast.Call) or line_of(origin) == line_of(wrapper):
-            return
-        name = self.qualified_name_in(origin.func, KNOWN_OPTIMIZERS)
-        if isinstance(name, str) and not self._suppressed(origin):
-            self.report(
-                origin,
-                f"`{name}` is not rewritten: it is wrapped in `FP16_Optimizer` at line "
-                f"{line_of(wrapper)}; migrate the two together (see the finding there)",
-            )
-
-    def _report_class_values(self) -> None:
-        """An optimizer class used as a value (``{"adam": FusedAdam}[name]``, ``opt_class =
-        torch.optim.SGD``, ``getattr(apex.optimizers, name)``): the optimizer it builds later
-        cannot be rewritten, so say what to put in its place."""
-        for node in self._class_value_candidates():
-            if self._suppressed(node) or not self._used_as_value(node):
-                continue
-            if self._alias_called_here(node):
-                continue  # the call of the alias is reported (a value alias is ambiguous)
-            name = self.qualified_name_in(node, KNOWN_OPTIMIZERS)
-            if isinstance(name, str):
-                # NVIDIA apex's classes fail on Ascend: manual; torch's run unfused: info.
-                apex = name.startswith(APEX_HOME + ".")
-                severity = Severity.MANUAL if apex else Severity.INFO
-                self.report(node, _class_value_message(self.view.written(node), name), severity)
-        for lookup in self._getattr_values():
-            if not self._suppressed(lookup):
-                self.report(lookup, _DYNAMIC_LOOKUP_ADVICE)
-
-    def _class_value_candidates(self) -> list[ast.expr]:
-        """Names and attributes that may resolve to an optimizer class, in source order."""
-        found: list[ast.expr] = []
-        for last in OPTIMIZER_CLASS_NAMES:
-            found += [a for a in self.index.attributes(last) if isinstance(a.ctx, ast.Load)]
-        reaching = self.flow.reaching_names
-        for identifier in sorted(self.index.identifiers()):
-            if identifier in reaching:
-                found += [n for n in self.index.names(identifier) if isinstance(n.ctx, ast.Load)]
-        found.sort(key=lambda node: (node.lineno, node.col_offset))
-        return [node for node in found if self.may_name(node, NPU1_ROOTS)]
-
-    def _alias_called_here(self, node: ast.expr) -> bool:
-        """``Optimizer = torch.optim.SGD`` where this file calls ``Optimizer(...)``."""
-        statement = self.index.parent(node)
-        if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is not node:
-            return False
-        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        if not all(isinstance(target, ast.Name) for target in targets):
-            return False
-        for target in targets:
-            assert isinstance(target, ast.Name)
-            for read in self.index.names(target.id):
-                call = self.index.parent(read)
-                if isinstance(call, ast.Call) and call.func is read:
-                    return True
-        return False
-
-    def _used_as_value(self, node: ast.expr) -> bool:
-        """Not called, not part of a longer dotted name, not a type test (``isinstance``,
-        ``is None``, ``==``), not a base class or an annotation."""
-        parent = self.index.parent(node)
-        if isinstance(parent, ast.Attribute):
-            return False  # `torch.optim` in `torch.optim.SGD`, or `SGD.__name__`
-        if isinstance(parent, ast.Call):
-            if parent.func is node:
-                return False
-            if isinstance(parent.func, ast.Name) and parent.func.id in _TYPE_TESTS:
-                return False
-        if isinstance(parent, ast.Tuple):
-            grandparent = self.index.parent(parent)
-            if isinstance(grandparent, ast.Call) and isinstance(grandparent.func, ast.Name):
-                return grandparent.func.id not in _TYPE_TESTS  # isinstance(x, (SGD, Adam))
-        if isinstance(parent, (ast.Compare, ast.ClassDef)):
-            return False
-        return not self._in_annotation(node)
-
-    def _in_annotation(self, node: ast.expr) -> bool:
-        child: ast.AST = node
-        for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, ast.arg) and ancestor.annotation is child:
-                return True
-            if isinstance(ancestor, ast.AnnAssign) and ancestor.annotation is child:
-                return True
-            if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return ancestor.returns is child
-            if isinstance(ancestor, ast.stmt):
-                return False
-            child = ancestor
-        return False
-
-    def _getattr_values(self) -> list[ast.Call]:
-        """``getattr(torch.optim, name)`` not called on the spot (``opt_class = getattr(...)``);
-        the called form is reported by :meth:`_dynamic_lookups`."""
-        found: list[ast.Call] = []
-        for lookup in self._getattr_lookups():
-            call = self.index.parent(lookup)
-            if not (isinstance(call, ast.Call) and call.func is lookup):
-                found.append(lookup)
-        return found
-
-    def _getattr_lookups(self) -> list[ast.Call]:
-        """``getattr(<torch.optim or apex.optimizers>, ...)`` calls."""
-        found: list[ast.Call] = []
-        callees: list[ast.expr] = [*self.index.names("getattr"), *self.index.attributes("getattr")]
-        for callee in callees:
-            lookup = self.index.parent(callee)
-            if not isinstance(lookup, ast.Call) or lookup.func is not callee or not lookup.args:
-                continue
-            if self.qualified_name(callee) != "builtins.getattr":
-                continue
-            module = self.qualified_name(arguments(lookup)[0].value)
-            if isinstance(module, str) and module in OPTIMIZER_MODULES:
-                found.append(lookup)
-        return found
-
-    def _dynamic_lookups(self) -> list[ast.Call]:
-        """``getattr(torch.optim, name)(...)``, found from the ``getattr`` names."""
-        found: list[ast.Call] = []
-        for lookup in self._getattr_lookups():
-            call = self.index.parent(lookup)
-            if isinstance(call, ast.Call) and call.func is lookup:
-                found.append(call)
-        return found
-
-    def _examine_call(self, call: ast.Call) -> None:
-        """Plan the rewrite of ``call``, or report why it cannot be rewritten."""
-        self._check_apex_home(call)
-        name = self.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
-        if isinstance(name, Ambiguous):
-            self.report(call, self._ambiguous_message(call, name))
-        elif name in UNSUPPORTED:
-            self.report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
-        elif name in SOURCES and not self._suppressed(call):
-            self._plan(call, SOURCES[name])
-
-    def _suppressed(self, node: ast.AST) -> bool:
-        """A suppression comment covers the line where ``node`` starts (then nothing is planned
-        for it, and the imports it uses are left to the calls that are rewritten)."""
-        return self.context.suppressions.covers(line_of(node), self.CODE)
-
-    def _check_apex_home(self, call: ast.Call) -> None:
-        """An Ascend apex fused optimizer that never reaches amp here raises in `step()`."""
-        name = npu_fused_name(self.view, call.func)
-        if (
-            name is None
-            or not name.startswith(APEX_HOME + ".")
-            or id(call) in self.flow.reaches_amp
-        ):
-            return
-        sites = call_sites(self, call)
-        without_amp = [site for site in sites if not site.with_amp]
-        if sites and not without_amp:
-            return  # every call of the function that returns it goes through amp.initialize
-        if without_amp:
-            self.report(
-                call,
-                f"`{name}` is returned by `{without_amp[0].factory}` to calls where it does not "
-                f"reach `amp.initialize` ({_sites_listed(without_amp)}), and "
-                "Ascend apex's fused optimizers raise in `step()` without amp: use "
-                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works with and without amp",
-                severity=Severity.INFO,
-            )
-            return
-        self.report(
-            call,
-            f"`{name}` does not reach `amp.initialize` in this module, and Ascend apex's fused "
-            "optimizers raise in `step()` without amp: if no other module passes it to "
-            f"`amp.initialize`, use `{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works "
-            "without amp",
-            severity=Severity.INFO,
+        """The planner decides (:mod:`~migrator.rules.optimizers._fused_planner`); this records
+        its findings, turns its rewrites into edits, and publishes them for NPU102-NPU104."""
+        decisions = plan_fused(
+            self.view,
+            level=switched_level(self),
+            factories=factory_facts(self),
+            suppressions=self.context.suppressions,
+            shared=shared_workers(self),
         )
-
-    def _ambiguous_message(self, call: ast.Call, name: Ambiguous) -> str:
-        hints = [f"`{c}` -> {_target_hint(SOURCES[c])}" for c in name.candidates if c in SOURCES]
-        advice = (
-            f"replace it by hand ({', '.join(hints)}; from `apex.optimizers` when the optimizer "
-            "goes through `amp.initialize`, from `torch_npu.optim` otherwise)"
-            if hints
-            else "migrate it by hand"
-        )
-        return (
-            f"cannot tell which optimizer `{self.view.written(call.func)}` is: {name.describe()}; "
-            f"npu-migrate only rewrites names with a single origin: {advice}"
-        )
-
-    def _examine_subclass(self, class_def: ast.ClassDef) -> None:
-        for base in class_def.bases:
-            if not self.may_name(base, NPU1_ROOTS):
-                continue
-            name = self.qualified_name_in(base, KNOWN_OPTIMIZERS)
-            if not isinstance(name, str):
-                continue
-            if name in UNSUPPORTED:
-                advice = UNSUPPORTED[name]
-            else:
-                advice = (
-                    f"rebase it on {_target_hint(SOURCES[name])} from `torch_npu.optim` (or "
-                    "`apex.optimizers` if it goes through `amp.initialize`) and check that every "
-                    "override still holds, because the fused optimizers keep their state in "
-                    "flat buffers"
-                )
-            self.report(
-                class_def,
-                f"`{class_def.name}` subclasses `{name}`, and npu-migrate does not rewrite "
-                f"subclasses: {advice}",
-            )
-
-    def _plan(self, call: ast.Call, source: Source) -> None:
-        args = arguments(call)
-        names, problems = _bind(self, args, source)
-        target = source.target
-        if target is None:
-            target, problem = _fused_adam_target(self, args, names)
-            if problem:
-                problems.append(problem)
-        if target is None or problems:
-            self.report(call, _blocked_message(source, target, problems))
-            return
-        params = args[names.index("params")].value if "params" in names else None
-        hazards = self.hazards.of(call, params)
-        if hazards:
-            self.report(call, _hazard_message(source, target, hazards))
-            return
-        amp_calls = self.flow.amp_calls_reached.get(id(call), [])
-        settings = [
-            amp_options(self.view, amp_call, switched_level(self)) for amp_call in amp_calls
-        ]
-        for options in settings:
-            refusal = options.refuses_fused()
-            if refusal is not None:
-                self.report(call, _refused_message(source, target, options, refusal))
-                return
-        sites = call_sites(self, call)
-        for site in sites:
-            for amp in site.amps:
-                if amp.refusal is not None:
-                    self.report(call, _refused_elsewhere_message(source, target, site, amp))
-                    return
-        enabled = [options for options in settings if not options.disabled]
-        amp_call = enabled[0].call if enabled else None
-        with_amp = [site for site in sites if site.with_amp]
-        without_amp = [site for site in sites if not site.with_amp]
-        apex = (amp_call is not None or bool(with_amp)) and not without_amp
-        plan = Plan(
-            call,
-            args,
-            source,
-            target,
-            APEX_HOME if apex else TORCH_NPU_HOME,
-            line_of(amp_call) if amp_call is not None else None,
-        )
-        gate = self._amp_gate(call, enabled) if apex else None
-        if gate is not None and source.unfused_replacement is None:
-            # torch's optimizer runs on both paths; the apex one would raise on the path
-            # without amp, and torch_npu's are not meant for amp: leave the choice to the user.
-            self.report(call, _gated_amp_refusal(source, target, gate))
-            return
-        problems = self._map_arguments(plan, names)
-        if problems:
-            self.report(call, _blocked_message(source, target, problems))
-            return
-        if gate is not None:
-            plan.gate = gate
-        if sites:
-            plan.why = _factory_why(plan, amp_call, with_amp, without_amp)
-        if settings and not enabled:
-            plan.disabled_amp_line = line_of(settings[0].call)
-        for options in enabled:
-            if options.switch is not None:
-                plan.notes.append(
-                    f'NPU102 sets `opt_level="{options.switch}"` at line {line_of(options.call)}'
-                )
-            plan.notes.extend(options.run_time_notes(with_enabled=gate is None))
-        for site in with_amp:
-            for amp in site.with_amp:
-                if amp.switch is not None:
-                    plan.notes.append(f'NPU102 sets `opt_level="{amp.switch}"` at {amp.at}')
-                plan.notes.extend(f"at {amp.at}: {note}" for note in amp.notes)
-        self.plans.append(plan)
-
-    def _amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
-        """The condition under which the optimizer of ``call`` goes through amp, when it may
-        also run without: an `if` around `amp.initialize` that does not also guard ``call``,
-        or an `enabled=` computed at run time."""
-        for options in enabled:
-            guard = self.flow.guard_only_for(options.call, call)
-            if guard is not None:
-                test, in_body = guard
-                return AmpGate(options.call, test, amp_when_true=in_body)
-        for options in enabled:
-            if options.enabled is NOT_LITERAL and options.enabled_code is not None:
-                return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
-        return None
-
-    def _map_arguments(self, plan: Plan, names: list[str]) -> list[str]:
-        problems: list[str] = []
-        dropped_notes: list[str] = []
-        for index, (arg, name) in enumerate(zip(plan.arguments, names, strict=True)):
-            value_code = self.view.written(arg.value)
-            if name == "adam_w_mode":
-                plan.dropped.add(index)
-                plan.notes.append(f"`adam_w_mode={value_code}` chose `{plan.target}`")
-            elif name in PERFORMANCE_ONLY:
-                plan.dropped.add(index)
-                dropped_notes.append(f"`{name}={value_code}`")
-            elif name in NEUTRAL_AT:
-                neutral, reason = NEUTRAL_AT[name]
-                value = literal_value(arg.value)
-                if value is NOT_LITERAL:
-                    problems.append(
-                        f"`{name}={value_code}` is not a literal, so npu-migrate cannot "
-                        "tell whether it changes the update"
-                    )
-                elif value != neutral:
-                    problems.append(reason)
-                elif name not in KEPT_WHEN_NEUTRAL:
-                    plan.dropped.add(index)
-                    dropped_notes.append(f"`{name}={value_code}`")
-        if problems:
-            return problems
-        _reposition(plan, names)
-        present = set(names)
-        fused_adam_default = plan.source.target is None and plan.target == "NpuFusedAdamW"
-        if fused_adam_default and "weight_decay" not in present:
-            plan.added.append(("weight_decay", "0.0"))
-            plan.notes.append(
-                "added `weight_decay=0.0`: FusedAdam's default is 0.0, NpuFusedAdamW's is 1e-2"
-            )
-        torch_sgd = plan.source.unfused_replacement is None  # apex FusedSGD's lr is required
-        if plan.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
-            plan.added.append(("lr", TORCH_SGD_DEFAULT_LR))
-            plan.notes.append(
-                f"added `lr={TORCH_SGD_DEFAULT_LR}`, torch's default, which NpuFusedSGD requires"
-            )
-        elif plan.target == "NpuFusedSGD" and "lr" not in present:
-            plan.notes.append(
-                "no `lr` added: FusedSGD requires it as NpuFusedSGD does, so every parameter "
-                "group must carry its own `lr`"
-            )
-        if dropped_notes:
-            plan.notes.append(f"dropped {', '.join(dropped_notes)} (no effect on the update)")
-        return []
-
-    # -- spelling the new class ------------------------------------------------------------------
-
-    def _plan_call_names(self) -> None:
-        """Choose how each planned call spells the new class, and which imports change."""
-        by_import: dict[int, list[Plan]] = {}
-        for plan in self.plans:
-            func = plan.call.func
-            if isinstance(func, ast.Attribute):
-                base = self.qualified_name(func.value)
-                plan.func_style = "attr" if base == plan.home else "dotted"
-                continue
-            binding = self._from_import_binding(func)
-            if binding is not None:
-                by_import.setdefault(id(binding.alias), []).append(plan)
-        for plans in by_import.values():
-            self._plan_from_import(plans)
-        for plan in self.plans:
-            if plan.func_style == "dotted":
-                self._release_old_import(plan.call.func)
-
-    def _from_import_binding(self, name: ast.AST) -> Binding | None:
-        """The single ``from m import x [as y]`` that binds ``name``, if that is its only origin."""
-        if not isinstance(name, ast.Name):
-            return None
-        bindings = self.index.bindings_of(name)
-        if len(bindings) != 1:
-            return None
-        binding = bindings[0]
-        if binding.kind is not BindingKind.IMPORT or not isinstance(binding.node, ast.ImportFrom):
-            return None
-        return binding
-
-    def _plan_from_import(self, plans: list[Plan]) -> None:
-        """Rewrite ``from m import X [as A]`` in place when every use of it is rewritten alike."""
-        binding = self._from_import_binding(plans[0].call.func)
-        assert binding is not None and binding.alias is not None
-        statement = binding.node
-        assert isinstance(statement, ast.ImportFrom)
-        planned_funcs = {id(plan.call.func) for plan in plans}
-        uniform = (
-            len({(plan.home, plan.target) for plan in plans}) == 1
-            and all(id(access) in planned_funcs for access in self.index.references(binding))
-            and not statement.level
-        )
-        module = statement.module or ""
-        home = plans[0].home
-        single = len(statement.names) == 1
-        if not uniform or not (single or module == home):
-            for plan in plans:
-                plan.func_style = "dotted"
-            return
-        rewrite = self.import_rewrites.setdefault(id(statement), ImportRewrite(statement))
-        position = next(i for i, alias in enumerate(statement.names) if alias is binding.alias)
-        rewrite.names[position] = plans[0].target
-        if module != home:
-            rewrite.module = home
-        for plan in plans:
-            plan.func_style = "alias" if binding.alias.asname is not None else "rename"
-
-    def _release_old_import(self, func: ast.AST) -> None:
-        """The import that bound the old spelling goes if nothing else uses it.
-
-        Only imports of the optimizer module or class (`from torch import optim`,
-        `import torch.optim as O`, `from torch.optim import SGD`): `import torch` stays.
-        """
-        base = func
-        while isinstance(base, ast.Attribute):
-            base = base.value
-        if not isinstance(base, ast.Name):
-            return
-        bound = self.qualified_name(base)
-        if not isinstance(bound, str) or bound.count(".") < 1:
-            return
-        for binding in self.index.bindings_of(base):
-            statement = binding.node
-            if binding.kind is not BindingKind.IMPORT:
-                continue
-            if isinstance(statement, ast.Import):
-                for alias in statement.names:
-                    if alias.asname == base.id or (
-                        alias.asname is None and alias.name.split(".")[0] == base.id
-                    ):
-                        self.remove_import_if_unused(alias.name, None, alias.asname)
-            elif isinstance(statement, ast.ImportFrom) and statement.module is not None:
-                if statement.level or any(alias.name == "*" for alias in statement.names):
-                    continue
-                for alias in statement.names:
-                    if (alias.asname or alias.name) == base.id:
-                        self.remove_import_if_unused(statement.module, alias.name, alias.asname)
-
-    # -- edits -----------------------------------------------------------------------------------
-
-    def _apply_plans(self) -> None:
-        """Record each planned rewrite with its edits, and publish the plan for NPU102/NPU103."""
+        for finding in decisions.findings:
+            self.report(finding.node, finding.message, finding.severity)
+        for released in decisions.released_imports:
+            self.remove_import_if_unused(released.module, released.obj, released.asname)
         published: dict[int, FusedPlan] = {}
-        import_edits = {key: self._import_edit(r) for key, r in self.import_rewrites.items()}
-        for plan in self.plans:
-            edits: list[NodeEdit] = [self._call_edit(plan)]
-            statement = self._rewritten_import(plan)
-            if statement is not None and id(statement) in import_edits:
-                edits.append(import_edits.pop(id(statement)))
-            if not self.fix(plan.call, _fixed_message(plan), *edits):
+        for rewrite in decisions.rewrites:
+            edits = [self._call_edit(rewrite)]
+            if rewrite.import_rewrite is not None:
+                edits.append(self._import_edit(rewrite.import_rewrite))
+            if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
-            if plan.gate is not None:
-                self.report(plan.gate.amp_call, _gated_amp_warning(plan, plan.gate))
-            if plan.func_style == "dotted":
-                if plan.home == TORCH_NPU_HOME:
+            if rewrite.gate is not None and rewrite.gate_warning is not None:
+                self.report(rewrite.gate.amp_call, rewrite.gate_warning)
+            if rewrite.func_style == "dotted":
+                if rewrite.home == TORCH_NPU_HOME:
                     self.add_import("torch_npu", after="torch")
                 else:
                     self.add_import("apex", after="apex")  # next to the file's other apex imports
-            published[id(plan.call)] = self._published(plan)
+            published[id(rewrite.call)] = self._published(rewrite)
         self.publish(FusedPlans(published))
 
-    def _rewritten_import(self, plan: Plan) -> ast.ImportFrom | None:
-        if plan.func_style not in ("alias", "rename"):
-            return None
-        binding = self._from_import_binding(plan.call.func)
-        statement = binding.node if binding is not None else None
-        return statement if isinstance(statement, ast.ImportFrom) else None
+    # -- edits -----------------------------------------------------------------------------------
 
     def _import_edit(self, rewrite: ImportRewrite) -> NodeEdit:
         names, module = dict(rewrite.names), rewrite.module
@@ -739,31 +178,35 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
 
         return self.replace(rewrite.statement, cst.ImportFrom, rewrite_import)
 
-    def _shift(self, plan: Plan) -> int:
+    def _shift(self, rewrite: Rewrite) -> int:
         """How many characters longer the callee gets (what follows it on its line moves)."""
-        func = plan.call.func
-        if plan.func_style == "alias":
+        func = rewrite.call.func
+        if rewrite.func_style == "alias":
             return 0
-        if plan.func_style == "attr" and isinstance(func, ast.Attribute):
-            return len(plan.target) - len(func.attr)
-        new = plan.target if plan.func_style == "rename" else plan.qualified_target
+        if rewrite.func_style == "attr" and isinstance(func, ast.Attribute):
+            return len(rewrite.target) - len(func.attr)
+        new = rewrite.target if rewrite.func_style == "rename" else rewrite.qualified_target
         return len(new) - len(self.view.written(func))
 
-    def _call_edit(self, plan: Plan) -> NodeEdit:
+    def _call_edit(self, rewrite: Rewrite) -> NodeEdit:
         """One edit of the call: its arguments (renamed, dropped, added), the continuation
         lines aligned with the opening parenthesis, which move with it, and the callee.
 
         The call arrives with its inside already edited (NPU103's merge of the parameter
         groups, a device rule's `.cuda()`): only argument positions are relied on here.
         """
-        shift = self._shift(plan)
-        style, target, qualified_target = plan.func_style, plan.target, plan.qualified_target
-        to_keyword = dict(plan.to_keyword)
-        dropped = sorted(plan.dropped)
-        added = list(plan.added)
-        realign = self._realigned_arguments(plan) if shift else []
+        shift = self._shift(rewrite)
+        style, target, qualified_target = (
+            rewrite.func_style,
+            rewrite.target,
+            rewrite.qualified_target,
+        )
+        to_keyword = dict(rewrite.edits.to_keyword)
+        dropped = sorted(rewrite.edits.dropped)
+        added = list(rewrite.edits.added)
+        realign = self._realigned_arguments(rewrite) if shift else []
 
-        def rewrite(node: cst.Call) -> cst.Call:
+        def edit(node: cst.Call) -> cst.Call:
             args = list(node.args)
             for index, name in to_keyword.items():
                 args[index] = args[index].with_changes(
@@ -776,28 +219,28 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             call = _realign(call, realign, shift)
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
 
-        return self.replace(plan.call, cst.Call, rewrite)
+        return self.replace(rewrite.call, cst.Call, edit)
 
-    def _realigned_arguments(self, plan: Plan) -> list[bool]:
+    def _realigned_arguments(self, rewrite: Rewrite) -> list[bool]:
         """For each argument of the rewritten call after the first: whether it starts a line
         aligned with the opening parenthesis (then it moves with the parenthesis).
 
         Arguments are recognised by their keyword or code, as written in the original call.
         """
-        func_end = self.source.end_position(plan.call.func)
-        opening = self._opening_paren(plan.call)
-        aligned_column = func_end[1] + (opening - self._func_written_end(plan.call)) + 1
+        func_end = self.source.end_position(rewrite.call.func)
+        opening = self._opening_paren(rewrite.call)
+        aligned_column = func_end[1] + (opening - self._func_written_end(rewrite.call)) + 1
         aligned = {
             self._argument_label(arg)
-            for arg in plan.arguments
+            for arg in rewrite.arguments
             if self._argument_start(arg)[1] == aligned_column
         }
         labels = [
-            plan.to_keyword.get(arg.index) or self._argument_label(arg)
-            for arg in plan.arguments
-            if arg.index not in plan.dropped
+            rewrite.edits.to_keyword.get(arg.index) or self._argument_label(arg)
+            for arg in rewrite.arguments
+            if arg.index not in rewrite.edits.dropped
         ]
-        labels += [name for name, _ in plan.added]
+        labels += [name for name, _ in rewrite.edits.added]
         return [label in aligned for label in labels[1:]]
 
     def _func_written_end(self, call: ast.Call) -> int:
@@ -818,21 +261,21 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         line = self.source.line_of_offset(start)
         return line, start - self.source.line_starts[line - 1]
 
-    def _published(self, plan: Plan) -> FusedPlan:
-        """What NPU102 and NPU103 need to know of the rewrite of ``plan.call``."""
-        shift = self._shift(plan)
+    def _published(self, rewrite: Rewrite) -> FusedPlan:
+        """What NPU102 and NPU103 need to know of the rewrite of ``rewrite.call``."""
+        shift = self._shift(rewrite)
         realigned: set[int] = set()
         if shift:
-            kept = [arg for arg in plan.arguments if arg.index not in plan.dropped]
-            moving = self._realigned_arguments(plan)
+            kept = [arg for arg in rewrite.arguments if arg.index not in rewrite.edits.dropped]
+            moving = self._realigned_arguments(rewrite)
             for previous, arg, moves in zip(kept, kept[1:], moving, strict=False):
                 start_line, _ = self._argument_start(arg)
                 if moves and start_line > previous.value.end_lineno:  # type: ignore[operator]
                     realigned.add(start_line)
         return FusedPlan(
-            plan.call,
-            plan.qualified_target,
-            self.source.end_position(plan.call.func),
+            rewrite.call,
+            rewrite.qualified_target,
+            self.source.end_position(rewrite.call.func),
             shift,
             frozenset(realigned),
         )
@@ -867,252 +310,3 @@ def _realign(call: cst.Call, moves: Sequence[bool], shift: int) -> cst.Call:
                 comma=comma.with_changes(whitespace_after=after.with_changes(last_line=last_line))
             )
     return call.with_changes(args=args)
-
-
-def _reposition(plan: Plan, names: list[str]) -> None:
-    """Positional arguments stay positional while they line up with the target's order."""
-    target_parameters = TARGET_PARAMETERS[plan.target]
-    position = 0
-    aligned = True
-    for arg in plan.arguments:
-        index = arg.index
-        if arg.keyword is not None or index in plan.dropped:
-            if arg.keyword is None:
-                aligned = False
-            continue
-        aligned = (
-            aligned
-            and position < len(target_parameters)
-            and target_parameters[position] == names[index]
-        )
-        if aligned:
-            position += 1
-        else:
-            plan.to_keyword[index] = names[index]
-
-
-def _bind(rule: Rule, args: list[Argument], source: Source) -> tuple[list[str], list[str]]:
-    """The parameter name of each argument, by the source's signature, and binding problems."""
-    names: list[str] = []
-    problems: list[str] = []
-    position = 0
-    for arg in args:
-        if arg.star:
-            problems.append(
-                f"arguments passed as `{arg.star}{rule.view.written(arg.value)}` cannot be checked"
-            )
-            names.append("")
-        elif arg.keyword is None:
-            if position < len(source.positional):
-                names.append(source.positional[position])
-            else:
-                problems.append(f"`{source.display}` takes fewer positional arguments")
-                names.append("")
-            position += 1
-        elif arg.keyword in source.parameters:
-            names.append(arg.keyword)
-        else:
-            problems.append(f"`{arg.keyword}=` is not a parameter of `{source.display}`")
-            names.append(arg.keyword)
-    return names, problems
-
-
-def _fused_adam_target(
-    rule: Rule, args: list[Argument], names: list[str]
-) -> tuple[str | None, str | None]:
-    """apex FusedAdam: ``adam_w_mode`` (default True) picks NpuFusedAdamW or NpuFusedAdam."""
-    if "adam_w_mode" not in names:
-        return "NpuFusedAdamW", None
-    arg = args[names.index("adam_w_mode")]
-    value = literal_value(arg.value)
-    if value is NOT_LITERAL:
-        return None, (
-            f"`adam_w_mode={rule.view.written(arg.value)}` is not a literal, so npu-migrate cannot "
-            "choose between NpuFusedAdamW (True) and NpuFusedAdam (False)"
-        )
-    return ("NpuFusedAdamW" if value else "NpuFusedAdam"), None
-
-
-def _target_hint(source: Source) -> str:
-    if source.target is None:
-        return "`NpuFusedAdamW` (`NpuFusedAdam` with `adam_w_mode=False`)"
-    return f"`{source.target}`"
-
-
-def _left_unfused(source: Source, to_fuse: str) -> str:
-    """What the unrewritten constructor does on NPU, and how to fuse it (``to_fuse``)."""
-    if source.unfused_replacement is None:
-        return f"It still runs on NPU unfused; to fuse it, {to_fuse}"
-    name = source.display.rsplit(".", 1)[1]
-    return (
-        f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, which "
-        f"Ascend's apex lacks, and fails when constructed), so replace it by hand: with "
-        f"{source.unfused_replacement}, which runs on NPU unfused, or, to fuse it, {to_fuse}"
-    )
-
-
-_USE_O1_O2 = (
-    "use opt_level O1 or O2 there (by hand, or with `opt-level` in [tool.npu-migrate.rules.NPU102])"
-)
-
-
-def _blocked_message(source: Source, target: str | None, problems: list[str]) -> str:
-    fused = f"`{target}`" if target else _target_hint(source)
-    to_fuse = "remove that argument and use the NPU fused optimizer"
-    return (
-        f"`{source.display}` is not rewritten to {fused}: {'; '.join(problems)}. "
-        f"{_left_unfused(source, to_fuse)}"
-    )
-
-
-def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> str:
-    findings = describe_hazards(list(hazards))
-    remedies = list(dict.fromkeys(hazard.remedy for hazard in hazards))
-    to_fuse = f"{'; '.join(remedies)}, then use `{target}`"
-    return (
-        f"`{source.display}` is not rewritten to `{target}`, which would break here: "
-        f"{findings}. {_left_unfused(source, to_fuse)}"
-    )
-
-
-def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
-    line = line_of(gate.amp_call)
-    return (
-        f"`{source.display}` is not rewritten: it goes through `amp.initialize` (line {line}), "
-        f"which {gate.verb} only when {gate.condition}. Under amp it needs "
-        f"`{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
-        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
-        "fits both paths. "
-        + _left_unfused(
-            source,
-            "call `amp.initialize` on every path, or pick the class by the same condition: "
-            + gate.choice(target),
-        )
-    )
-
-
-def _gated_amp_warning(plan: Plan, gate: AmpGate) -> str:
-    return (
-        f"this `amp.initialize` {gate.verb} only when {gate.condition}, and the optimizer built "
-        f"at line "
-        f"{line_of(plan.call)} (`{plan.source.display}`, now `{plan.qualified_target}`) steps "
-        "only under amp: on the other path its `step()` raises (NVIDIA's "
-        f"`{plan.source.display.rsplit('.', 1)[1]}` did not run on Ascend there either). Call "
-        "`amp.initialize` on every path, or pick the class by the same condition: "
-        + gate.choice(plan.target)
-    )
-
-
-def _refused_message(source: Source, target: str, options: AmpOptions, refusal: str) -> str:
-    return (
-        f"`{source.display}` is not rewritten to `{target}`: it goes through `amp.initialize` "
-        f"(line {line_of(options.call)}), and {refusal}. {_left_unfused(source, _USE_O1_O2)}"
-    )
-
-
-def _refused_elsewhere_message(
-    source: Source, target: str, site: CallSite, amp: ExternalAmp
-) -> str:
-    return (
-        f"`{source.display}` is not rewritten to `{target}`: `{site.factory}` returns it to the "
-        f"call at {site.at}, which passes it to `amp.initialize` at {amp.at}, and {amp.refusal}. "
-        f"{_left_unfused(source, _USE_O1_O2)}"
-    )
-
-
-def _sites_listed(sites: Sequence[CallSite]) -> str:
-    return "; ".join(f"call at {site.at}" for site in sites)
-
-
-def _factory_why(
-    plan: Plan,
-    amp_call: ast.Call | None,
-    with_amp: Sequence[CallSite],
-    without_amp: Sequence[CallSite],
-) -> str:
-    """Why the home of an optimizer that functions of the module return to other files."""
-    factory = (with_amp or without_amp)[0].factory
-    reaching = [
-        f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
-        for site in with_amp
-    ]
-    if amp_call is not None:
-        reaching.insert(0, f"`amp.initialize` at line {line_of(amp_call)}")
-    if plan.home == APEX_HOME:
-        return (
-            f"`{factory}` returns it and every call of it passes it to `amp.initialize` "
-            f"({'; '.join(reaching)}): Ascend apex's fused optimizers step only under amp"
-        )
-    if reaching:
-        return (
-            f"`{factory}` returns it to calls that pass it to `amp.initialize` "
-            f"({'; '.join(reaching)}) and to calls that do not ({_sites_listed(without_amp)}): "
-            "torch_npu's fused optimizers work with and without amp"
-        )
-    return (
-        f"`{factory}` returns it to calls where it reaches no enabled `amp.initialize` "
-        f"({_sites_listed(without_amp)}): torch_npu's fused optimizers work without amp"
-    )
-
-
-def _fixed_message(plan: Plan) -> str:
-    if plan.why is not None:
-        why = plan.why
-    elif plan.home == APEX_HOME:
-        why = (
-            f"it goes through `amp.initialize` (line {plan.amp_line}), and Ascend apex's fused "
-            "optimizers step only under amp"
-        )
-    elif plan.disabled_amp_line is not None:
-        why = (
-            f"the `amp.initialize` it goes through (line {plan.disabled_amp_line}) disables amp "
-            "with `enabled=False`, and torch_npu's fused optimizers work without amp"
-        )
-    else:
-        why = (
-            "it does not reach `amp.initialize` in this module, and torch_npu's fused optimizers "
-            "work without amp"
-        )
-    notes = "".join(f"; {note}" for note in plan.notes)
-    return f"replaced `{plan.source.display}` with `{plan.qualified_target}`: {why}{notes}"
-
-
-def _class_value_message(code: str, name: str) -> str:
-    """What to do with an optimizer class that is used as a value."""
-    if name in UNSUPPORTED:
-        return (
-            f"`{code}` (`{name}`) is used as a value, so npu-migrate does not see the optimizer "
-            f"it builds: it has no NPU version ({UNSUPPORTED[name]}); replace it here by hand"
-        )
-    source = SOURCES[name]
-    hint = _target_hint(source)
-    message = (
-        f"`{code}` (`{name}`) is used as a value, so npu-migrate cannot rewrite the optimizer it "
-        f"builds: put {hint} from `torch_npu.optim` here (from `apex.optimizers` when that "
-        "optimizer goes through `amp.initialize` on every path)"
-    )
-    if source.unfused_replacement is None:
-        return message + ", or leave it: it runs on NPU unfused"
-    return (
-        message + f", or {source.unfused_replacement}; NVIDIA's class itself does not run on "
-        "Ascend (it needs apex's CUDA extension `amp_C`)"
-    )
-
-
-_TYPE_TESTS = frozenset({"isinstance", "issubclass", "type"})
-# The last part of every optimizer class name (dotted uses end with one of them).
-OPTIMIZER_CLASS_NAMES = sorted({name.rpartition(".")[2] for name in KNOWN_OPTIMIZERS})
-
-_FP16_OPTIMIZER_ADVICE = (
-    "`FP16_Optimizer` is not rewritten: the NPU fused optimizers get mixed precision from "
-    "`amp.initialize`. Build the optimizer unwrapped, call "
-    '`model, optimizer = amp.initialize(model, optimizer, opt_level="O2")`, and replace '
-    "`optimizer.backward(loss)` with `with amp.scale_loss(loss, optimizer) as scaled: "
-    "scaled.backward()`; npu-migrate then rewrites the optimizer"
-)
-_DYNAMIC_LOOKUP_ADVICE = (
-    "the optimizer class is looked up by name at run time, so npu-migrate cannot rewrite it: map "
-    "the names yourself, e.g. `{'SGD': torch_npu.optim.NpuFusedSGD, 'Adam': "
-    "torch_npu.optim.NpuFusedAdam}` (use `apex.optimizers.NpuFused*` when the optimizer goes "
-    "through `amp.initialize`)"
-)

@@ -31,7 +31,6 @@ from migrator.rules.optimizers._tables import (
     NPU1_ROOTS,
     requested_opt_level,
 )
-from migrator.rules.optimizers.npu101_npu_fused_optimizer import NpuFusedOptimizer
 from migrator.settings import Settings
 
 
@@ -46,7 +45,9 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     `utils/optim.py`, which NPU101 rewrites there; the message names it). An
     explicit `combine_grad=` is kept as written. Not added, and reported, when the literal
     `opt_level` is O0 or O3 or when O2 is combined with `master_weights=False`, which Ascend apex
-    rejects; added with a note when `opt_level` is not a literal. Every other call given
+    rejects, and when one arm of a level computed in the module is O0 or O3 (`'O1' if fp16 else
+    'O0'`: the default run must keep working); added with a note when `opt_level` is not a
+    literal and its arms cannot all be read. Every other call given
     optimizers that gets no `combine_grad=True` says why at its line (optimizers not NPU fused or
     not traceable, `enabled=False`, `**kwargs`; for a factory: outside the run, an ambiguous
     import or module, a returned value it cannot follow, a constructor left unfused).
@@ -99,10 +100,6 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         requested_opt_level(options)
-
-    @classmethod
-    def fused_planner(cls) -> type[Rule]:
-        return NpuFusedOptimizer
 
     @classmethod
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:
@@ -273,6 +270,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     def _opt_level_check(self, options: AmpOptions) -> tuple[bool, str]:
         """(True, why) when `combine_grad` must not be added; (False, note or "") otherwise."""
         level = options.level
+        if level is None and options.arms_fused:
+            return False, ""
         if level is None:
             return False, (
                 f"`combine_grad` needs opt_level O1 or O2, and `{options.level_code}` must "
@@ -281,7 +280,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         if level not in FUSED_LEVELS:
             return True, (
                 f"not added `combine_grad=True`: Ascend apex accepts it only with opt_level O1 or "
-                f"O2, and this call uses {level!r}; switch to O1 or O2 to get combined gradients"
+                f"O2, and this call uses {options.level_shown()}; switch to O1 or O2 to get "
+                "combined gradients"
             )
         if level == "O2":
             if options.master_weights is False:

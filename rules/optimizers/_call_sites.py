@@ -1,0 +1,135 @@
+"""The call sites, in other modules of the run, of the functions that return a module's optimizers.
+Not a rule.
+
+The link stage (:mod:`~migrator.rules.optimizers._factories`) records, for each function of a
+module that other files call to get an optimizer (a *factory*), every call of it there and the
+``amp.initialize`` calls its result reaches, as JSON facts. This module reads those facts back
+for one module, without a rule: :func:`factory_sites` says which constructors of the module each
+factory returns and where it is called, for NPU101's planner (in the module's own check and in
+the link stage alike).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.view import FileView
+from migrator.rules.optimizers._flow import OptimizerFlow
+
+
+@dataclass(frozen=True)
+class ExternalAmp:
+    """An ``amp.initialize`` call in another file that a factory's optimizer reaches."""
+
+    at: str  # "train.py:20"
+    disabled: bool
+    refusal: str | None
+    notes: tuple[str, ...]
+    switch: str | None
+    # It runs, or enables amp ("verb"), only when "test" is true ("amp_when_true") or false,
+    # and that condition does not also guard the call of the factory.
+    gate: tuple[str, bool, str] | None = None
+    computed: bool = False  # the refusing level is one arm of a level computed at run time
+
+    @property
+    def condition(self) -> str:
+        assert self.gate is not None
+        test, when_true, _ = self.gate
+        return f"`{test}` holds" if when_true else f"`{test}` is false"
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """A call, in another file of the run, of a function of this module that returns the
+    optimizer a constructor builds."""
+
+    factory: str  # the function's name
+    at: str  # "train.py:15"
+    amps: tuple[ExternalAmp, ...]
+
+    @property
+    def with_amp(self) -> tuple[ExternalAmp, ...]:
+        return tuple(amp for amp in self.amps if not amp.disabled)
+
+
+def factory_sites(
+    view: FileView, factories: Mapping[str, Any], level: str | None
+) -> Mapping[int, list[CallSite]]:
+    """id(constructor or other origin) -> the call sites of the factories of this module that
+    return it, with their ``amp.initialize`` calls as NPU102's ``opt-level`` switch to ``level``
+    leaves them. ``factories`` are the module's facts from the link stage (name -> its line and
+    sites); empty without them."""
+    exported = _exported(view, factories)
+    found: dict[int, list[CallSite]] = {}
+    for key, names in exported.items():
+        for name in names:
+            for site in factories[name]["sites"]:
+                amps = tuple(_external_amp(amp, level or "") for amp in site["amp"])
+                found.setdefault(key, []).append(CallSite(name, site["at"], amps))
+    return found
+
+
+def _external_amp(facts: Mapping[str, Any], level: str) -> ExternalAmp:
+    options = facts["levels"][level]
+    gate = facts.get("gate")
+    return ExternalAmp(
+        facts["at"],
+        facts["disabled"],
+        options["refusal"],
+        tuple(options["notes"]),
+        options["switch"],
+        (gate[0], gate[1], gate[2]) if gate else None,
+        options.get("computed", False),
+    )
+
+
+def _exported(view: FileView, factories: Mapping[str, Any]) -> dict[int, list[str]]:
+    """id(origin) -> the names of the module's factories (with call sites) that return it."""
+    found: dict[int, list[str]] = {}
+    for name, facts in factories.items():
+        if not facts["sites"]:
+            continue
+        for origin in returned_origins(view, name):
+            found.setdefault(id(origin), []).append(name)
+    return found
+
+
+def returned_origins(view: FileView, name: str) -> list[ast.expr]:
+    """Where the values that the function ``name`` at the top of the module returns come
+    from, through the module's flow (its local helpers included), in source order."""
+    function = _top_level_function(view.index, name)
+    if function is None:
+        return []
+    flow = OptimizerFlow.of(view)
+    found: list[ast.expr] = []
+    for statement in view.index.walk(function):
+        if not isinstance(statement, ast.Return) or statement.value is None:
+            continue
+        if _function_of(view.index, statement) is not function:
+            continue
+        for origin in flow.origins(statement.value):
+            if all(origin is not seen for seen in found):
+                found.append(origin)
+    return found
+
+
+def _top_level_function(
+    index: ModuleIndex, name: str
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    found = [
+        statement
+        for statement in index.tree.body
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and statement.name == name
+    ]
+    return found[-1] if found else None
+
+
+def _function_of(index: ModuleIndex, node: ast.AST) -> ast.AST | None:
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return ancestor
+    return None

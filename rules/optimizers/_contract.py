@@ -1,0 +1,1142 @@
+"""The NPU fused optimizers' contract, checked before NPU101 swaps one in. Not a rule.
+
+Ascend documents one constraint for every ``torch_npu.optim.NpuFused*`` and
+``apex.optimizers.NpuFused*``: the parameter objects handed to the optimizer must not be
+re-allocated while it is in use. The sources say why, and when it starts to matter:
+
+- torch_npu's ``NpuFusedOptimizerBase`` packs at its first ``step()`` (also at a ``zero_grad()``
+  once gradients exist, ``_maybe_init_combined_params_and_grads``): ``npu_combine_tensors``
+  copies every parameter and gradient into one flat NPU buffer per dtype and points each tensor
+  at its slice (``npu_change_data_ptr``); every later step updates the buffers only.
+- Ascend apex's fused optimizers pack the same way under amp, at the end of the first
+  ``amp.scale_loss`` (``combined_init_*``, through ``combine_npu``); only with
+  ``check_combined_tensors=True`` does amp notice a moved tensor and pack again.
+- torch's ``Module._apply`` (behind ``.cpu()``, ``.to()``, ``.half()``, ``.float()``...) keeps
+  each Parameter object and assigns it a new ``.data`` (``torch.__future__.
+  get_overwrite_module_params_on_conversion()`` is False), except where ``fn`` returns the
+  tensor itself: a move to where the parameters already are changes nothing.
+
+So a re-allocation before the first step is harmless (nothing is packed yet: the
+usual ``optimizer = SGD(model.parameters()); model.cuda()`` still works), and so is one after the
+last step; one *between two steps* leaves the optimizer updating buffers that the model no longer
+reads, with no error. :class:`ParameterContract` finds, for one optimizer constructor:
+
+- **re-allocations between steps** (:meth:`ParameterContract.reallocations`): moves away from
+  the device and casts of the model whose ``.parameters()`` feed the optimizer, or of a submodule
+  (``.cpu()``, ``.to("cpu")``, ``.to(<dtype>)``, ``.half()``, ``.bfloat16()``, ``.double()``,
+  ``._apply(fn)``), stores to a parameter or its ``.data``, ``setattr``, ``register_parameter``,
+  ``del``, wherever one of them may run after a step of this optimizer and before another one:
+  directly, or in a function of the module called with the model (``save_checkpoint(model)``).
+  Moves back (``.cuda()``, ``.npu()``, ``.to(device)``, ``.float()``) are no-ops where the
+  parameters already are, and come after a move away, which is what is reported;
+- **sharding and partitioning layers** (:meth:`ParameterContract.sharding`), whatever the order:
+  FSDP (``FullyShardedDataParallel``, ``fully_shard``), tensor and sequence parallelism
+  (``parallelize_module``, ``distribute_module``, ``distribute_tensor``), DeepSpeed
+  (``deepspeed.initialize``), ``ZeroRedundancyOptimizer``, ``share_memory()`` (hogwild workers):
+  they re-allocate or share the parameters themselves.
+
+"May run between two steps" is decided on the module's ``ast`` with an automaton over three
+events in program order: the optimizer's construction (it starts unpacked), its steps (it is
+packed) and the re-allocation; loops repeat their body, branches join, a call of a function of
+the module brings that function's events, with the model and the optimizer followed into its
+parameters. It over-approximates (``return`` and ``break`` are not cut), so a doubt reports.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from migrator.analysis.calls import arguments, literal_value
+from migrator.analysis.index import line_of
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.scopes import BindingKind
+from migrator.analysis.view import FileView
+from migrator.rules.optimizers._flow import OptimizerFlow
+
+Path = tuple[str, ...]
+Part = Literal["module", "tensor", "any"]
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+# -- what re-allocates ---------------------------------------------------------------------------
+
+# Methods of a module that re-allocate its parameters (when they are not already so).
+_AWAY = {
+    "cpu": "moves this optimizer's parameters to the CPU",
+    "half": "casts this optimizer's parameters to float16",
+    "bfloat16": "casts this optimizer's parameters to bfloat16",
+    "double": "casts this optimizer's parameters to float64",
+    "_apply": "re-creates this optimizer's parameters through `_apply`",
+}
+_CAST_DTYPES = {
+    "torch.float16": "float16",
+    "torch.half": "float16",
+    "torch.bfloat16": "bfloat16",
+    "torch.float64": "float64",
+    "torch.double": "float64",
+}
+_ALL_DTYPES = frozenset(
+    {
+        "torch.float16", "torch.half", "torch.bfloat16", "torch.float32", "torch.float",
+        "torch.float64", "torch.double",
+    }
+)  # fmt: skip
+_PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+_MODULE_ITERATORS = frozenset({"modules", "named_modules", "children", "named_children"})
+_PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
+_TENSOR_NAMES = frozenset({"weight", "bias", "data", "grad"})
+# Module methods that return the module itself (`model.eval().cpu()` moves `model`).
+_RETURNS_SELF = frozenset(
+    {
+        "eval", "train", "cuda", "npu", "xpu", "cpu", "to", "to_empty", "half", "float",
+        "double", "bfloat16", "type", "requires_grad_", "apply", "_apply", "share_memory",
+    }
+)  # fmt: skip
+# How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.
+_SPAWNERS = frozenset({"spawn", "start_processes"})
+# Wrappers whose iteration yields the modules or parameters of their argument.
+_ITERATION_WRAPPERS = frozenset({"enumerate", "list", "tuple", "reversed", "sorted", "zip"})
+
+# -- what shards ---------------------------------------------------------------------------------
+
+# The last part of the qualified names of the layers that own their parameters' storage, with
+# what they do to it. Matched in any library (torch, Megatron, fairscale...).
+_FSDP = (
+    "shards this optimizer's parameters (FSDP swaps their storage at every forward and backward)"
+)
+_DTENSOR = "turns this optimizer's parameters into DTensor shards"
+SHARDING = {
+    "FullyShardedDataParallel": _FSDP,
+    "fully_shard": _FSDP,
+    "fully_shard_model": _FSDP,
+    "fully_shard_optimizer": _FSDP,
+    "parallelize_module": _DTENSOR,
+    "distribute_module": _DTENSOR,
+    "ZeroRedundancyOptimizer": (
+        "partitions this optimizer's parameters (ZeRO re-allocates them into its own buckets)"
+    ),
+}
+_DEEPSPEED = "deepspeed.initialize"
+_DEEPSPEED_EFFECT = "hands this optimizer's parameters to DeepSpeed, which partitions them"
+_DTENSOR_MAKERS = frozenset({"distribute_tensor", "from_local"})
+
+# -- calls that take the optimizer without stepping it -------------------------------------------
+
+_NOT_STEPPING_ROOTS = ("builtins.", "torch.optim.lr_scheduler.", "copy.", "logging.")
+_NOT_STEPPING = frozenset({"apex.amp.initialize", "torch.save"})
+
+# -- the automaton -------------------------------------------------------------------------------
+
+# States: 0 built (nothing packed), 1 stepped (packed), 2 stepped then re-allocated, 3 broken
+# (a step after a re-allocation). A transfer is, for each state, the bit set of the states it may
+# end in; sequencing composes, branches join, loops take the reflexive transitive closure.
+Transfer = tuple[int, int, int, int]
+_BROKEN = 3
+IDENTITY: Transfer = (1, 2, 4, 8)
+_BUILT: Transfer = (1, 1, 1, 8)
+_STEPPED: Transfer = (2, 2, 8, 8)
+_REALLOCATED: Transfer = (1, 4, 4, 8)
+
+
+def _then(first: Transfer, second: Transfer) -> Transfer:
+    def apply(states: int) -> int:
+        out = 0
+        for state in range(4):
+            if states & (1 << state):
+                out |= second[state]
+        return out
+
+    return (apply(first[0]), apply(first[1]), apply(first[2]), apply(first[3]))
+
+
+def _either(first: Transfer, second: Transfer) -> Transfer:
+    return (first[0] | second[0], first[1] | second[1], first[2] | second[2], first[3] | second[3])
+
+
+def _repeated(body: Transfer) -> Transfer:
+    """Zero or more runs of ``body``."""
+    result = IDENTITY
+    while True:
+        grown = _either(result, _then(result, body))
+        if grown == result:
+            return result
+        result = grown
+
+
+def _breaks(transfer: Transfer) -> bool:
+    return bool(transfer[0] & (1 << _BROKEN))
+
+
+# -- findings ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Break:
+    """One piece of code that breaks the contract for an optimizer."""
+
+    node: ast.AST
+    code: str  # as quoted in messages, e.g. "`model.cpu()`"
+    effect: str  # "moves this optimizer's parameters to the CPU between two of its steps"
+    where: str = ""  # ", in `save_checkpoint`" when not in the optimizer's own function
+
+    @property
+    def line(self) -> int:
+        return line_of(self.node)
+
+
+def describe(breaks: Sequence[Break]) -> str:
+    """The breaks for a message, the same code doing the same thing listed once with all its
+    lines: "`fully_shard(...)` (lines 74, 75) shards ..."."""
+    lines: dict[tuple[str, str, str], list[int]] = {}
+    for found in breaks:
+        lines.setdefault((found.code, found.where, found.effect), []).append(found.line)
+    parts: list[str] = []
+    for (code, where, effect), numbers in lines.items():
+        shown = ", ".join(str(n) for n in dict.fromkeys(numbers))
+        parts.append(f"{code} ({'lines' if ',' in shown else 'line'} {shown}{where}) {effect}")
+    return "; ".join(parts)
+
+
+# -- the analysis ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What is known inside one function while following the optimizer: the paths that spell
+    its model (``model``, ``self.model``, a parameter given the model) and the parameters that
+    hold the optimizer."""
+
+    function: ast.AST  # a def, or the module
+    models: frozenset[Path]
+    optimizers: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Candidate:
+    """A re-allocation of something (its receiver ``target``, a module or, for a store, a
+    module or a parameter), before knowing whose."""
+
+    node: ast.AST
+    target: ast.expr
+    code: str
+    effect: str
+    part: Part = "module"
+
+
+@dataclass
+class _Search:
+    """One question: may ``candidate`` run between two steps of ``constructor``?"""
+
+    constructor: ast.Call
+    candidate: _Candidate
+    summaries: dict[tuple[int, frozenset[Path], frozenset[str]], Transfer] = field(
+        default_factory=dict
+    )
+
+
+class ParameterContract:
+    """The contract checks of one file (see the module docstring)."""
+
+    def __init__(
+        self, view: FileView, flow: OptimizerFlow, shared: Mapping[str, str] | None = None
+    ) -> None:
+        self.view = view
+        self.index = view.index
+        self.flow = flow
+        # Functions of the module that another file starts as hogwild workers: where the model
+        # they get is put in shared memory.
+        self.shared = shared or {}
+
+    # -- re-allocations between steps ----------------------------------------------------------
+
+    def reallocations(self, constructor: ast.Call, params: ast.expr | None) -> list[Break]:
+        """The re-allocations of the parameters of ``constructor`` (``params``, its first
+        argument) that may run between two of its steps, in line order."""
+        paths = self._models(params)
+        if not paths or not self._candidates:
+            return []
+        home = self._function_of(constructor)
+        found: list[Break] = []
+        for candidate in self._candidates:
+            search = _Search(constructor, candidate)
+            if any(_breaks(self._entry(search, entry, paths)) for entry in self._entries):
+                function = self._function_of(candidate.node)
+                where = ""
+                if function is not home and isinstance(function, _FUNCTIONS):
+                    where = f", in `{function.name}`"
+                effect = f"{candidate.effect} between two of its steps"
+                found.append(Break(candidate.node, candidate.code, effect, where))
+        return found
+
+    @cached_property
+    def _entries(self) -> list[ast.AST]:
+        """Where a run may start: the module's own code and every function."""
+        return [
+            self.index.tree,
+            *self.index.nodes(ast.FunctionDef),
+            *self.index.nodes(ast.AsyncFunctionDef),
+        ]
+
+    def _entry(self, search: _Search, entry: ast.AST, models: frozenset[Path]) -> Transfer:
+        return self._summary(search, _Context(entry, models))
+
+    def _summary(self, search: _Search, context: _Context) -> Transfer:
+        key = (id(context.function), context.models, context.optimizers)
+        known = search.summaries.get(key)
+        if known is not None:
+            return known
+        search.summaries[key] = IDENTITY  # a recursive call adds nothing new
+        body = context.function.body  # type: ignore[attr-defined]
+        transfer = self._block(search, context, body)
+        search.summaries[key] = transfer
+        return transfer
+
+    # statements
+
+    def _block(self, search: _Search, context: _Context, body: Sequence[ast.stmt]) -> Transfer:
+        transfer = IDENTITY
+        for statement in body:
+            transfer = _then(transfer, self._statement(search, context, statement))
+        return transfer
+
+    def _statement(self, search: _Search, context: _Context, node: ast.stmt) -> Transfer:
+        block = self._block
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            return IDENTITY  # runs when called
+        if isinstance(node, ast.If):
+            branches = _either(
+                block(search, context, node.body), block(search, context, node.orelse)
+            )
+            return _then(self._expression(search, context, node.test), branches)
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            loop = _repeated(block(search, context, node.body))
+            after = _then(loop, block(search, context, node.orelse))
+            return _then(self._expression(search, context, node.iter), after)
+        if isinstance(node, ast.While):
+            test = self._expression(search, context, node.test)
+            loop = _repeated(_then(test, block(search, context, node.body)))
+            return _then(loop, _then(test, block(search, context, node.orelse)))
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            items = IDENTITY
+            for item in node.items:
+                items = _then(items, self._expression(search, context, item.context_expr))
+            return _then(items, block(search, context, node.body))
+        if isinstance(node, (ast.Try, ast.TryStar)):
+            return self._try(search, context, node)
+        if isinstance(node, ast.Match):
+            cases = IDENTITY
+            for case in node.cases:
+                cases = _either(cases, block(search, context, case.body))
+            return _then(self._expression(search, context, node.subject), cases)
+        return self._simple(search, context, node)
+
+    def _try(self, search: _Search, context: _Context, node: ast.Try | ast.TryStar) -> Transfer:
+        prefix = IDENTITY
+        partial = IDENTITY  # an exception may leave the body after any statement
+        for statement in node.body:
+            prefix = _then(prefix, self._statement(search, context, statement))
+            partial = _either(partial, prefix)
+        handlers = IDENTITY
+        for handler in node.handlers:
+            handlers = _either(handlers, self._block(search, context, handler.body))
+        done = _then(prefix, self._block(search, context, node.orelse))
+        caught = _then(partial, handlers)
+        return _then(_either(done, caught), self._block(search, context, node.finalbody))
+
+    def _simple(self, search: _Search, context: _Context, node: ast.stmt) -> Transfer:
+        transfer = IDENTITY
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                transfer = _then(transfer, self._expression(search, context, child))
+        if node is search.candidate.node and self._reallocates(context, search.candidate):
+            transfer = _then(transfer, _REALLOCATED)
+        return transfer
+
+    # expressions
+
+    def _expression(self, search: _Search, context: _Context, node: ast.expr) -> Transfer:
+        if isinstance(node, ast.Lambda):
+            return IDENTITY
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            return _repeated(self._children(search, context, node))
+        if isinstance(node, ast.IfExp):
+            branches = _either(
+                self._expression(search, context, node.body),
+                self._expression(search, context, node.orelse),
+            )
+            return _then(self._expression(search, context, node.test), branches)
+        if isinstance(node, ast.BoolOp):
+            transfer = self._expression(search, context, node.values[0])
+            for value in node.values[1:]:
+                maybe = _either(IDENTITY, self._expression(search, context, value))
+                transfer = _then(transfer, maybe)
+            return transfer
+        transfer = self._children(search, context, node)
+        if isinstance(node, ast.Call):
+            transfer = _then(transfer, self._call(search, context, node))
+        return transfer
+
+    def _children(self, search: _Search, context: _Context, node: ast.AST) -> Transfer:
+        transfer = IDENTITY
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                transfer = _then(transfer, self._expression(search, context, child))
+            elif isinstance(child, ast.keyword):
+                transfer = _then(transfer, self._expression(search, context, child.value))
+            elif isinstance(child, ast.comprehension):
+                transfer = _then(transfer, self._children(search, context, child))
+        return transfer
+
+    def _call(self, search: _Search, context: _Context, call: ast.Call) -> Transfer:
+        """What the call itself does once its callee and arguments are evaluated."""
+        if call is search.constructor:
+            return _BUILT
+        if call is search.candidate.node and self._reallocates(context, search.candidate):
+            return _REALLOCATED
+        function = self._local_function(call, context)
+        if function is not None:
+            return self._summary(search, self._callee_context(search, context, call, function))
+        if self._steps(search, context, call):
+            return _STEPPED
+        return IDENTITY
+
+    def _reallocates(self, context: _Context, candidate: _Candidate) -> bool:
+        return self._on_model(context, candidate.target, candidate.part)
+
+    # -- the optimizer's steps -----------------------------------------------------------------
+
+    def _steps(self, search: _Search, context: _Context, call: ast.Call) -> bool:
+        """``optimizer.step()``, a method of something given the optimizer
+        (``scheduler.step()``, ``trainer.fit()``), or a call given it that may step it
+        (``amp.scale_loss(loss, optimizer)``, ``train_one_epoch(model, optimizer)`` of another
+        module)."""
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            receiver = self._holds(search, context, func.value)
+            if receiver == "optimizer" and func.attr == "step":
+                return True
+            if receiver == "holder":
+                return True
+        if not any(self._holds(search, context, arg.value) for arg in arguments(call)):
+            return False
+        name = self.view.qualified_name(func)
+        return not (
+            isinstance(name, str)
+            and (name in _NOT_STEPPING or name.startswith(_NOT_STEPPING_ROOTS))
+        )
+
+    def _holds(self, search: _Search, context: _Context, node: ast.expr) -> str | None:
+        """ "optimizer" when ``node`` may be the optimizer, "holder" when it may be something
+        built with it (a scheduler, a wrapper, a trainer), else None."""
+        if isinstance(node, ast.Name) and node.id in context.optimizers:
+            return "optimizer"
+        found: str | None = None
+        for origin in self.flow.origins(node):
+            if origin is search.constructor:
+                return "optimizer"
+            if isinstance(origin, ast.Call) and self._given(search, origin):
+                found = "holder"
+        return found
+
+    def _given(self, search: _Search, call: ast.Call) -> bool:
+        """``call`` is given the optimizer: ``StepLR(optimizer)``, ``Trainer(model, optimizer)``."""
+        for arg in arguments(call):
+            if any(origin is search.constructor for origin in self.flow.origins(arg.value)):
+                return True
+        return False
+
+    # -- functions of the module ---------------------------------------------------------------
+
+    def _local_function(self, call: ast.Call, context: _Context) -> ast.AST | None:
+        """The function of this module that ``call`` runs: a function bound once to the
+        callee's name, or ``self.<method>(...)`` of the class around the caller."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            bindings = self.index.bindings_of(func)
+            if len(bindings) == 1 and bindings[0].kind is BindingKind.FUNCTION:
+                return bindings[0].node
+            return None
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            owner = next(
+                (a for a in self.index.ancestors(call) if isinstance(a, ast.ClassDef)), None
+            )
+            if owner is None:
+                return None
+            methods = [s for s in owner.body if isinstance(s, _FUNCTIONS) and s.name == func.attr]
+            return methods[0] if len(methods) == 1 else None
+        return None
+
+    def _callee_context(
+        self, search: _Search, context: _Context, call: ast.Call, function: ast.AST
+    ) -> _Context:
+        """The model's and the optimizer's spellings inside ``function`` called by ``call``:
+        the parameters given them, and the caller's spellings it can see (``self.model`` in a
+        method, a global ``model`` it does not bind)."""
+        assert isinstance(function, _FUNCTIONS)
+        parameters = _parameters(function)
+        models: set[Path] = {
+            path for path in context.models if path[0] == "self" or path[0] not in parameters
+        }
+        optimizers: set[str] = set()
+        for parameter, value in _bound_arguments(function, call):
+            if self._on_model(context, value):
+                models.add((parameter,))
+            if self._holds(search, context, value) is not None:
+                optimizers.add(parameter)
+        return _Context(function, frozenset(models), frozenset(optimizers))
+
+    # -- whose parameters ----------------------------------------------------------------------
+
+    def _on_model(self, context: _Context, node: ast.expr, part: Part = "any") -> bool:
+        """``node`` is the model or a part of it, through its spelling, an alias of it
+        (``net = model.module``) or a loop over it (``for m in model.modules()``). ``part``:
+        a module (what ``.cpu()`` and ``.half()`` re-allocate; a tensor's ``.cpu()`` makes a
+        copy), a module or a parameter (what a store replaces), or anything of the model."""
+        path = _path(node)
+        if path is None:
+            return False
+        if _within(path, context.models):
+            return part != "module" or not _tensor_like(path)
+        root = _root_name(node)
+        if root is None:
+            return False
+        rest = path[1:]
+        for binding in self.index.bindings_of(root):
+            iterable = self._loop_over(binding.node)
+            looped = _iterated_path(iterable) if iterable is not None else None
+            if iterable is None or looped is None or not _within(looped, context.models):
+                continue
+            kind = _iteration_kind(iterable)
+            if part == "any" or (part == "tensor" and kind is not None):
+                return True
+            if part == "module" and kind == "module" and not _tensor_like(rest):
+                return True
+        for origin in self.flow.origins(root):
+            aliased = _path(origin) if origin is not root else None
+            if aliased is not None and _within(aliased, context.models):
+                return part != "module" or not _tensor_like((*aliased, *rest))
+        return False
+
+    def _loop_over(self, target: ast.AST | None) -> ast.expr | None:
+        """The iterable of the ``for`` loop that binds ``target``, unwrapped from
+        ``enumerate(...)`` and the like."""
+        node = target
+        parent = self.index.parent(node) if node is not None else None
+        while isinstance(parent, (ast.Tuple, ast.List)):
+            node, parent = parent, self.index.parent(parent)
+        if not isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)):
+            return None
+        if parent.target is not node:
+            return None
+        iterable = parent.iter
+        while (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id in _ITERATION_WRAPPERS
+            and iterable.args
+        ):
+            iterable = iterable.args[0]
+        return iterable
+
+    # -- candidates ----------------------------------------------------------------------------
+
+    @cached_property
+    def _candidates(self) -> list[_Candidate]:
+        """Every re-allocation of something in the file, whoever it belongs to, in line order."""
+        found = [*self._method_candidates(), *self._store_candidates(), *self._call_candidates()]
+        found.sort(key=lambda c: (line_of(c.node), c.node.col_offset))  # type: ignore[attr-defined]
+        return found
+
+    def _method_candidates(self) -> Iterator[_Candidate]:
+        for method, effect in _AWAY.items():
+            for attribute in self.index.attributes(method):
+                call = self.index.parent(attribute)
+                if isinstance(call, ast.Call) and call.func is attribute:
+                    if method != "_apply" and (call.args or call.keywords):
+                        continue  # `tensor.half(memory_format=...)`-like calls are not modules'
+                    yield _Candidate(call, attribute.value, f"`{self.view.written(call)}`", effect)
+        for attribute in self.index.attributes("to"):
+            call = self.index.parent(attribute)
+            if isinstance(call, ast.Call) and call.func is attribute:
+                moved = self._moved_away(call)
+                if moved is not None:
+                    yield _Candidate(call, attribute.value, f"`{self.view.written(call)}`", moved)
+
+    def _moved_away(self, call: ast.Call) -> str | None:
+        """What ``x.to(...)`` does when it certainly leaves the device or the dtype."""
+        values = [*call.args, *(k.value for k in call.keywords if k.arg in ("device", "dtype"))]
+        for value in values:
+            if literal_value(value) == "cpu" or self._is_cpu_device(value):
+                return "moves this optimizer's parameters to the CPU"
+            name = self.view.qualified_name(value)
+            if isinstance(name, str) and name in _CAST_DTYPES:
+                return f"casts this optimizer's parameters to {_CAST_DTYPES[name]}"
+        return None
+
+    def _is_cpu_device(self, node: ast.expr) -> bool:
+        """``torch.device("cpu")``."""
+        return (
+            isinstance(node, ast.Call)
+            and bool(node.args)
+            and literal_value(node.args[0]) == "cpu"
+            and self.view.qualified_name(node.func) == "torch.device"
+        )
+
+    def _store_candidates(self) -> Iterator[_Candidate]:
+        """``p.data = t``, ``model.fc.weight = nn.Parameter(...)`` / ``= None``, ``del x.y``."""
+        for attribute in self.index.attributes("data"):
+            if isinstance(attribute.ctx, ast.Store):
+                statement = self.index.statement_of(attribute)
+                if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                    code = f"`{self.view.written(attribute)} = ...`"
+                    effect = "points a parameter at a new tensor"
+                    yield _Candidate(statement, attribute.value, code, effect, "tensor")
+        for statement in self.index.nodes(ast.Assign):
+            replaces = self._replaces_parameter(statement.value)
+            if replaces is None:
+                continue
+            for target in statement.targets:
+                if isinstance(target, ast.Attribute) and target.attr != "data":
+                    code = f"`{self.view.written(target)} = {replaces}`"
+                    effect = "replaces a parameter of the model"
+                    yield _Candidate(statement, target.value, code, effect)
+        for statement in self.index.nodes(ast.Delete):
+            for target in statement.targets:
+                if isinstance(target, ast.Attribute):
+                    code = f"`del {self.view.written(target)}`"
+                    effect = "deletes a parameter or submodule of the model"
+                    yield _Candidate(statement, target.value, code, effect)
+
+    def _replaces_parameter(self, value: ast.expr) -> str | None:
+        if isinstance(value, ast.Constant) and value.value is None:
+            return "None"
+        if isinstance(value, ast.Call):
+            name = self.view.qualified_name(value.func)
+            if isinstance(name, str) and name in _PARAMETER_CLASSES:
+                return f"{self.view.written(value.func)}(...)"
+        return None
+
+    def _call_candidates(self) -> Iterator[_Candidate]:
+        """``setattr(model, ...)``, ``model.register_parameter(...)``."""
+        for name in self.index.names("setattr"):
+            call = self.index.parent(name)
+            if (
+                isinstance(call, ast.Call)
+                and call.func is name
+                and len(call.args) >= 2
+                and self.view.qualified_name(name) == "builtins.setattr"
+            ):
+                code = f"`{self.view.written(call)}`"
+                effect = "replaces an attribute of the model (a parameter or a submodule)"
+                yield _Candidate(call, call.args[0], code, effect)
+        for attribute in self.index.attributes("register_parameter"):
+            call = self.index.parent(attribute)
+            if isinstance(call, ast.Call) and call.func is attribute:
+                code = f"`{self.view.written(call)}`"
+                effect = "registers a parameter on the model"
+                yield _Candidate(call, attribute.value, code, effect)
+
+    # -- parameters that never reach a device --------------------------------------------------
+
+    def stays_on_cpu(self, constructor: ast.Call, params: ast.expr | None) -> Break | None:
+        """The model of ``constructor`` when its parameters certainly stay on the CPU: it is
+        built in this file (a class of torch.nn or of the file, or a call with no device in a
+        file that places nothing on a device), no placement (``.cuda()``, ``.npu()``,
+        ``.to(<not only a dtype>)``, ``device=``) touches it, it is handed to no function that
+        could move it, and nothing moves every new tensor (``torch.set_default_device``,
+        ``with torch.device(...)``, ``transfer_to_npu``)."""
+        paths = self._models(params)
+        if not paths or self._device_switches:
+            return None
+        built: list[ast.Call] = []
+        wrapped: set[Path] = set()  # `DDP(model)`: the model it wraps is placed or not
+        for model in self._model_reads(params):
+            origins = self.flow.origins(model)
+            if not origins or not all(isinstance(origin, ast.Call) for origin in origins):
+                return None
+            for origin in origins:
+                assert isinstance(origin, ast.Call)
+                if self._placed(origin) or not self._builds_on_cpu(origin):
+                    return None
+                for value in _arguments_of(origin):
+                    path = _path(value)
+                    if path is not None:
+                        wrapped.add(path)
+                    if any(
+                        isinstance(inner, ast.Call) and self._placed(inner)
+                        for inner in self.flow.origins(value)
+                    ):
+                        return None
+                built.append(origin)
+        if not built:
+            return None
+        context = _Context(self.index.tree, paths | frozenset(wrapped))
+        reads = [root for root in map(_root_name, self._model_reads(params)) if root is not None]
+        for call in self._placements:
+            assert isinstance(call.func, ast.Attribute)
+            if self._same_model(reads, call.func.value) and self._on_model(
+                context, call.func.value
+            ):
+                return None
+        if self._handed_away(context, reads):
+            return None
+        origin = built[0]
+        code = f"`{self.view.written(origin)}`"
+        return Break(origin, code, "builds the model, which nothing in this file moves to a device")
+
+    def _model_reads(self, params: ast.expr | None) -> list[ast.expr]:
+        """The ``x`` of the ``x.parameters()`` calls ``params`` comes from."""
+        if params is None:
+            return []
+        found: list[ast.expr] = []
+        for expression in [params, *self.flow.origins(params)]:
+            for node in ast.walk(expression):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _PARAMETER_ITERATORS
+                ):
+                    found.append(_strip_method_calls(node.func.value))
+        return found
+
+    def _placed(self, origin: ast.Call) -> bool:
+        """``Net().cuda()``, ``Net(device=...)``, ``Net().to(device)``: placed where it is built."""
+        node: ast.expr = origin
+        while isinstance(node, ast.Call):
+            if any(k.arg in ("device", "device_map") for k in node.keywords):
+                return True
+            if isinstance(node.func, ast.Attribute):
+                if any(call is node for call in self._placements):
+                    return True
+                node = node.func.value
+            else:
+                break
+        return False
+
+    def _builds_on_cpu(self, origin: ast.Call) -> bool:
+        """The call a model comes from builds it on the CPU: a class of torch.nn, a class of
+        this file that places nothing itself, or anything when the file places nothing at all."""
+        if not self._placements:
+            return True
+        constructor = _strip_method_calls(origin)
+        if not isinstance(constructor, ast.Call):
+            return False
+        name = self.view.qualified_name(constructor.func)
+        if isinstance(name, str) and name.startswith("torch.nn."):
+            return True
+        if isinstance(constructor.func, ast.Name):
+            for binding in self.index.bindings_of(constructor.func):
+                if binding.kind is BindingKind.CLASS and binding.node is not None:
+                    return not any(
+                        any(call is node for call in self._placements)
+                        for node in ast.walk(binding.node)
+                    )
+        return False
+
+    def _handed_away(self, context: _Context, reads: list[ast.Name]) -> bool:
+        """The model is passed to a function that may move it (anything but builtins, torch's
+        functions and the optimizer's own constructor)."""
+        for call in self.index.nodes(ast.Call):
+            values = [*call.args, *(k.value for k in call.keywords)]
+            if not any(
+                self._same_model(reads, value) and self._names_model(context, value)
+                for value in values
+            ):
+                continue
+            name = self.view.qualified_name(call.func)
+            if isinstance(name, str) and name.startswith(("builtins.", "torch.", "copy.")):
+                continue
+            return True
+        return False
+
+    def _same_model(self, reads: list[ast.Name], node: ast.expr) -> bool:
+        """``node`` starts from the same variable as one of ``reads`` (the model as the
+        optimizer's constructor reads it): a binding in common, or ``self`` in the same class.
+        A ``model`` of another function is another model."""
+        root = _root_name(node)
+        if root is None:
+            return False
+        bindings = {id(binding) for binding in self.index.bindings_of(root)}
+        for read in reads:
+            if read.id != root.id:
+                continue
+            if read.id == "self":
+                if self._class_of(read) is self._class_of(root):
+                    return True
+            elif bindings & {id(binding) for binding in self.index.bindings_of(read)}:
+                return True
+        return False
+
+    def _class_of(self, node: ast.AST) -> ast.AST | None:
+        return next((a for a in self.index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
+
+    def _names_model(self, context: _Context, value: ast.expr) -> bool:
+        """``value`` is the model or a submodule, as spelled or through an alias (not what a
+        loop over one of its attributes gives)."""
+        if not isinstance(value, (ast.Name, ast.Attribute)):
+            return False
+        path = _path(value)
+        if path is not None and _within(path, context.models):
+            return True
+        root = _root_name(value)
+        if root is None:
+            return False
+        for origin in self.flow.origins(root):
+            aliased = _path(origin) if origin is not root else None
+            if aliased is not None and _within(aliased, context.models):
+                return True
+        return False
+
+    @cached_property
+    def _placements(self) -> list[ast.Call]:
+        """``x.cuda()``, ``x.npu()``, ``x.xpu()``, ``x.to_empty(...)``, and ``x.to(...)`` with
+        anything but a dtype."""
+        found: list[ast.Call] = []
+        for method in ("cuda", "npu", "xpu", "mps", "to_empty", "to"):
+            for attribute in self.index.attributes(method):
+                call = self.index.parent(attribute)
+                if not isinstance(call, ast.Call) or call.func is not attribute:
+                    continue
+                if method == "to" and self._only_dtypes(call):
+                    continue
+                found.append(call)
+        return found
+
+    def _only_dtypes(self, call: ast.Call) -> bool:
+        values = [*call.args, *(k.value for k in call.keywords if k.arg != "non_blocking")]
+        for value in values:
+            name = self.view.qualified_name(value)
+            if not (isinstance(name, str) and name in _ALL_DTYPES):
+                return False
+        return bool(values)
+
+    @cached_property
+    def _device_switches(self) -> bool:
+        """Something in the file moves every new tensor to a device."""
+        for last in ("set_default_device", "set_default_tensor_type"):
+            if self._calls_named(last):
+                return True
+        for statement in self.index.nodes(ast.With):
+            for item in statement.items:
+                expression = item.context_expr
+                if isinstance(expression, ast.Call):
+                    name = self.view.qualified_name(expression.func)
+                    if name == "torch.device":
+                        return True
+        return any(
+            "transfer_to_npu" in (getattr(statement, "module", None) or "")
+            or any("transfer_to_npu" in alias.name for alias in statement.names)
+            for statement in self.index.imports()
+        )
+
+    # -- sharding ------------------------------------------------------------------------------
+
+    def sharding(self, constructor: ast.Call, params: ast.expr | None) -> list[Break]:
+        """The layers that own the storage of the parameters of ``constructor`` (``params``,
+        its first argument): a sharding call given its model (or a submodule), or the
+        optimizer, or whose result feeds it; a ``share_memory()`` of the model; hogwild workers;
+        DTensor parameters made by a class of this file that the model is built from."""
+        paths = self._models(params)
+        context = _Context(self.index.tree, paths)
+        fed = self._feeding_calls(params)
+        found: list[Break] = []
+        for call, effect in self._sharding_calls:
+            given = [arg.value for arg in arguments(call)]
+            if (
+                any(call is node for node in fed)
+                or any(self._on_model(context, value) for value in given)
+                or any(self._is_optimizer(constructor, value) for value in given)
+            ):
+                code = f"`{self.view.written(call.func)}(...)`"
+                found.append(Break(call, code, effect))
+        for call in self._shared_memory:
+            assert isinstance(call.func, ast.Attribute)
+            if self._on_model(context, call.func.value):
+                effect = (
+                    "puts this optimizer's parameters in shared memory for hogwild workers (each "
+                    "worker's fused optimizer would move them into a buffer of its own)"
+                )
+                found.append(Break(call, f"`{self.view.written(call)}`", effect))
+        worker = self._top_level_function(constructor)
+        workers = {**self._local_workers, **self.shared}
+        if worker is not None and worker.name in workers and self._model_is_handed_in(params):
+            effect = (
+                f"runs in hogwild worker processes that share the model's parameters "
+                f"(`share_memory()` at {workers[worker.name]}), and each worker's fused "
+                "optimizer would move them into a buffer of its own"
+            )
+            found.append(Break(worker, f"`{worker.name}`", effect))
+        for call in self._dtensors:
+            if any(self._builds_with(origin, call) for origin in fed):
+                effect = "makes the model's parameters DTensors, which a sharding layer owns"
+                found.append(Break(call, f"`{self.view.written(call.func)}(...)`", effect))
+        found.sort(key=lambda b: (b.line, b.node.col_offset))  # type: ignore[attr-defined]
+        return found
+
+    @cached_property
+    def _local_workers(self) -> dict[str, str]:
+        """The functions of this file that it starts as worker processes (``Process(target=f)``,
+        ``mp.spawn(f, ...)``) when it calls ``share_memory()``: name -> "line N"."""
+        if not self._shared_memory:
+            return {}
+        where = f"line {self._shared_memory[0].lineno}"
+        found: dict[str, str] = {}
+        for call in self.index.nodes(ast.Call):
+            targets = [k.value for k in call.keywords if k.arg == "target"]
+            if isinstance(call.func, ast.Attribute) and call.func.attr in _SPAWNERS and call.args:
+                targets.append(call.args[0])
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    found[target.id] = where
+        return found
+
+    def _builds_with(self, origin: ast.expr, maker: ast.Call) -> bool:
+        """``origin`` (where the model comes from) constructs a class of this file whose body
+        holds ``maker``."""
+        if not isinstance(origin, ast.Call) or not isinstance(origin.func, ast.Name):
+            return False
+        return any(
+            binding.kind is BindingKind.CLASS
+            and binding.node is not None
+            and any(node is maker for node in ast.walk(binding.node))
+            for binding in self.index.bindings_of(origin.func)
+        )
+
+    def _is_optimizer(self, constructor: ast.Call, node: ast.expr) -> bool:
+        return any(origin is constructor for origin in self.flow.origins(node))
+
+    def _models(self, params: ast.expr | None) -> frozenset[Path]:
+        """How the models whose ``.parameters()`` (``.named_parameters()``) feed ``params`` are
+        spelled: ``model``, ``self.model``, ``model.module``."""
+        if params is None:
+            return frozenset()
+        found: set[Path] = set()
+        for expression in [params, *self.flow.origins(params)]:
+            for node in ast.walk(expression):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _PARAMETER_ITERATORS
+                ):
+                    path = _path(node.func.value)
+                    if path is not None:
+                        found.add(path)
+        return frozenset(found)
+
+    def _feeding_calls(self, params: ast.expr | None) -> list[ast.expr]:
+        """The calls the model in ``params`` (``x`` of ``x.parameters()``) comes from."""
+        if params is None:
+            return []
+        found: list[ast.expr] = []
+        for expression in [params, *self.flow.origins(params)]:
+            for node in ast.walk(expression):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("parameters", "named_parameters")
+                ):
+                    model = _strip_method_calls(node.func.value)
+                    found += self.flow.origins(model)
+        return found
+
+    def _model_is_handed_in(self, params: ast.expr | None) -> bool:
+        """The model whose parameters feed the optimizer is a parameter of its function (a
+        hogwild worker gets the shared model so)."""
+        if params is None:
+            return False
+        for expression in [params, *self.flow.origins(params)]:
+            for node in ast.walk(expression):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    root = _root_name(node.func.value)
+                    if root is not None and any(
+                        b.kind is BindingKind.PARAM for b in self.index.bindings_of(root)
+                    ):
+                        return True
+        return False
+
+    @cached_property
+    def _sharding_calls(self) -> list[tuple[ast.Call, str]]:
+        """The calls of a sharding layer in the file, whatever they are imported as."""
+        spellings = {last: last for last in SHARDING}
+        for statement in self.index.imports():
+            for alias in statement.names:
+                last = alias.name.rpartition(".")[2]
+                if last in SHARDING and alias.asname is not None:
+                    spellings[alias.asname] = last
+        spellings["initialize"] = "initialize"
+        found: list[tuple[ast.Call, str]] = []
+        for spelled, last in spellings.items():
+            for call in self._calls_named(spelled):
+                name = self.view.qualified_name(call.func)
+                candidates = name.candidates if isinstance(name, Ambiguous) else (name,)
+                for candidate in candidates:
+                    if candidate is None or candidate.rpartition(".")[2] != last:
+                        continue
+                    if last != "initialize":
+                        found.append((call, SHARDING[last]))
+                    elif candidate == _DEEPSPEED:
+                        found.append((call, _DEEPSPEED_EFFECT))
+                    break
+        return found
+
+    @cached_property
+    def _shared_memory(self) -> list[ast.Call]:
+        return [
+            call
+            for call in self._calls_named("share_memory")
+            if isinstance(call.func, ast.Attribute) and not call.args
+        ]
+
+    @cached_property
+    def _dtensors(self) -> list[ast.Call]:
+        found: list[ast.Call] = []
+        for last in _DTENSOR_MAKERS:
+            for call in self._calls_named(last):
+                name = self.view.qualified_name(call.func)
+                if isinstance(name, str) and name.startswith("torch.distributed"):
+                    found.append(call)
+        found.sort(key=lambda call: (call.lineno, call.col_offset))
+        return found
+
+    def _calls_named(self, last: str) -> list[ast.Call]:
+        """Calls whose callee is spelled ``last`` or ``<something>.last``."""
+        callees: list[ast.expr] = [*self.index.names(last), *self.index.attributes(last)]
+        found = []
+        for callee in callees:
+            call = self.index.parent(callee)
+            if isinstance(call, ast.Call) and call.func is callee:
+                found.append(call)
+        return found
+
+    def _top_level_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        top: ast.FunctionDef | ast.AsyncFunctionDef | None = None
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, _FUNCTIONS):
+                top = ancestor
+            elif isinstance(ancestor, ast.ClassDef):
+                return None
+        return top
+
+    def _function_of(self, node: ast.AST) -> ast.AST:
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, _FUNCTIONS):
+                return ancestor
+        return self.index.tree
+
+
+# -- paths -----------------------------------------------------------------------------------------
+
+
+def _strip_method_calls(node: ast.expr) -> ast.expr:
+    """``model.cuda().eval()`` -> ``model``: the module a chain of the module methods that
+    return the module itself starts from (``model.decode(x)`` is something else)."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _RETURNS_SELF
+    ):
+        node = node.func.value
+    return node
+
+
+def _path(node: ast.expr) -> Path | None:
+    """``self.model.layers[0].eval()`` -> ("self", "model", "layers"): the names a chain of
+    attributes, subscripts and self-returning module methods is spelled with, up to its first
+    subscript; None for anything else (``model(x)``, ``model.decode(z)``, ``f().x``)."""
+    node = _strip_method_calls(node)
+    parts: list[str] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            parts.clear()  # `models[0]`: only what comes before the subscript is spelled
+            node = node.value
+        elif isinstance(node, ast.Call) and _strip_method_calls(node) is not node:
+            node = _strip_method_calls(node)
+        elif isinstance(node, ast.Name):
+            parts.append(node.id)
+            return tuple(reversed(parts))
+        else:
+            return None
+
+
+def _arguments_of(call: ast.Call) -> list[ast.expr]:
+    """The arguments of the calls a chain of module methods is made of (``DDP(model).eval()``)."""
+    found: list[ast.expr] = []
+    node: ast.expr = call
+    while isinstance(node, ast.Call):
+        found += [*node.args, *(k.value for k in node.keywords)]
+        node = node.func.value if isinstance(node.func, ast.Attribute) else node.func
+    return found
+
+
+def _iterated_path(iterable: ast.expr) -> Path | None:
+    """The path of what a loop goes over: ``model`` for ``model.parameters()``."""
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute):
+        return _path(iterable.func.value)
+    return _path(iterable)
+
+
+def _root_name(node: ast.expr) -> ast.Name | None:
+    """The name a chain of attributes, subscripts and method calls starts from."""
+    node = _strip_method_calls(node)
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = _strip_method_calls(node.value)
+    return node if isinstance(node, ast.Name) else None
+
+
+def _tensor_like(path: Path) -> bool:
+    """``model.fc.weight``: a parameter or a tensor by its name, not a module."""
+    return bool(path) and (path[-1] in _TENSOR_NAMES or path[-1].endswith(("_weight", "_bias")))
+
+
+def _iteration_kind(iterable: ast.expr) -> Literal["module", "parameter"] | None:
+    """What a loop over ``iterable`` (part of a model) yields: modules (``model.modules()``,
+    a ``ModuleList``), parameters (``model.parameters()``), or something else (None:
+    ``model.state_dict().items()`` gives tensors that are not the parameters' storage holders)."""
+    if isinstance(iterable, ast.Call):
+        if not isinstance(iterable.func, ast.Attribute):
+            return None
+        method = iterable.func.attr
+        if method in _MODULE_ITERATORS:
+            return "module"
+        return "parameter" if method in _PARAMETER_ITERATORS else None
+    return "module" if isinstance(iterable, (ast.Attribute, ast.Name)) else None
+
+
+def _within(path: Path, models: frozenset[Path]) -> bool:
+    return any(path[: len(model)] == model for model in models)
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    arguments_ = function.args
+    names = [a.arg for a in [*arguments_.posonlyargs, *arguments_.args, *arguments_.kwonlyargs]]
+    if arguments_.vararg is not None:
+        names.append(arguments_.vararg.arg)
+    if arguments_.kwarg is not None:
+        names.append(arguments_.kwarg.arg)
+    return names
+
+
+def _bound_arguments(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call
+) -> Iterator[tuple[str, ast.expr]]:
+    """(parameter, value) for the arguments of ``call`` that bind a named parameter."""
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if positional and positional[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+        positional = positional[1:]
+    for position, value in enumerate(call.args):
+        if isinstance(value, ast.Starred) or position >= len(positional):
+            break
+        yield positional[position], value
+    for item in call.keywords:
+        if item.arg is not None:
+            yield item.arg, item.value

@@ -1,0 +1,1205 @@
+"""NPU101's analysis: which optimizer constructors of a file become which NPU fused class, from
+which home, with which argument edits, and what is reported instead, and why. Not a rule.
+
+:func:`plan_fused` is pure: it reads a :class:`~migrator.analysis.view.FileView` and what it
+needs of the run as plain arguments (the ``opt_level`` NPU102's switch sets, the link stage's
+facts about the functions of the module that other files call for an optimizer, the suppression
+comments) and returns :class:`FusedDecisions`. It records no diagnostic and builds no libcst node:
+NPU101 turns the decisions into fixes, reports and edits, and the link stage
+(:mod:`~migrator.rules.optimizers._factories`) runs it on a factory's module to learn what the
+factory returns once NPU101 has run there.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
+from migrator.analysis.index import line_of
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.scopes import Binding, BindingKind
+from migrator.analysis.view import FileView
+from migrator.diagnostics import Severity
+from migrator.rules.optimizers._amp import AmpOptions, amp_options
+from migrator.rules.optimizers._call_sites import CallSite, ExternalAmp, factory_sites
+from migrator.rules.optimizers._contract import Break, ParameterContract
+from migrator.rules.optimizers._contract import describe as describe_breaks
+from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._hazards import FusionHazards, Hazard
+from migrator.rules.optimizers._hazards import describe as describe_hazards
+from migrator.rules.optimizers._tables import (
+    APEX_HOME,
+    FP16_OPTIMIZERS,
+    KNOWN_OPTIMIZERS,
+    NPU1_ROOTS,
+    OPTIMIZER_MODULES,
+    SOURCES,
+    TARGET_PARAMETERS,
+    TORCH_NPU_HOME,
+    UNSUPPORTED,
+    Source,
+)
+from migrator.suppressions import Suppressions
+
+CODE = "NPU101"  # the rule the decisions are for: its suppression comments apply
+
+# Switches that only choose a CUDA kernel or a memory strategy; the update is the same without.
+PERFORMANCE_ONLY = frozenset(
+    {"foreach", "fused", "capturable", "set_grad_none", "materialize_master_grads"}
+)
+# Arguments that are harmless at the given value and change the update at any other value.
+NEUTRAL_AT: dict[str, tuple[object, str]] = {
+    "maximize": (False, "`maximize=True` (gradient ascent) has no NPU fused equivalent"),
+    "differentiable": (
+        False,
+        "`differentiable=True` (autograd through the optimizer step) has no NPU fused equivalent",
+    ),
+    "bias_correction": (
+        True,
+        "`bias_correction=False` has no NPU equivalent: the NPU fused Adam optimizers always "
+        "apply bias correction",
+    ),
+    "wd_after_momentum": (
+        False,
+        "`wd_after_momentum=True` has no NPU equivalent: NpuFusedSGD applies weight decay "
+        "before momentum, as torch.optim.SGD does",
+    ),
+    "decoupled_weight_decay": (
+        False,
+        "`decoupled_weight_decay=True` makes it AdamW: use `NpuFusedAdamW` with the same "
+        "`weight_decay` instead",
+    ),
+    "master_weights": (
+        False,
+        "FusedAdam's own fp32 master weights have no NPU equivalent: "
+        '`amp.initialize(..., opt_level="O2")` keeps fp32 master weights instead',
+    ),
+    "amsgrad": (False, "the NPU fused Adam optimizers do not implement AMSGrad"),
+}
+# Arguments the NPU fused optimizers also take, for which the neutral value is kept as written.
+KEPT_WHEN_NEUTRAL = frozenset({"amsgrad"})
+
+TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD requires lr
+
+# How a rewritten call spells the new class: the whole dotted name, only its last attribute
+# (`apex_optimizers.FusedAdam` -> `apex_optimizers.NpuFusedAdamW`), the unchanged alias of a
+# rewritten `from ... import X as A`, or the new name of a rewritten `from ... import X`.
+FuncStyle = Literal["dotted", "attr", "alias", "rename"]
+
+
+# -- the decisions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgumentEdits:
+    """What changes in a rewritten call's arguments (indices into its arguments as written)."""
+
+    dropped: frozenset[int] = frozenset()
+    to_keyword: Mapping[int, str] = field(default_factory=dict)  # positional index -> its name
+    added: tuple[tuple[str, str], ...] = ()  # (keyword, value code)
+
+
+@dataclass(frozen=True)
+class AmpGate:
+    """An ``amp.initialize`` that runs, or enables amp, only when ``test`` is true
+    (``amp_when_true``) or only when it is false."""
+
+    amp_call: ast.Call
+    test: str
+    amp_when_true: bool
+    verb: str = "runs"  # "enables amp" for `enabled=<run-time value>`
+
+    @property
+    def condition(self) -> str:
+        return f"`{self.test}` holds" if self.amp_when_true else f"`{self.test}` is false"
+
+    def choice(self, target: str) -> str:
+        """The class picked by the same condition, for the message."""
+        return _choice(self.test, self.amp_when_true, target)
+
+
+def _choice(test: str, amp_when_true: bool, target: str) -> str:
+    """``(apex.optimizers.X if test else torch_npu.optim.X)(...)``, for a message."""
+    apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
+    first, second = (apex, torch_npu) if amp_when_true else (torch_npu, apex)
+    return f"`({first} if {test} else {second})(...)`"
+
+
+@dataclass(frozen=True)
+class ImportRewrite:
+    """``from m import X [as A]`` rewritten in place: alias index -> new name, maybe new module."""
+
+    statement: ast.ImportFrom
+    names: Mapping[int, str]
+    module: str | None
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One constructor call that becomes an NPU fused optimizer."""
+
+    call: ast.Call
+    arguments: tuple[Argument, ...]
+    source: Source
+    target: str  # "NpuFusedSGD"
+    home: str  # APEX_HOME or TORCH_NPU_HOME
+    edits: ArgumentEdits
+    func_style: FuncStyle
+    message: str  # what the fix says
+    # The `from ... import` rewritten along with this call (carried by the first call using it).
+    import_rewrite: ImportRewrite | None = None
+    # amp.initialize runs only under a condition: said at its line, as a finding of its own.
+    gate: AmpGate | None = None
+    gate_warning: str | None = None
+
+    @property
+    def qualified_target(self) -> str:
+        return f"{self.home}.{self.target}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something reported, not rewritten, at ``node``."""
+
+    node: ast.AST
+    message: str
+    severity: Severity = Severity.MANUAL
+
+
+@dataclass(frozen=True)
+class ReleasedImport:
+    """An import of the old spelling that goes if nothing else uses it once the calls change."""
+
+    module: str
+    obj: str | None
+    asname: str | None
+
+
+@dataclass(frozen=True)
+class FusedDecisions:
+    """NPU101's decisions for one file: the findings in the order found, the rewrites, and the
+    imports of the old spellings to release."""
+
+    findings: tuple[Finding, ...]
+    rewrites: tuple[Rewrite, ...]
+    released_imports: tuple[ReleasedImport, ...]
+
+    def lines(self, suppressions: Suppressions) -> set[int]:
+        """The lines where NPU101 says something (a finding, a fix, the warning of a fix) that
+        no suppression comment covers."""
+        nodes: list[ast.AST] = [finding.node for finding in self.findings]
+        for rewrite in self.rewrites:
+            nodes.append(rewrite.call)
+            if rewrite.gate is not None and rewrite.gate_warning is not None:
+                nodes.append(rewrite.gate.amp_call)
+        lines = {line_of(node) for node in nodes}
+        return {line for line in lines if not suppressions.covers(line, CODE)}
+
+
+def plan_fused(
+    view: FileView,
+    *,
+    level: str | None,
+    factories: Mapping[str, Any],
+    suppressions: Suppressions,
+    shared: Mapping[str, str] | None = None,
+) -> FusedDecisions:
+    """NPU101's decisions for the file of ``view``.
+
+    ``level`` is the ``opt_level`` NPU102's switch sets on every ``amp.initialize`` (None: no
+    switch, or NPU102 does not run); ``factories`` the link stage's facts about the module's
+    functions that other files of the run call for an optimizer (empty without any);
+    ``suppressions`` the file's suppression comments (a covered constructor is not planned);
+    ``shared`` the module's functions that another file starts as hogwild workers on a model
+    in shared memory (name -> where ``share_memory()`` is called).
+    """
+    return _Planner(view, level, factories, suppressions, shared or {}).decide()
+
+
+# -- the analysis --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    """A rewrite while it is being planned."""
+
+    call: ast.Call
+    arguments: list[Argument]
+    source: Source
+    target: str
+    home: str
+    amp_line: int | None
+    edits: ArgumentEdits = ArgumentEdits()
+    notes: list[str] = field(default_factory=list)
+    func_style: FuncStyle = "dotted"
+    disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
+    why: str | None = None  # the reason for the home, when other files' calls decide it
+    gate: AmpGate | None = None  # amp.initialize runs only under a condition
+
+    @property
+    def qualified_target(self) -> str:
+        return f"{self.home}.{self.target}"
+
+
+class _Planner:
+    def __init__(
+        self,
+        view: FileView,
+        level: str | None,
+        factories: Mapping[str, Any],
+        suppressions: Suppressions,
+        shared: Mapping[str, str],
+    ) -> None:
+        self.view = view
+        self.index = view.index
+        self.level = level
+        self.suppressions = suppressions
+        self.flow = OptimizerFlow.of(view)
+        self.hazards = FusionHazards(view, self.flow)
+        self.contract = ParameterContract(view, self.flow, shared)
+        self.sites = factory_sites(view, factories, level)
+        self.findings: list[Finding] = []
+        self.drafts: list[_Draft] = []
+        self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
+        self.released: list[ReleasedImport] = []
+
+    def decide(self) -> FusedDecisions:
+        wrapped = self._report_fp16_wrappers()
+        for call in self._dynamic_lookups():
+            if id(call) not in wrapped:
+                self._report(call, _DYNAMIC_LOOKUP_ADVICE)
+        for call in self.flow.candidates:
+            if id(call) not in wrapped:
+                self._examine_call(call)
+        for class_def in self.index.nodes(ast.ClassDef):
+            self._examine_subclass(class_def)
+        self._report_class_values()
+        self._plan_call_names()
+        return FusedDecisions(tuple(self.findings), self._rewrites(), tuple(self.released))
+
+    def _report(self, node: ast.AST, message: str, severity: Severity = Severity.MANUAL) -> None:
+        self.findings.append(Finding(node, message, severity))
+
+    def _suppressed(self, node: ast.AST) -> bool:
+        """A suppression comment covers the line where ``node`` starts (then nothing is planned
+        for it, and the imports it uses are left to the calls that are rewritten)."""
+        return self.suppressions.covers(line_of(node), CODE)
+
+    def _call_sites(self, call: ast.Call) -> list[CallSite]:
+        return self.sites.get(id(call), [])
+
+    # -- wrappers, dynamic lookups, class values ----------------------------------------------
+
+    def _report_fp16_wrappers(self) -> set[int]:
+        """Report ``FP16_Optimizer(...)``; the ids of the constructors it wraps, left as they are
+        so that the user migrates wrapper and optimizer together."""
+        wrapped: set[int] = set()
+        for call in self.flow.candidates:
+            if isinstance(self.view.qualified_name_in(call.func, FP16_OPTIMIZERS), str):
+                if self._suppressed(call):
+                    continue
+                self._report(call, _FP16_OPTIMIZER_ADVICE)
+                for arg in arguments(call):
+                    for origin in self.flow.origins(arg.value):
+                        wrapped.add(id(origin))
+                        self._report_wrapped(origin, call)
+        return wrapped
+
+    def _report_wrapped(self, origin: ast.expr, wrapper: ast.Call) -> None:
+        """A constructor built on another line than its `FP16_Optimizer` wrapper says there
+        why it is left alone (the wrapper's line has the advice)."""
+        if not isinstance(origin, ast.Call) or line_of(origin) == line_of(wrapper):
+            return
+        name = self.view.qualified_name_in(origin.func, KNOWN_OPTIMIZERS)
+        if isinstance(name, str) and not self._suppressed(origin):
+            self._report(
+                origin,
+                f"`{name}` is not rewritten: it is wrapped in `FP16_Optimizer` at line "
+                f"{line_of(wrapper)}; migrate the two together (see the finding there)",
+            )
+
+    def _report_class_values(self) -> None:
+        """An optimizer class used as a value (``{"adam": FusedAdam}[name]``, ``opt_class =
+        torch.optim.SGD``, ``getattr(apex.optimizers, name)``): the optimizer it builds later
+        cannot be rewritten, so say what to put in its place."""
+        for node in self._class_value_candidates():
+            if self._suppressed(node) or not self._used_as_value(node):
+                continue
+            if self._alias_called_here(node):
+                continue  # the call of the alias is reported (a value alias is ambiguous)
+            name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
+            if isinstance(name, str):
+                # NVIDIA apex's classes fail on Ascend: manual; torch's run unfused: info.
+                apex = name.startswith(APEX_HOME + ".")
+                severity = Severity.MANUAL if apex else Severity.INFO
+                code = self.view.written(node)
+                sharder = self._sharder_given(node)
+                if sharder is not None:
+                    message = _sharded_class_message(code, name, sharder)
+                else:
+                    message = _class_value_message(code, name)
+                self._report(node, message, severity)
+        for lookup in self._getattr_values():
+            if not self._suppressed(lookup):
+                self._report(lookup, _DYNAMIC_LOOKUP_ADVICE)
+
+    def _class_value_candidates(self) -> list[ast.expr]:
+        """Names and attributes that may resolve to an optimizer class, in source order."""
+        found: list[ast.expr] = []
+        for last in OPTIMIZER_CLASS_NAMES:
+            found += [a for a in self.index.attributes(last) if isinstance(a.ctx, ast.Load)]
+        reaching = self.flow.reaching_names
+        for identifier in sorted(self.index.identifiers()):
+            if identifier in reaching:
+                found += [n for n in self.index.names(identifier) if isinstance(n.ctx, ast.Load)]
+        found.sort(key=lambda node: (node.lineno, node.col_offset))
+        return [node for node in found if self.view.may_name(node, NPU1_ROOTS)]
+
+    def _sharder_given(self, node: ast.expr) -> str | None:
+        """``ZeroRedundancyOptimizer(params, optimizer_class=<node>)``: the sharding layer that
+        builds its optimizers from the class ``node``, as written."""
+        call = self.index.parent(node)
+        if isinstance(call, ast.keyword):
+            call = self.index.parent(call)
+        if not isinstance(call, ast.Call) or node is call.func:
+            return None
+        name = self.view.qualified_name(call.func)
+        if isinstance(name, str) and name.rpartition(".")[2] == "ZeroRedundancyOptimizer":
+            return self.view.written(call.func)
+        return None
+
+    def _alias_called_here(self, node: ast.expr) -> bool:
+        """``Optimizer = torch.optim.SGD`` where this file calls ``Optimizer(...)``."""
+        statement = self.index.parent(node)
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is not node:
+            return False
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        if not all(isinstance(target, ast.Name) for target in targets):
+            return False
+        for target in targets:
+            assert isinstance(target, ast.Name)
+            for read in self.index.names(target.id):
+                call = self.index.parent(read)
+                if isinstance(call, ast.Call) and call.func is read:
+                    return True
+        return False
+
+    def _used_as_value(self, node: ast.expr) -> bool:
+        """Not called, not part of a longer dotted name, not a type test (``isinstance``,
+        ``is None``, ``==``), not a base class or an annotation."""
+        parent = self.index.parent(node)
+        if isinstance(parent, ast.Attribute):
+            return False  # `torch.optim` in `torch.optim.SGD`, or `SGD.__name__`
+        if isinstance(parent, ast.Call):
+            if parent.func is node:
+                return False
+            if isinstance(parent.func, ast.Name) and parent.func.id in _TYPE_TESTS:
+                return False
+        if isinstance(parent, ast.Tuple):
+            grandparent = self.index.parent(parent)
+            if isinstance(grandparent, ast.Call) and isinstance(grandparent.func, ast.Name):
+                return grandparent.func.id not in _TYPE_TESTS  # isinstance(x, (SGD, Adam))
+        if isinstance(parent, (ast.Compare, ast.ClassDef)):
+            return False
+        return not self._in_annotation(node)
+
+    def _in_annotation(self, node: ast.expr) -> bool:
+        child: ast.AST = node
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, ast.arg) and ancestor.annotation is child:
+                return True
+            if isinstance(ancestor, ast.AnnAssign) and ancestor.annotation is child:
+                return True
+            if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return ancestor.returns is child
+            if isinstance(ancestor, ast.stmt):
+                return False
+            child = ancestor
+        return False
+
+    def _getattr_values(self) -> list[ast.Call]:
+        """``getattr(torch.optim, name)`` not called on the spot (``opt_class = getattr(...)``);
+        the called form is reported by :meth:`_dynamic_lookups`."""
+        found: list[ast.Call] = []
+        for lookup in self._getattr_lookups():
+            call = self.index.parent(lookup)
+            if not (isinstance(call, ast.Call) and call.func is lookup):
+                found.append(lookup)
+        return found
+
+    def _getattr_lookups(self) -> list[ast.Call]:
+        """``getattr(<torch.optim or apex.optimizers>, ...)`` calls."""
+        found: list[ast.Call] = []
+        callees: list[ast.expr] = [*self.index.names("getattr"), *self.index.attributes("getattr")]
+        for callee in callees:
+            lookup = self.index.parent(callee)
+            if not isinstance(lookup, ast.Call) or lookup.func is not callee or not lookup.args:
+                continue
+            if self.view.qualified_name(callee) != "builtins.getattr":
+                continue
+            module = self.view.qualified_name(arguments(lookup)[0].value)
+            if isinstance(module, str) and module in OPTIMIZER_MODULES:
+                found.append(lookup)
+        return found
+
+    def _dynamic_lookups(self) -> list[ast.Call]:
+        """``getattr(torch.optim, name)(...)``, found from the ``getattr`` names."""
+        found: list[ast.Call] = []
+        for lookup in self._getattr_lookups():
+            call = self.index.parent(lookup)
+            if isinstance(call, ast.Call) and call.func is lookup:
+                found.append(call)
+        return found
+
+    # -- constructors --------------------------------------------------------------------------
+
+    def _examine_call(self, call: ast.Call) -> None:
+        """Plan the rewrite of ``call``, or report why it cannot be rewritten."""
+        self._check_apex_home(call)
+        name = self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
+        if isinstance(name, Ambiguous):
+            self._report(call, self._ambiguous_message(call, name))
+        elif name in UNSUPPORTED:
+            self._report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
+        elif name in SOURCES and not self._suppressed(call):
+            self._plan(call, SOURCES[name])
+
+    def _check_apex_home(self, call: ast.Call) -> None:
+        """An Ascend apex fused optimizer that never reaches amp here raises in `step()`."""
+        name = npu_fused_name(self.view, call.func)
+        if (
+            name is None
+            or not name.startswith(APEX_HOME + ".")
+            or id(call) in self.flow.reaches_amp
+        ):
+            return
+        sites = self._call_sites(call)
+        without_amp = [site for site in sites if not site.with_amp]
+        if sites and not without_amp:
+            return  # every call of the function that returns it goes through amp.initialize
+        if without_amp:
+            self._report(
+                call,
+                f"`{name}` is returned by `{without_amp[0].factory}` to calls where it does not "
+                f"reach `amp.initialize` ({_sites_listed(without_amp)}), and "
+                "Ascend apex's fused optimizers raise in `step()` without amp: use "
+                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works with and without amp",
+                Severity.INFO,
+            )
+            return
+        self._report(
+            call,
+            f"`{name}` does not reach `amp.initialize` in this module, and Ascend apex's fused "
+            "optimizers raise in `step()` without amp: if no other module passes it to "
+            f"`amp.initialize`, use `{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works "
+            "without amp",
+            Severity.INFO,
+        )
+
+    def _ambiguous_message(self, call: ast.Call, name: Ambiguous) -> str:
+        hints = [f"`{c}` -> {_target_hint(SOURCES[c])}" for c in name.candidates if c in SOURCES]
+        advice = (
+            f"replace it by hand ({', '.join(hints)}; from `apex.optimizers` when the optimizer "
+            "goes through `amp.initialize`, from `torch_npu.optim` otherwise)"
+            if hints
+            else "migrate it by hand"
+        )
+        return (
+            f"cannot tell which optimizer `{self.view.written(call.func)}` is: {name.describe()}; "
+            f"npu-migrate only rewrites names with a single origin: {advice}"
+        )
+
+    def _examine_subclass(self, class_def: ast.ClassDef) -> None:
+        for base in class_def.bases:
+            if not self.view.may_name(base, NPU1_ROOTS):
+                continue
+            name = self.view.qualified_name_in(base, KNOWN_OPTIMIZERS)
+            if not isinstance(name, str):
+                continue
+            if name in UNSUPPORTED:
+                advice = UNSUPPORTED[name]
+            else:
+                advice = (
+                    f"rebase it on {_target_hint(SOURCES[name])} from `torch_npu.optim` (or "
+                    "`apex.optimizers` if it goes through `amp.initialize`) and check that every "
+                    "override still holds, because the fused optimizers keep their state in "
+                    "flat buffers"
+                )
+            self._report(
+                class_def,
+                f"`{class_def.name}` subclasses `{name}`, and npu-migrate does not rewrite "
+                f"subclasses: {advice}",
+            )
+
+    def _plan(self, call: ast.Call, source: Source) -> None:
+        args = arguments(call)
+        names, problems = _bind(self.view, args, source)
+        target = source.target
+        if target is None:
+            target, problem = _fused_adam_target(self.view, args, names)
+            if problem:
+                problems.append(problem)
+        if target is None or problems:
+            self._report(call, _blocked_message(source, target, problems))
+            return
+        params = args[names.index("params")].value if "params" in names else None
+        hazards = self.hazards.of(call, params)
+        if hazards:
+            self._report(call, _hazard_message(source, target, hazards))
+            return
+        sharded = self.contract.sharding(call, params)
+        if sharded:
+            self._report(call, _sharded_message(source, target, sharded))
+            return
+        reallocated = self.contract.reallocations(call, params)
+        if reallocated:
+            self._report(call, _reallocated_message(source, target, reallocated))
+            return
+        on_cpu = self.contract.stays_on_cpu(call, params)
+        if on_cpu is not None:
+            # torch's optimizer is right on the CPU; NVIDIA apex's does not run on Ascend at all.
+            severity = Severity.INFO if source.unfused_replacement is None else Severity.MANUAL
+            self._report(call, _cpu_message(source, target, on_cpu), severity)
+            return
+        amp_calls = self.flow.amp_calls_reached.get(id(call), [])
+        settings = [amp_options(self.view, amp_call, self.level) for amp_call in amp_calls]
+        for options in settings:
+            refusal = options.refuses_fused()
+            if refusal is not None:
+                self._report(call, _refused_message(source, target, options, refusal))
+                return
+        sites = self._call_sites(call)
+        for site in sites:
+            for amp in site.amps:
+                if amp.refusal is not None:
+                    self._report(call, _refused_elsewhere_message(source, target, site, amp))
+                    return
+        enabled = [options for options in settings if not options.disabled]
+        amp_call = enabled[0].call if enabled else None
+        with_amp = [site for site in sites if site.with_amp]
+        without_amp = [site for site in sites if not site.with_amp]
+        apex = (amp_call is not None or bool(with_amp)) and not without_amp
+        draft = _Draft(
+            call,
+            args,
+            source,
+            target,
+            APEX_HOME if apex else TORCH_NPU_HOME,
+            line_of(amp_call) if amp_call is not None else None,
+        )
+        gated_site = self._gated_site(with_amp) if apex else None
+        if gated_site is not None and source.unfused_replacement is None:
+            site, amp = gated_site
+            self._report(call, _gated_elsewhere_refusal(source, target, site, amp))
+            return
+        gate = self._amp_gate(call, enabled) if apex else None
+        if gate is not None and source.unfused_replacement is None:
+            # torch's optimizer runs on both paths; the apex one would raise on the path
+            # without amp, and torch_npu's are not meant for amp: leave the choice to the user.
+            self._report(call, _gated_amp_refusal(source, target, gate))
+            return
+        problems = self._map_arguments(draft, names)
+        if problems:
+            self._report(call, _blocked_message(source, target, problems))
+            return
+        draft.gate = gate
+        if sites:
+            draft.why = _factory_why(draft, amp_call, with_amp, without_amp)
+        if settings and not enabled:
+            draft.disabled_amp_line = line_of(settings[0].call)
+        for options in enabled:
+            if options.switch is not None:
+                draft.notes.append(
+                    f'NPU102 sets `opt_level="{options.switch}"` at line {line_of(options.call)}'
+                )
+            draft.notes.extend(options.run_time_notes(with_enabled=gate is None))
+        if gated_site is not None and gated_site[1].gate and gated_site[1].gate[2] == "runs":
+            # (`enabled=<run-time value>` there has its own note, from the call's options.)
+            site, amp = gated_site
+            draft.notes.append(_gated_elsewhere_warning(draft, site, amp))
+        for site in with_amp:
+            for amp in site.with_amp:
+                if amp.switch is not None:
+                    draft.notes.append(f'NPU102 sets `opt_level="{amp.switch}"` at {amp.at}')
+                draft.notes.extend(f"at {amp.at}: {note}" for note in amp.notes)
+        self.drafts.append(draft)
+
+    @staticmethod
+    def _gated_site(sites: Sequence[CallSite]) -> tuple[CallSite, ExternalAmp] | None:
+        """A call site in another file whose `amp.initialize` runs, or enables amp, only under
+        a condition that does not also guard the call."""
+        for site in sites:
+            for amp in site.with_amp:
+                if amp.gate is not None:
+                    return site, amp
+        return None
+
+    def _amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
+        """The condition under which the optimizer of ``call`` goes through amp, when it may
+        also run without: an `if` around `amp.initialize` that does not also guard ``call``,
+        or an `enabled=` computed at run time."""
+        for options in enabled:
+            guard = self.flow.guard_only_for(options.call, call)
+            if guard is not None:
+                test, in_body = guard
+                return AmpGate(options.call, test, amp_when_true=in_body)
+        for options in enabled:
+            if options.enabled is NOT_LITERAL and options.enabled_code is not None:
+                return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
+        return None
+
+    def _map_arguments(self, draft: _Draft, names: list[str]) -> list[str]:
+        """Set the draft's argument edits (and their notes); the problems that block it."""
+        problems: list[str] = []
+        dropped: set[int] = set()
+        dropped_notes: list[str] = []
+        for index, (arg, name) in enumerate(zip(draft.arguments, names, strict=True)):
+            value_code = self.view.written(arg.value)
+            if name == "adam_w_mode":
+                dropped.add(index)
+                draft.notes.append(f"`adam_w_mode={value_code}` chose `{draft.target}`")
+            elif name in PERFORMANCE_ONLY:
+                dropped.add(index)
+                dropped_notes.append(f"`{name}={value_code}`")
+            elif name in NEUTRAL_AT:
+                neutral, reason = NEUTRAL_AT[name]
+                value = literal_value(arg.value)
+                if value is NOT_LITERAL:
+                    problems.append(
+                        f"`{name}={value_code}` is not a literal, so npu-migrate cannot "
+                        "tell whether it changes the update"
+                    )
+                elif value != neutral:
+                    problems.append(reason)
+                elif name not in KEPT_WHEN_NEUTRAL:
+                    dropped.add(index)
+                    dropped_notes.append(f"`{name}={value_code}`")
+        if problems:
+            return problems
+        to_keyword = _reposition(draft.target, draft.arguments, names, dropped)
+        added: list[tuple[str, str]] = []
+        present = set(names)
+        fused_adam_default = draft.source.target is None and draft.target == "NpuFusedAdamW"
+        if fused_adam_default and "weight_decay" not in present:
+            added.append(("weight_decay", "0.0"))
+            draft.notes.append(
+                "added `weight_decay=0.0`: FusedAdam's default is 0.0, NpuFusedAdamW's is 1e-2"
+            )
+        torch_sgd = draft.source.unfused_replacement is None  # apex FusedSGD's lr is required
+        if draft.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
+            added.append(("lr", TORCH_SGD_DEFAULT_LR))
+            draft.notes.append(
+                f"added `lr={TORCH_SGD_DEFAULT_LR}`, torch's default, which NpuFusedSGD requires"
+            )
+        elif draft.target == "NpuFusedSGD" and "lr" not in present:
+            draft.notes.append(
+                "no `lr` added: FusedSGD requires it as NpuFusedSGD does, so every parameter "
+                "group must carry its own `lr`"
+            )
+        if dropped_notes:
+            draft.notes.append(f"dropped {', '.join(dropped_notes)} (no effect on the update)")
+        draft.edits = ArgumentEdits(frozenset(dropped), to_keyword, tuple(added))
+        return []
+
+    # -- spelling the new class ------------------------------------------------------------------
+
+    def _plan_call_names(self) -> None:
+        """Choose how each planned call spells the new class, and which imports change."""
+        by_import: dict[int, list[_Draft]] = {}
+        for draft in self.drafts:
+            func = draft.call.func
+            if isinstance(func, ast.Attribute):
+                base = self.view.qualified_name(func.value)
+                draft.func_style = "attr" if base == draft.home else "dotted"
+                continue
+            binding = self._from_import_binding(func)
+            if binding is not None:
+                by_import.setdefault(id(binding.alias), []).append(draft)
+        for drafts in by_import.values():
+            self._plan_from_import(drafts)
+        for draft in self.drafts:
+            if draft.func_style == "dotted":
+                self._release_old_import(draft.call.func)
+
+    def _from_import_binding(self, name: ast.AST) -> Binding | None:
+        """The single ``from m import x [as y]`` that binds ``name``, if that is its only origin."""
+        if not isinstance(name, ast.Name):
+            return None
+        bindings = self.index.bindings_of(name)
+        if len(bindings) != 1:
+            return None
+        binding = bindings[0]
+        if binding.kind is not BindingKind.IMPORT or not isinstance(binding.node, ast.ImportFrom):
+            return None
+        return binding
+
+    def _plan_from_import(self, drafts: list[_Draft]) -> None:
+        """Rewrite ``from m import X [as A]`` in place when every use of it is rewritten alike."""
+        binding = self._from_import_binding(drafts[0].call.func)
+        assert binding is not None and binding.alias is not None
+        statement = binding.node
+        assert isinstance(statement, ast.ImportFrom)
+        planned_funcs = {id(draft.call.func) for draft in drafts}
+        uniform = (
+            len({(draft.home, draft.target) for draft in drafts}) == 1
+            and all(id(access) in planned_funcs for access in self.index.references(binding))
+            and not statement.level
+        )
+        module = statement.module or ""
+        home = drafts[0].home
+        single = len(statement.names) == 1
+        if not uniform or not (single or module == home):
+            for draft in drafts:
+                draft.func_style = "dotted"
+            return
+        rewrite = self.import_rewrites.setdefault(id(statement), _ImportDraft(statement))
+        position = next(i for i, alias in enumerate(statement.names) if alias is binding.alias)
+        rewrite.names[position] = drafts[0].target
+        if module != home:
+            rewrite.module = home
+        for draft in drafts:
+            draft.func_style = "alias" if binding.alias.asname is not None else "rename"
+
+    def _release_old_import(self, func: ast.AST) -> None:
+        """The import that bound the old spelling goes if nothing else uses it.
+
+        Only imports of the optimizer module or class (`from torch import optim`,
+        `import torch.optim as O`, `from torch.optim import SGD`): `import torch` stays.
+        """
+        base = func
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        if not isinstance(base, ast.Name):
+            return
+        bound = self.view.qualified_name(base)
+        if not isinstance(bound, str) or bound.count(".") < 1:
+            return
+        for binding in self.index.bindings_of(base):
+            statement = binding.node
+            if binding.kind is not BindingKind.IMPORT:
+                continue
+            if isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    if alias.asname == base.id or (
+                        alias.asname is None and alias.name.split(".")[0] == base.id
+                    ):
+                        self.released.append(ReleasedImport(alias.name, None, alias.asname))
+            elif isinstance(statement, ast.ImportFrom) and statement.module is not None:
+                if statement.level or any(alias.name == "*" for alias in statement.names):
+                    continue
+                for alias in statement.names:
+                    if (alias.asname or alias.name) == base.id:
+                        self.released.append(
+                            ReleasedImport(statement.module, alias.name, alias.asname)
+                        )
+
+    # -- the result ------------------------------------------------------------------------------
+
+    def _rewrites(self) -> tuple[Rewrite, ...]:
+        """The drafts, final; each rewritten import is carried by the first call that uses it."""
+        pending = {
+            key: ImportRewrite(draft.statement, dict(draft.names), draft.module)
+            for key, draft in self.import_rewrites.items()
+        }
+        rewrites: list[Rewrite] = []
+        for draft in self.drafts:
+            statement = self._rewritten_import(draft)
+            carried = pending.pop(id(statement), None) if statement is not None else None
+            warning = _gated_amp_warning(draft, draft.gate) if draft.gate is not None else None
+            rewrites.append(
+                Rewrite(
+                    draft.call,
+                    tuple(draft.arguments),
+                    draft.source,
+                    draft.target,
+                    draft.home,
+                    draft.edits,
+                    draft.func_style,
+                    _fixed_message(draft),
+                    carried,
+                    draft.gate,
+                    warning,
+                )
+            )
+        return tuple(rewrites)
+
+    def _rewritten_import(self, draft: _Draft) -> ast.ImportFrom | None:
+        if draft.func_style not in ("alias", "rename"):
+            return None
+        binding = self._from_import_binding(draft.call.func)
+        statement = binding.node if binding is not None else None
+        return statement if isinstance(statement, ast.ImportFrom) else None
+
+
+@dataclass
+class _ImportDraft:
+    statement: ast.ImportFrom
+    names: dict[int, str] = field(default_factory=dict)
+    module: str | None = None
+
+
+# -- arguments -----------------------------------------------------------------------------------
+
+
+def _reposition(
+    target: str, args: Sequence[Argument], names: list[str], dropped: set[int]
+) -> dict[int, str]:
+    """Positional arguments stay positional while they line up with the target's order; the
+    others become keywords (positional index -> its name)."""
+    target_parameters = TARGET_PARAMETERS[target]
+    to_keyword: dict[int, str] = {}
+    position = 0
+    aligned = True
+    for arg in args:
+        index = arg.index
+        if arg.keyword is not None or index in dropped:
+            if arg.keyword is None:
+                aligned = False
+            continue
+        aligned = (
+            aligned
+            and position < len(target_parameters)
+            and target_parameters[position] == names[index]
+        )
+        if aligned:
+            position += 1
+        else:
+            to_keyword[index] = names[index]
+    return to_keyword
+
+
+def _bind(view: FileView, args: list[Argument], source: Source) -> tuple[list[str], list[str]]:
+    """The parameter name of each argument, by the source's signature, and binding problems."""
+    names: list[str] = []
+    problems: list[str] = []
+    position = 0
+    for arg in args:
+        if arg.star:
+            problems.append(
+                f"arguments passed as `{arg.star}{view.written(arg.value)}` cannot be checked"
+            )
+            names.append("")
+        elif arg.keyword is None:
+            if position < len(source.positional):
+                names.append(source.positional[position])
+            else:
+                problems.append(f"`{source.display}` takes fewer positional arguments")
+                names.append("")
+            position += 1
+        elif arg.keyword in source.parameters:
+            names.append(arg.keyword)
+        else:
+            problems.append(f"`{arg.keyword}=` is not a parameter of `{source.display}`")
+            names.append(arg.keyword)
+    return names, problems
+
+
+def _fused_adam_target(
+    view: FileView, args: list[Argument], names: list[str]
+) -> tuple[str | None, str | None]:
+    """apex FusedAdam: ``adam_w_mode`` (default True) picks NpuFusedAdamW or NpuFusedAdam."""
+    if "adam_w_mode" not in names:
+        return "NpuFusedAdamW", None
+    arg = args[names.index("adam_w_mode")]
+    value = literal_value(arg.value)
+    if value is NOT_LITERAL:
+        return None, (
+            f"`adam_w_mode={view.written(arg.value)}` is not a literal, so npu-migrate cannot "
+            "choose between NpuFusedAdamW (True) and NpuFusedAdam (False)"
+        )
+    return ("NpuFusedAdamW" if value else "NpuFusedAdam"), None
+
+
+# -- messages ------------------------------------------------------------------------------------
+
+
+def _target_hint(source: Source) -> str:
+    if source.target is None:
+        return "`NpuFusedAdamW` (`NpuFusedAdam` with `adam_w_mode=False`)"
+    return f"`{source.target}`"
+
+
+def _left_unfused(source: Source, to_fuse: str) -> str:
+    """What the unrewritten constructor does on NPU, and how to fuse it (``to_fuse``)."""
+    if source.unfused_replacement is None:
+        return f"It still runs on NPU unfused; to fuse it, {to_fuse}"
+    name = source.display.rsplit(".", 1)[1]
+    return (
+        f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, which "
+        f"Ascend's apex lacks, and fails when constructed), so replace it by hand: with "
+        f"{source.unfused_replacement}, which runs on NPU unfused, or, to fuse it, {to_fuse}"
+    )
+
+
+_USE_O1_O2 = (
+    "use opt_level O1 or O2 there (by hand, or with `opt-level` in [tool.npu-migrate.rules.NPU102])"
+)
+
+
+def _blocked_message(source: Source, target: str | None, problems: list[str]) -> str:
+    fused = f"`{target}`" if target else _target_hint(source)
+    to_fuse = "remove that argument and use the NPU fused optimizer"
+    return (
+        f"`{source.display}` is not rewritten to {fused}: {'; '.join(problems)}. "
+        f"{_left_unfused(source, to_fuse)}"
+    )
+
+
+def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> str:
+    findings = describe_hazards(list(hazards))
+    remedies = list(dict.fromkeys(hazard.remedy for hazard in hazards))
+    to_fuse = f"{'; '.join(remedies)}, then use `{target}`"
+    return (
+        f"`{source.display}` is not rewritten to `{target}`, which would break here: "
+        f"{findings}. {_left_unfused(source, to_fuse)}"
+    )
+
+
+_CONTRACT = (
+    "NPU fused optimizers pack the parameters handed to them into flat buffers at their first "
+    "step and from then on update only the buffers, so the parameters must never be "
+    "re-allocated while the optimizer is in use (Ascend's documented constraint)"
+)
+
+
+def _sharded_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
+    if source.unfused_replacement is None:
+        keep = f"Keep `{source.display}`: it runs on NPU unfused"
+    else:
+        name = source.display.rsplit(".", 1)[1]
+        keep = (
+            f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, "
+            f"which Ascend's apex lacks), so replace it by hand with "
+            f"{source.unfused_replacement}, which runs on NPU unfused"
+        )
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
+        f"{_CONTRACT}. {keep}"
+    )
+
+
+def _reallocated_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
+    to_fuse = (
+        "re-allocate before the optimizer is built, or work on a copy there "
+        "(`copy.deepcopy(model).cpu()`, `{k: v.cpu() for k, v in model.state_dict().items()}`), "
+        f"then use `{target}`"
+    )
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
+        f"{_CONTRACT}. {_left_unfused(source, to_fuse)}"
+    )
+
+
+def _cpu_message(source: Source, target: str, model: Break) -> str:
+    message = (
+        f"`{source.display}` is not rewritten to `{target}`: its parameters stay on the CPU "
+        f"({model.code}, line {model.line}, {model.effect}), and the NPU fused optimizers work "
+        "on NPU tensors only (torch_npu's `npu_combine_tensors` raises for CPU tensors at the "
+        f"first step). If the model is moved to the NPU elsewhere, use `{TORCH_NPU_HOME}.{target}`"
+    )
+    if source.unfused_replacement is None:
+        return message
+    name = source.display.rsplit(".", 1)[1]
+    return (
+        f"{message}; NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension "
+        f"`amp_C`), so on the CPU use {source.unfused_replacement}"
+    )
+
+
+def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
+    line = line_of(gate.amp_call)
+    return (
+        f"`{source.display}` is not rewritten: it goes through `amp.initialize` (line {line}), "
+        f"which {gate.verb} only when {gate.condition}. Under amp it needs "
+        f"`{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
+        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
+        "fits both paths. "
+        + _left_unfused(
+            source,
+            "call `amp.initialize` on every path, or pick the class by the same condition: "
+            + gate.choice(target),
+        )
+    )
+
+
+def _gated_elsewhere_refusal(source: Source, target: str, site: CallSite, amp: ExternalAmp) -> str:
+    assert amp.gate is not None
+    test, when_true, verb = amp.gate
+    choice = _choice(test, when_true, target)
+    return (
+        f"`{source.display}` is not rewritten: `{site.factory}` returns it to the call at "
+        f"{site.at}, whose `amp.initialize` ({amp.at}) {verb} only when {amp.condition}. Under "
+        f"amp it needs `{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
+        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
+        "fits both paths. "
+        + _left_unfused(
+            source,
+            "call `amp.initialize` on every path there, or pick the class by the same "
+            "condition: " + choice,
+        )
+    )
+
+
+def _gated_elsewhere_warning(draft: _Draft, site: CallSite, amp: ExternalAmp) -> str:
+    assert amp.gate is not None
+    _, _, verb = amp.gate
+    return (
+        f"warning: the `amp.initialize` at {amp.at} (after the call at {site.at}) {verb} only "
+        f"when {amp.condition}; on the other path `{draft.qualified_target}` raises in "
+        "`step()` (NVIDIA's class did not run on Ascend there either)"
+    )
+
+
+def _gated_amp_warning(draft: _Draft, gate: AmpGate) -> str:
+    return (
+        f"this `amp.initialize` {gate.verb} only when {gate.condition}, and the optimizer built "
+        f"at line "
+        f"{line_of(draft.call)} (`{draft.source.display}`, now `{draft.qualified_target}`) steps "
+        "only under amp: on the other path its `step()` raises (NVIDIA's "
+        f"`{draft.source.display.rsplit('.', 1)[1]}` did not run on Ascend there either). Call "
+        "`amp.initialize` on every path, or pick the class by the same condition: "
+        + gate.choice(draft.target)
+    )
+
+
+_EVERY_PATH_O1_O2 = (
+    "let every path of the opt level be O1 or O2 (by hand: NPU102's `opt-level` switch sets "
+    "literal levels only)"
+)
+
+
+def _refused_message(source: Source, target: str, options: AmpOptions, refusal: str) -> str:
+    to_fuse = _EVERY_PATH_O1_O2 if options.level_path is not None else _USE_O1_O2
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: it goes through `amp.initialize` "
+        f"(line {line_of(options.call)}), and {refusal}. {_left_unfused(source, to_fuse)}"
+    )
+
+
+def _refused_elsewhere_message(
+    source: Source, target: str, site: CallSite, amp: ExternalAmp
+) -> str:
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: `{site.factory}` returns it to the "
+        f"call at {site.at}, which passes it to `amp.initialize` at {amp.at}, and {amp.refusal}. "
+        f"{_left_unfused(source, _EVERY_PATH_O1_O2 if amp.computed else _USE_O1_O2)}"
+    )
+
+
+def _sites_listed(sites: Sequence[CallSite]) -> str:
+    return "; ".join(f"call at {site.at}" for site in sites)
+
+
+def _factory_why(
+    draft: _Draft,
+    amp_call: ast.Call | None,
+    with_amp: Sequence[CallSite],
+    without_amp: Sequence[CallSite],
+) -> str:
+    """Why the home of an optimizer that functions of the module return to other files."""
+    factory = (with_amp or without_amp)[0].factory
+    reaching = [
+        f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
+        for site in with_amp
+    ]
+    if amp_call is not None:
+        reaching.insert(0, f"`amp.initialize` at line {line_of(amp_call)}")
+    if draft.home == APEX_HOME:
+        return (
+            f"`{factory}` returns it and every call of it passes it to `amp.initialize` "
+            f"({'; '.join(reaching)}): Ascend apex's fused optimizers step only under amp"
+        )
+    if reaching:
+        return (
+            f"`{factory}` returns it to calls that pass it to `amp.initialize` "
+            f"({'; '.join(reaching)}) and to calls that do not ({_sites_listed(without_amp)}): "
+            "torch_npu's fused optimizers work with and without amp"
+        )
+    return (
+        f"`{factory}` returns it to calls where it reaches no enabled `amp.initialize` "
+        f"({_sites_listed(without_amp)}): torch_npu's fused optimizers work without amp"
+    )
+
+
+def _fixed_message(draft: _Draft) -> str:
+    if draft.why is not None:
+        why = draft.why
+    elif draft.home == APEX_HOME:
+        why = (
+            f"it goes through `amp.initialize` (line {draft.amp_line}), and Ascend apex's fused "
+            "optimizers step only under amp"
+        )
+    elif draft.disabled_amp_line is not None:
+        why = (
+            f"the `amp.initialize` it goes through (line {draft.disabled_amp_line}) disables amp "
+            "with `enabled=False`, and torch_npu's fused optimizers work without amp"
+        )
+    else:
+        why = (
+            "it does not reach `amp.initialize` in this module, and torch_npu's fused optimizers "
+            "work without amp"
+        )
+    notes = "".join(f"; {note}" for note in draft.notes)
+    return f"replaced `{draft.source.display}` with `{draft.qualified_target}`: {why}{notes}"
+
+
+def _sharded_class_message(code: str, name: str, sharder: str) -> str:
+    """An optimizer class that a sharding layer builds its optimizers from."""
+    if name in UNSUPPORTED or SOURCES[name].unfused_replacement is not None:
+        instead = (
+            f"NVIDIA's class does not run on Ascend (it needs apex's CUDA extension `amp_C`): "
+            f"put {SOURCES[name].unfused_replacement if name in SOURCES else 'a torch optimizer'}"
+            " here"
+        )
+    else:
+        instead = "keep it: it runs on NPU unfused"
+    return (
+        f"`{code}` (`{name}`) is the class `{sharder}` builds its optimizer from over its shard "
+        "of the parameters, which it re-allocates into buckets of its own; an NPU fused "
+        f"optimizer there would break the fused optimizers' contract (parameters never "
+        f"re-allocated while in use), so {instead}"
+    )
+
+
+def _class_value_message(code: str, name: str) -> str:
+    """What to do with an optimizer class that is used as a value."""
+    if name in UNSUPPORTED:
+        return (
+            f"`{code}` (`{name}`) is used as a value, so npu-migrate does not see the optimizer "
+            f"it builds: it has no NPU version ({UNSUPPORTED[name]}); replace it here by hand"
+        )
+    source = SOURCES[name]
+    hint = _target_hint(source)
+    message = (
+        f"`{code}` (`{name}`) is used as a value, so npu-migrate cannot rewrite the optimizer it "
+        f"builds: put {hint} from `torch_npu.optim` here (from `apex.optimizers` when that "
+        "optimizer goes through `amp.initialize` on every path)"
+    )
+    if source.unfused_replacement is None:
+        return message + ", or leave it: it runs on NPU unfused"
+    return (
+        message + f", or {source.unfused_replacement}; NVIDIA's class itself does not run on "
+        "Ascend (it needs apex's CUDA extension `amp_C`)"
+    )
+
+
+_TYPE_TESTS = frozenset({"isinstance", "issubclass", "type"})
+# The last part of every optimizer class name (dotted uses end with one of them).
+OPTIMIZER_CLASS_NAMES = sorted({name.rpartition(".")[2] for name in KNOWN_OPTIMIZERS})
+
+_FP16_OPTIMIZER_ADVICE = (
+    "`FP16_Optimizer` is not rewritten: the NPU fused optimizers get mixed precision from "
+    "`amp.initialize`. Build the optimizer unwrapped, call "
+    '`model, optimizer = amp.initialize(model, optimizer, opt_level="O2")`, and replace '
+    "`optimizer.backward(loss)` with `with amp.scale_loss(loss, optimizer) as scaled: "
+    "scaled.backward()`; npu-migrate then rewrites the optimizer"
+)
+_DYNAMIC_LOOKUP_ADVICE = (
+    "the optimizer class is looked up by name at run time, so npu-migrate cannot rewrite it: map "
+    "the names yourself, e.g. `{'SGD': torch_npu.optim.NpuFusedSGD, 'Adam': "
+    "torch_npu.optim.NpuFusedAdam}` (use `apex.optimizers.NpuFused*` when the optimizer goes "
+    "through `amp.initialize`)"
+)
