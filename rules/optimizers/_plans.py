@@ -9,6 +9,13 @@
   ``amp.initialize``, which NPU101 must plan for.
 - :class:`RemovedWraps` (NPU104): the DDP wraps NPU104 removes, which NPU203 must not move
   optimizers ahead of.
+- :class:`Fp16Migration` (NPU106, for the run): NPU106 runs, so the ``FP16_Optimizer`` wrappers
+  that :func:`migrator.rules.optimizers._fp16.fp16_sites` accepts become ``amp.initialize``
+  calls, and the optimizers they wrap go through amp O2.
+- :class:`Fp16Acknowledged` (NPU101): the wrappers whose wrapped optimizer NPU101 planned as
+  going through NPU106's ``amp.initialize``; NPU106 rewrites a wrapper in a chain with NPU101
+  only when NPU101 acknowledges it (otherwise NPU101 would rewrite the optimizer again on the
+  second pass).
 """
 
 from __future__ import annotations
@@ -67,6 +74,19 @@ class OptLevelSwitch:
 @dataclass(frozen=True)
 class RemovedWraps:
     """NPU104's plan for a file: the DDP wrap calls it removes, by id."""
+
+    calls: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Fp16Migration:
+    """NPU106 runs: ``FP16_Optimizer`` wrappers it accepts become ``amp.initialize`` O2 calls."""
+
+
+@dataclass(frozen=True)
+class Fp16Acknowledged:
+    """NPU101's answer to :class:`Fp16Migration` for a file: id(``FP16_Optimizer`` call) of
+    every wrapper whose wrapped optimizer NPU101 planned for NPU106's ``amp.initialize``."""
 
     calls: frozenset[int]
 
