@@ -22,16 +22,13 @@ from migrator.rules.optimizers._fp16 import (
     iter_edit_uses,
 )
 from migrator.rules.optimizers._plans import (
-    Fp16Acknowledged,
-    Fp16Migration,
-    FusedPlans,
+    Fp16Aware,
+    Fp16Rewrite,
+    Fp16Rewrites,
     FusedSwaps,
     OptLevelSwitch,
-    RemovedWraps,
-    planned,
     switched_level,
 )
-from migrator.settings import Settings
 
 LINE_LIMIT = 100
 SCALED_LOSS = "scaled_loss"
@@ -135,17 +132,15 @@ class Fp16Optimizer(Rule):
     SUMMARY = "apex `FP16_Optimizer` wrapper (fp16 model with fp32 master weights)"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = TRIGGER
-    RUN_PLANS = (Fp16Migration,)
-    # NPU101's plans say whether the wrapped optimizer becomes NPU fused (then combine_grad) and
-    # whether NPU101 takes this rewrite into account; NPU102's switch and NPU104's removal of
-    # DDP wraps would change the amp.initialize this rule writes on a second pass.
-    READS = (FusedPlans, FusedSwaps, Fp16Acknowledged, OptLevelSwitch, RemovedWraps)
-
-    @classmethod
-    def run_plans(cls, settings: Settings) -> tuple[object, ...]:
-        return (Fp16Migration(),)
+    # NPU101 plans the wrapped optimizers for the new amp.initialize, NPU102 adds combine_grad
+    # to it when they become NPU fused.
+    PROVIDES = (Fp16Rewrites,)
+    # Whether NPU101 runs, and whether it reads Fp16Rewrites; NPU102's opt-level switch would
+    # change the level this rule writes on a second pass.
+    READS = (FusedSwaps, Fp16Aware, OptLevelSwitch)
 
     def check(self) -> None:
+        self.rewrites: dict[int, Fp16Rewrite] = {}
         for call, ambiguous in ambiguous_wrappers(self.view):
             self.report(
                 call,
@@ -155,6 +150,7 @@ class Fp16Optimizer(Rule):
         sites = fp16_sites(self.view)
         for group in _groups(sites):
             self._examine(group)
+        self.publish(Fp16Rewrites(self.rewrites))
 
     # -- deciding --------------------------------------------------------------------------------
 
@@ -201,20 +197,12 @@ class Fp16Optimizer(Rule):
                 f'NPU102\'s `opt-level = "{level}"` asks for another level than O2, the one '
                 "FP16_Optimizer's arithmetic needs"
             )
-        if self.read_plan(RemovedWraps) is not None:
+        if self.read_plan(FusedSwaps) is not None and self.read_plan(Fp16Aware) is None:
             return (
-                "NPU104 runs in the same chain and would act on the new `amp.initialize` on a "
-                "second pass: run `npu-migrate --select NPU106` first, then the other rules"
+                "NPU101 runs in the same chain and does not plan the wrapped optimizer for "
+                "the new `amp.initialize`: run `npu-migrate --select NPU106` first, then "
+                "the other rules"
             )
-        if self.read_plan(FusedSwaps) is not None:
-            acknowledged = self.read_plan(Fp16Acknowledged)
-            calls = acknowledged.calls if acknowledged is not None else frozenset()
-            if any(id(site.call) not in calls for site in group):
-                return (
-                    "NPU101 runs in the same chain and does not plan the wrapped optimizer for "
-                    "the new `amp.initialize`: run `npu-migrate --select NPU106` first, then "
-                    "the other rules"
-                )
         return None
 
     def _lines(self, group: list[Fp16Site]) -> list[int]:
@@ -231,14 +219,16 @@ class Fp16Optimizer(Rule):
     # -- rewriting -------------------------------------------------------------------------------
 
     def _rewrite(self, group: list[Fp16Site]) -> None:
-        plans = planned(self)
         done: set[int] = set()
         casts: list[HalfCast] = []
         for site in group:
-            assert site.inner_call is not None
-            fused = id(site.inner_call) in plans or npu_fused_name(self.view, site.inner_call.func)
-            self.fix(
-                site.call, _fixed_message(site, bool(fused)), self._amp_edit(site, bool(fused))
+            assert site.inner_call is not None and site.statement is not None
+            assert site.model is not None and site.optimizer is not None
+            fused = npu_fused_name(self.view, site.inner_call.func) is not None
+            if not self.fix(site.call, _fixed_message(site, fused), *self._amp_edits(site, fused)):
+                continue
+            self.rewrites[id(site.call)] = Fp16Rewrite(
+                site.call, site.inner_call, site.model, site.optimizer
             )
             for cast in site.casts:
                 if id(cast.call) not in done:
@@ -287,19 +277,28 @@ class Fp16Optimizer(Rule):
         return name
 
     def _release_wrapper_import(self, site: Fp16Site) -> None:
-        func = site.call.func
-        if not isinstance(func, ast.Name):
+        """The import that bound the wrapper's name (``from apex.fp16_utils import
+        FP16_Optimizer``, ``import apex.fp16_utils as fp16``) goes when nothing uses it."""
+        base = site.call.func
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        if not isinstance(base, ast.Name):
             return
-        for binding in self.index.bindings_of(func):
-            statement = binding.node
-            if isinstance(statement, ast.ImportFrom) and statement.module and binding.alias:
-                self.remove_import_if_unused(
-                    statement.module, binding.alias.name, binding.alias.asname
-                )
+        for binding in self.index.bindings_of(base):
+            statement, alias = binding.node, binding.alias
+            if alias is None:
+                continue
+            if isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
+                self.remove_import_if_unused(statement.module, alias.name, alias.asname)
+            elif isinstance(statement, ast.Import) and alias.asname is not None:
+                self.remove_import_if_unused(alias.name, None, alias.asname)
 
     # -- edits -----------------------------------------------------------------------------------
 
-    def _amp_edit(self, site: Fp16Site, fused: bool) -> Edit:
+    def _amp_edits(self, site: Fp16Site, fused: bool) -> list[Edit]:
+        """``optimizer = FP16_Optimizer(inner, ...)`` -> ``model, optimizer =
+        amp.initialize(model, inner, ...)``: one edit of the target, one of the call (so that
+        a later rule can edit the new call as it edits any other)."""
         assert site.statement is not None and site.inner is not None
         assert site.model is not None and site.optimizer is not None
         model, optimizer, amp = site.model, site.optimizer, site.amp
@@ -313,26 +312,38 @@ class Fp16Optimizer(Rule):
         ]
         if fused:
             keywords.append(("combine_grad", "True"))
-        indent = " " * self.source.column(site.statement.lineno, site.statement.col_offset)
+        target = site.statement.targets[0]
+        prefix = f"{model}, {optimizer} = "
+        indent = self.source.column(site.statement.lineno, site.statement.col_offset)
 
-        def rewrite(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-            assign = line.body[0]
-            assert isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)
-            args = assign.value.args
+        def retarget(name: cst.Name) -> cst.Tuple:
+            return cst.Tuple(
+                [
+                    cst.Element(
+                        cst.Name(model),
+                        comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+                    ),
+                    cst.Element(name),
+                ],
+                lpar=[],
+                rpar=[],
+            )
+
+        def initialize(call: cst.Call) -> cst.BaseExpression:
+            args = call.args
             if inner_keyword is not None:
                 inner = next(a for a in args if a.keyword and a.keyword.value == inner_keyword)
             else:
                 inner = args[inner_position]
             inner_code = cst.Module([]).code_for_node(inner.value)
             values = [model, inner_code, *[f"{name}={code}" for name, code in keywords]]
-            text = _layout(f"{model}, {optimizer} = {amp}.initialize(", values, ")", indent)
-            statement = cst.parse_statement(text)
-            assert isinstance(statement, cst.SimpleStatementLine)
-            return statement.with_changes(
-                leading_lines=line.leading_lines, trailing_whitespace=line.trailing_whitespace
-            )
+            text = _layout(f"{amp}.initialize(", values, ")", indent, indent + len(prefix))
+            return cst.parse_expression(text).with_changes(lpar=call.lpar, rpar=call.rpar)
 
-        return self.replace_statement(site.statement, rewrite)
+        return [
+            self.replace(target, cst.Name, retarget),
+            self.replace(site.call, cst.Call, initialize),
+        ]
 
     def _backward_edit(self, site: Fp16Site, use: Use) -> Edit:
         assert use.call is not None
@@ -461,18 +472,19 @@ def _groups(sites: Sequence[Fp16Site]) -> list[list[Fp16Site]]:
     return groups
 
 
-def _layout(head: str, values: list[str], tail: str, indent: str) -> str:
-    """``head`` + arguments + ``tail``: on one line when it fits within the line limit at
-    ``indent``, else the arguments on one indented line, else one argument per line.
+def _layout(head: str, values: list[str], tail: str, indent: int, start: int) -> str:
+    """``head`` + arguments + ``tail``, starting at column ``start`` of a statement indented
+    by ``indent``: on one line when it fits in the line limit, else the arguments on one
+    indented line, else one argument per line.
 
     Continuation lines are written relative to the statement: libcst adds the indentation of
     the block the statement lands in.
     """
     one_line = head + ", ".join(values) + tail
-    if len(indent) + len(one_line) <= LINE_LIMIT and "\n" not in one_line:
+    if start + len(one_line) <= LINE_LIMIT and "\n" not in one_line:
         return one_line
     middle = ", ".join(values)
-    if len(indent) + 4 + len(middle) <= LINE_LIMIT and "\n" not in middle:
+    if indent + 4 + len(middle) <= LINE_LIMIT and "\n" not in middle:
         return f"{head}\n    {middle}\n{tail}"
     lines = "".join(f"    {value},\n" for value in values)
     return f"{head}\n{lines}{tail}"
