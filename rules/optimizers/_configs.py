@@ -172,10 +172,20 @@ def optimizer_dicts(index: ModuleIndex) -> Iterator[tuple[str, ConfigDict]]:
 
 @dataclass(frozen=True)
 class Hazard:
-    """A setting of a config under which an NPU fused optimizer would train wrongly."""
+    """A setting of a config under which an NPU fused optimizer would train wrongly.
+
+    ``mmcv`` hazards (``fp16``, ``optimizer_config``) matter to mmcv 1.x's ``optimizer = ...``;
+    mmengine ignores those keys (mmengine-era configs still carry a leftover ``fp16 = ...``),
+    and its hazards (``optim_wrapper``) matter to ``optim_wrapper``'s optimizer only.
+    """
 
     line: int
     text: str
+    mmcv: bool
+
+    def concerns(self, where: str) -> bool:
+        """Whether it concerns the optimizer dict found at ``where`` (see optimizer_dicts)."""
+        return self.mmcv == where.startswith(OPTIMIZER_KEY)
 
 
 def hazards(index: ModuleIndex) -> list[Hazard]:
@@ -192,6 +202,7 @@ def hazards(index: ModuleIndex) -> list[Hazard]:
                     "calls `runner.model.zero_grad()` every iteration: with torch >= 2.0 that "
                     "sets the gradients to None and detaches them from the NPU fused "
                     "optimizer's flat buffers, which then step stale values",
+                    mmcv=True,
                 )
             )
     hook = names.get(HOOK_KEY)
@@ -205,6 +216,7 @@ def hazards(index: ModuleIndex) -> list[Hazard]:
                     f"`optimizer_config` uses the optimizer hook `{kind}`; npu-migrate knows "
                     f"only that {' and '.join(sorted(SAFE_HOOKS))} zero gradients through the "
                     "optimizer (which keeps an NPU fused optimizer's flat buffers intact)",
+                    mmcv=True,
                 )
             )
     wrapper = names.get(WRAPPER_KEY)
@@ -212,7 +224,7 @@ def hazards(index: ModuleIndex) -> list[Hazard]:
     if wrapper is not None and wrapper_dict is not None:
         problem = _wrapper_problem(wrapper_dict)
         if problem is not None:
-            found.append(Hazard(line_of(wrapper), problem))
+            found.append(Hazard(line_of(wrapper), problem, mmcv=False))
     return found
 
 
@@ -273,7 +285,7 @@ def summarize(index: ModuleIndex, path: str) -> dict[str, Any] | None:
         )
         found = hazards(index)
         if found:
-            facts["hazards"] = [[hazard.line, hazard.text] for hazard in found]
+            facts["hazards"] = [[hazard.line, hazard.text, hazard.mmcv] for hazard in found]
     return facts or None
 
 

@@ -156,13 +156,38 @@ def fp16_sites(view: FileView) -> tuple[Fp16Site, ...]:
 
 
 def ambiguous_wrappers(view: FileView) -> list[tuple[ast.Call, Ambiguous]]:
-    """``FP16_Optimizer(...)`` calls whose name has several origins."""
+    """``FP16_Optimizer(...)`` calls whose name has several origins, or may come from a star
+    import of apex (``from apex.fp16_utils import *``, also inside ``try:``)."""
     found = []
     for call in OptimizerFlow.of(view).candidates:
         name = view.qualified_name_in(call.func, WRAPPERS)
         if isinstance(name, Ambiguous):
             found.append((call, name))
+    stars = [
+        statement
+        for statement in view.index.nodes(ast.ImportFrom)
+        if statement.module
+        and any(alias.name == "*" for alias in statement.names)
+        and f"{statement.module}.FP16_Optimizer" in WRAPPERS
+    ]
+    if stars:
+        seen = {id(call) for call, _ in found}
+        for read in view.index.names("FP16_Optimizer"):
+            call = view.index.parent(read)
+            if not (isinstance(call, ast.Call) and call.func is read) or id(call) in seen:
+                continue
+            if view.qualified_name(read) is None:
+                candidates = tuple(sorted({f"{s.module}.FP16_Optimizer" for s in stars}))
+                reason = f"`FP16_Optimizer` may come from `from {stars[0].module} import *`"
+                found.append((call, Ambiguous(candidates, reason)))
     return found
+
+
+def brief(view: FileView, node: ast.AST) -> str:
+    """The code of ``node`` as written, cut to its first line."""
+    code = view.written(node)
+    first, newline, _ = code.partition("\n")
+    return f"{first.rstrip()} ..." if newline else code
 
 
 class _Analysis:
@@ -464,7 +489,7 @@ class _Analysis:
                 site.casts.append(cast)
                 if cast.whole and not self._alone_on_its_lines(cast.statement):
                     site.blockers.append(
-                        f"`{self.view.written(cast.statement)}` (line {line_of(call)}) shares "
+                        f"`{brief(self.view, cast.statement)}` (line {line_of(call)}) shares "
                         "its line with another statement"
                     )
                     return
@@ -472,7 +497,7 @@ class _Analysis:
         if helpers:
             node, reason = helpers[0]
             site.blockers.append(
-                f"the model is cast by `{self.view.written(node)}` (line {line_of(node)}), which "
+                f"the model is cast by `{brief(self.view, node)}` (line {line_of(node)}), which "
                 f"{reason}: call `{site.model}.half()` instead (npu-migrate then lets amp O2 do "
                 "the cast), or migrate by hand"
             )
@@ -586,7 +611,7 @@ class _Analysis:
                 if value is None or not self._keeps_model(value, site.model):
                     site.blockers.append(
                         f"`{site.model}` is rebound at line {line_of(name)} "
-                        f"(`{self.view.written(statement)}`) between its cast and the wrapper: "
+                        f"(`{brief(self.view, statement)}`) between its cast and the wrapper: "
                         "`amp.initialize` must get the model itself, before any parallel "
                         "wrapper (and NPU203 wants the optimizer built before it)"
                     )
@@ -715,7 +740,7 @@ class _Analysis:
         if not isinstance(parent, ast.Attribute) or parent.value is not read:
             site.blockers.append(
                 f"the wrapper is used as a value at line {line_of(read)} "
-                f"(`{self.view.written(statement)}`), where npu-migrate cannot tell what is done "
+                f"(`{brief(self.view, statement)}`), where npu-migrate cannot tell what is done "
                 "with it"
             )
             return None
@@ -818,7 +843,7 @@ class _Analysis:
             for other in others:
                 if not self._overridden(other, site, use, sites):
                     site.blockers.append(
-                        f"`{self.view.written(use.call or read)}` (line {line_of(read)}) may also "
+                        f"`{brief(self.view, use.call or read)}` (line {line_of(read)}) may also "
                         f"see `{site.optimizer}` as assigned at line {line_of(other)}, which is "
                         "not an `FP16_Optimizer`"
                     )
@@ -1003,7 +1028,7 @@ class _Analysis:
             if output:
                 if self._floated(node):
                     continue
-                return f"`{self.view.written(expr)}`, line {line_of(expr)}"
+                return f"`{brief(self.view, expr)}`, line {line_of(expr)}"
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and depth < 6:
                 for definition in self.flow.reaching.of_name(node) or []:
                     value = self._assigned(definition)

@@ -18,6 +18,7 @@ from migrator.rules.optimizers._fp16 import (
     HalfCast,
     Use,
     ambiguous_wrappers,
+    brief,
     fp16_sites,
     iter_edit_uses,
 )
@@ -242,7 +243,7 @@ class Fp16Optimizer(Rule):
                 if use.kind == "backward":
                     self.fix(
                         use.call,
-                        f"`{self.view.written(use.call)}` -> `with {site.amp}.scale_loss(...) as "
+                        f"`{brief(self.view, use.call)}` -> `with {site.amp}.scale_loss(...) as "
                         f"{self._scaled_name()}: {self._scaled_name()}.backward()` (NPU106, see "
                         f"line {line_of(site.call)})",
                         self._backward_edit(site, use),
@@ -250,7 +251,7 @@ class Fp16Optimizer(Rule):
                 else:
                     self.fix(
                         use.call,
-                        f"`{self.view.written(use.call)}` -> `{site.torch}.nn.utils."
+                        f"`{brief(self.view, use.call)}` -> `{site.torch}.nn.utils."
                         f"clip_grad_norm_({site.amp}.master_params({site.optimizer}), ...)` "
                         f"(NPU106, see line {line_of(site.call)})",
                         self._clip_edit(site, use),
@@ -262,7 +263,7 @@ class Fp16Optimizer(Rule):
         for cast in casts:
             self.fix(
                 cast.call,
-                f"removed `.half()` from `{self.view.written(cast.statement)}`: amp O2 casts the "
+                f"removed `.half()` from `{brief(self.view, cast.statement)}`: amp O2 casts the "
                 f"model (NPU106, see line {line_of(group[0].call)})",
                 self._cast_edit(cast),
             )

@@ -143,30 +143,41 @@ class ConfigOptimizerType(Rule):
 
     # -- what the config and its run say ---------------------------------------------------------
 
-    def _blockers(self) -> list[str]:
-        """Why no optimizer of this config may become NPU fused (the first reason counts)."""
-        found = [f"{hazard.text} (line {hazard.line})" for hazard in _configs.hazards(self.index)]
+    def _blockers(self) -> list[tuple[_configs.Hazard, str]]:
+        """What keeps optimizers of this config from becoming NPU fused: each hazard with its
+        text as the message shows it (``Hazard.concerns`` says which optimizer dicts)."""
+        found = [
+            (hazard, f"{hazard.text} (line {hazard.line})")
+            for hazard in _configs.hazards(self.index)
+        ]
         summaries = self.project.summaries(self.CODE)
         for child in _configs.descendants(self.context.path, summaries):
-            for line, text in summaries[child].get("hazards", ()):
-                found.append(f"{child} inherits this optimizer, and there {text} (line {line})")
+            for line, text, mmcv in summaries[child].get("hazards", ()):
+                hazard = _configs.Hazard(line, text, mmcv)
+                found.append(
+                    (hazard, f"{child} inherits this optimizer, and there {text} (line {line})")
+                )
         registries = [
             f"{path}:{facts['registry']}"
             for path, facts in sorted(summaries.items())
             if "registry" in facts
         ]
         if registries:
-            found.append(
+            text = (
                 f"the repository defines its own optimizer registry ({', '.join(registries)}), "
                 "which may be the one this config is built through: register the "
                 "`torch_npu.optim` class there (as Ascend's mmcv fork registers the NPU fused "
                 "optimizers in its builder), then change `type` by hand"
             )
+            found.append((_configs.Hazard(0, text, mmcv=True), text))
+            found.append((_configs.Hazard(0, text, mmcv=False), text))
         return found
 
     # -- one optimizer dict ----------------------------------------------------------------------
 
-    def _examine(self, where: str, config: ConfigDict, blockers: list[str]) -> None:
+    def _examine(
+        self, where: str, config: ConfigDict, hazards: list[tuple[_configs.Hazard, str]]
+    ) -> None:
         entry = config.get("type")
         assert entry is not None
         name = literal_value(entry.value)
@@ -179,6 +190,7 @@ class ConfigOptimizerType(Rule):
         if self.suppressed(entry.value):
             return
         problems = self._problems(name, config)
+        blockers = [text for hazard, text in hazards if hazard.concerns(where)]
         if problems or blockers:
             reason = "; ".join(problems) if problems else blockers[0]
             self.report(
