@@ -11,7 +11,6 @@ from migrator.analysis.index import ModuleIndex
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import Facts, Module
 from migrator.callargs import remove_arg_objects
-from migrator.diagnostics import Severity
 from migrator.edits import Edit
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers import _configs
@@ -240,7 +239,6 @@ class ConfigOptimizerType(Rule):
                 value,
                 f"`{where}` type `{written}` is computed, so npu-migrate cannot tell which "
                 f"optimizer it names: use the NPU fused names ({_names()}) for the torch ones",
-                Severity.INFO,
             )
 
     def _problems(self, name: str, config: ConfigDict) -> list[str]:

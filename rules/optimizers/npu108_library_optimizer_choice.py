@@ -137,7 +137,6 @@ class LibraryOptimizerChoice(Rule):
                     f"cannot tell which `{self.view.written(call.func)}` this is: "
                     f"{name.describe()}; if it is timm's or transformers', see "
                     "`npu-migrate --explain NPU108` for the NPU fused choices",
-                    Severity.INFO,
                 )
             elif name in TIMM_FACTORIES:
                 self._timm(call)
