@@ -74,6 +74,12 @@ SNIPPETS = [
     "from apex import amp\n_m, _o = amp.initialize(_m0, _o0, opt_level='O1')\n",
     "import torch\n_d = torch.device('cuda:0')\n",
     "import torch\ntorch.cuda.synchronize()\n",
+    (
+        "import torch\nfrom apex.fp16_utils import FP16_Optimizer\n"
+        "_m = torch.nn.Linear(2, 2).half()\n"
+        "_o = FP16_Optimizer(torch.optim.SGD(_m.parameters(), lr=0.1), static_loss_scale=8.0)\n"
+        "_o.backward(_m(torch.ones(1, 2).half()).float().sum())\n_o.step()\n"
+    ),
 ]
 
 
