@@ -62,6 +62,8 @@ DYNAMIC_ARGS = {
     "min_loss_scale": "min_loss_scale",
     "max_loss_scale": "max_loss_scale",
 }
+# Where the string "dynamic" goes in the loss-scale code (written in the file's quotes later).
+DYNAMIC = "\x00dynamic\x00"
 # LossScaler accepts `scale_factor` and ignores it (the factor is 2); apex before 2019 used it.
 IGNORED_FACTOR = "scale_factor"
 
@@ -133,7 +135,8 @@ class Fp16Site:
     model: str | None = None  # the model whose parameters the wrapped optimizer holds
     inner: Argument | None = None  # the wrapped optimizer, as passed
     inner_call: ast.Call | None = None  # its constructor
-    scale: list[tuple[str, str]] = field(default_factory=list)  # amp keywords: (name, code)
+    # amp.initialize's loss-scaling keywords: (name, code), `DYNAMIC` where "dynamic" goes
+    scale: list[tuple[str, str]] = field(default_factory=list)
     casts: list[HalfCast] = field(default_factory=list)
     uses: list[Use] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)  # why it is reported
@@ -148,6 +151,11 @@ class Fp16Site:
     @property
     def old_api(self) -> bool:
         return self.qualified in OLD_FUSED_ADAM_WRAPPERS
+
+    def scale_keywords(self, quote: str = '"') -> list[tuple[str, str]]:
+        """The loss-scaling keywords with "dynamic" written in ``quote``s."""
+        literal = f"{quote}dynamic{quote}"
+        return [(name, code.replace(DYNAMIC, literal)) for name, code in self.scale]
 
 
 def fp16_sites(view: FileView) -> tuple[Fp16Site, ...]:
@@ -301,9 +309,9 @@ class _Analysis:
         value = literal_value(dynamic.value)
         if value is NOT_LITERAL:
             flag = self._operand(dynamic.value)
-            keywords.append(("loss_scale", f'"dynamic" if {flag} else {static_code}'))
+            keywords.append(("loss_scale", f"{DYNAMIC} if {flag} else {static_code}"))
         elif value:
-            keywords.append(("loss_scale", '"dynamic"'))
+            keywords.append(("loss_scale", DYNAMIC))
         else:
             keywords.append(("loss_scale", static_code))
             return keywords

@@ -13,6 +13,7 @@ from migrator.edits import Edit
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._flow import npu_fused_name
 from migrator.rules.optimizers._fp16 import (
+    DYNAMIC,
     TRIGGER,
     Fp16Site,
     HalfCast,
@@ -309,7 +310,7 @@ class Fp16Optimizer(Rule):
         keywords = [
             ("opt_level", f"{quote}O2{quote}"),
             ("keep_batchnorm_fp32", "False"),
-            *[(name, code.replace('"', quote)) for name, code in site.scale],
+            *site.scale_keywords(quote),
         ]
         if fused:
             keywords.append(("combine_grad", "True"))
@@ -492,7 +493,7 @@ def _layout(head: str, values: list[str], tail: str, indent: int, start: int) ->
 
 
 def _scale_text(site: Fp16Site) -> str:
-    return ", ".join(f"{name}={code}" for name, code in site.scale) or "loss_scale=..."
+    return ", ".join(f"{name}={code}" for name, code in site.scale_keywords()) or "loss_scale=..."
 
 
 def _recipe(site: Fp16Site, reason: str) -> str:
@@ -533,7 +534,7 @@ def _fixed_message(site: Fp16Site, fused: bool) -> str:
         f"keep_batchnorm_fp32=False, {_scale_text(site)})`: amp O2 keeps fp32 master weights "
         "for the fp16 model and scales the loss as FP16_Optimizer did"
     ]
-    if any(name == "loss_scale" and "dynamic" in code for name, code in site.scale):
+    if any(name == "loss_scale" and DYNAMIC in code for name, code in site.scale):
         notes.append(
             "dynamic scaling follows amp's schedule, which FP16_Optimizer uses since apex of "
             "February 2019 (2**16 at start, doubled after 2000 clean steps, at most 2**24)"
