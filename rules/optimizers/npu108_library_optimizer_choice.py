@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from migrator.analysis.calls import NOT_LITERAL, argument, literal_value
+from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
 from migrator.analysis.names import Ambiguous
 from migrator.diagnostics import Severity
 from migrator.rule import FixSafety, Rule
@@ -149,7 +149,15 @@ class LibraryOptimizerChoice(Rule):
 
     def _timm(self, call: ast.Call) -> None:
         arg = argument(call, "opt", 1)
-        value = literal_value(arg.value) if arg is not None else "sgd"
+        if arg is None and has_star(call):
+            self.report(
+                call,
+                f"timm builds the optimizer named by the `opt` its `*`/`**` arguments pass at run "
+                f"time: {_timm_table()}",
+                Severity.INFO,
+            )
+            return
+        value = literal_value(arg.value) if arg is not None else "sgd"  # timm's default
         if value is NOT_LITERAL or not isinstance(value, str):
             assert arg is not None
             self.report(
@@ -175,7 +183,9 @@ class LibraryOptimizerChoice(Rule):
     def _hugging_face(self, call: ast.Call, class_name: str) -> None:
         arg = argument(call, "optim", None)
         if arg is None:
-            return  # the default depends on the transformers release; nothing is written here
+            # The default depends on the transformers release, and `**kwargs` may set it: there
+            # is nothing written here to replace.
+            return
         value = literal_value(arg.value)
         written = self.view.written(arg.value)
         if value is NOT_LITERAL or not isinstance(value, str):
