@@ -80,10 +80,6 @@ REJECTED_AS_WRITTEN = {
         "the input passes a DDP-wrapped model to amp.initialize, which apex refuses; NPU203 "
         "moves the optimizer, not the amp call"
     ),
-    "npu106/old_api": (
-        "the input builds apex's pre-2019 FusedAdam(max_grad_norm=...), which today's FusedAdam "
-        "refuses; NPU106 reports its FP16_Optimizer wrapper"
-    ),
 }
 
 # Fixtures whose targets cannot all be reached by running them, with the reason.
@@ -98,11 +94,6 @@ NOT_EXECUTABLE = {
     ),
     "npu203/amp_same_name": (
         "`Trainer.setup` reads `self.model`, which nothing in the fixture sets"
-    ),
-    "npu106/branches_share_cast": (
-        "its second `amp.initialize` is in the `else` of `if args.dynamic_loss_scale:` inside "
-        "`if args.fp16:`, which runs only with one flag true and the other false; the stand-in "
-        "flags are all true or all false in a run"
     ),
 }
 

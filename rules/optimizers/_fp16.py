@@ -736,8 +736,9 @@ class _Analysis:
             site.uses.append(use)
         if not any(use.kind == "backward" for use in site.uses):
             site.blockers.append(
-                f"`{site.optimizer}.backward(loss)` is not called in this function, so "
-                "npu-migrate cannot tell how the loss is scaled"
+                f"no `{site.optimizer}.backward(loss)` of this function is called on the wrapper "
+                "(none that its assignment reaches), so npu-migrate cannot tell how the loss is "
+                "scaled"
             )
 
     def _use(self, site: Fp16Site, read: ast.Name) -> Use | None:
