@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import textwrap
 
+from migrator.analysis.parse import parse_index
+from migrator.analysis.view import FileView
 from migrator.engine import migrate_source
 from migrator.registry import all_rules, select_rules
 from migrator.results import Status
+from migrator.rules.optimizers._fp16 import fp16_sites, uncovered_condition
 from migrator.settings import Settings
 
 HEAD = textwrap.dedent(
@@ -89,3 +92,31 @@ def test_a_rebinding_after_the_branch_blocks_the_rewrite() -> None:
     # The wrappers are dead code: the backward call sees the optimizer rebound at line 16.
     assert len(messages) == 2
     assert all("of this function is called on the wrapper" in m for m in messages), messages
+
+
+def wrapper_coverage(source: str) -> tuple[str, bool] | None:
+    """``uncovered_condition`` for the wrappers of ``source`` and the optimizer they wrap."""
+    view = FileView(parse_index(textwrap.dedent(source), "train.py"))
+    sites = fp16_sites(view)
+    inner = sites[0].inner_call
+    assert inner is not None
+    return uncovered_condition(view, [site.call for site in sites], inner)
+
+
+def test_wrappers_in_both_branches_cover_every_path() -> None:
+    assert wrapper_coverage(HEAD + WRAPPERS.replace("if args.fp16:", "if True:") + LOOP) == (
+        "True",
+        True,
+    )
+    assert wrapper_coverage(HEAD + WRAPPERS + LOOP) == ("args.fp16", True)
+    both = (
+        HEAD
+        + "    if args.loss_scale == 0:\n"
+        + "        optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)\n"
+        + "    else:\n"
+        + "        optimizer = FP16_Optimizer(optimizer, static_loss_scale=args.loss_scale)\n"
+        + LOOP
+    )
+    assert wrapper_coverage(both) is None
+    one = HEAD + "    optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)\n" + LOOP
+    assert wrapper_coverage(one) is None

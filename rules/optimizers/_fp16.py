@@ -191,6 +191,47 @@ def ambiguous_wrappers(view: FileView) -> list[tuple[ast.Call, Ambiguous]]:
     return found
 
 
+def uncovered_condition(
+    view: FileView, wrappers: Sequence[ast.Call], call: ast.Call
+) -> tuple[str, bool] | None:
+    """Whether the ``amp.initialize`` calls NPU106 writes in place of ``wrappers`` run on every
+    path where ``call`` (the optimizer they wrap) runs: None when they do, else an `if` test (as
+    written) and whether amp runs only when it holds (True) or only when it is false.
+
+    Each wrapper runs under the conditions of the `if` statements around it that are not
+    around ``call``; the wrappers cover every path when those sets of conditions, merged pairwise
+    where they differ in one condition only, held true in one and false in the other
+    (`if args.loss_scale == 0:` ... `else:`), leave an empty set. Conditions are compared by
+    their text, as the optimizer flow does.
+    """
+
+    def conditions(node: ast.AST) -> frozenset[tuple[str, bool]]:
+        found: set[tuple[str, bool]] = set()
+        child = node
+        for parent in view.index.ancestors(node):
+            if isinstance(parent, (*_FUNCTIONS, ast.ClassDef, ast.Lambda)):
+                break
+            if isinstance(parent, ast.If) and child is not parent.test:
+                found.add((view.written(parent.test), any(s is child for s in parent.body)))
+            child = parent
+        return frozenset(found)
+
+    around_call = conditions(call)
+    terms = {conditions(wrapper) - around_call for wrapper in wrappers}
+    merged = True
+    while merged and frozenset() not in terms:
+        merged = False
+        for first, second in itertools.combinations(sorted(terms, key=sorted), 2):
+            difference = first ^ second
+            if len(difference) == 2 and len({test for test, _ in difference}) == 1:
+                terms = (terms - {first, second}) | {first & second}
+                merged = True
+                break
+    if frozenset() in terms:
+        return None
+    return sorted(min(terms, key=lambda term: (len(term), sorted(term))))[0]
+
+
 def brief(view: FileView, node: ast.AST) -> str:
     """The code of ``node`` as written, cut to its first line."""
     code = view.written(node)
