@@ -76,6 +76,12 @@ SNIPPETS = [
     "import torch\ntorch.cuda.synchronize()\n",
     "import torch\n_device = 'cuda'\n_on = 'cuda' in _device\n",
     "import torch\n_s = torch.amp.GradScaler()\n",
+    (
+        "import torch\nfrom apex.fp16_utils import FP16_Optimizer\n"
+        "_m = torch.nn.Linear(2, 2).half()\n"
+        "_o = FP16_Optimizer(torch.optim.SGD(_m.parameters(), lr=0.1), static_loss_scale=8.0)\n"
+        "_o.backward(_m(torch.ones(1, 2).half()).float().sum())\n_o.step()\n"
+    ),
 ]
 
 

@@ -9,6 +9,13 @@
   ``amp.initialize``, which NPU101 must plan for.
 - :class:`RemovedWraps` (NPU104): the DDP wraps NPU104 removes, which NPU203 must not move
   optimizers ahead of.
+- :class:`Fp16Rewrites` (NPU106): the ``FP16_Optimizer`` wrappers NPU106 rewrites into
+  ``amp.initialize(..., opt_level="O2")``, so that NPU101 plans the optimizers they wrap for amp
+  O2 (and stops reporting them) and NPU102 adds ``combine_grad=True`` to the new call when they
+  become NPU fused.
+- :class:`Fp16Aware` (NPU101, for the run): NPU101 reads :class:`Fp16Rewrites`. Until it does,
+  NPU106 does not rewrite in a chain with NPU101 (NPU101 would rewrite the wrapped optimizer on
+  the second pass, which fails the file).
 """
 
 from __future__ import annotations
@@ -69,6 +76,39 @@ class RemovedWraps:
     """NPU104's plan for a file: the DDP wrap calls it removes, by id."""
 
     calls: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Fp16Rewrite:
+    """NPU106's rewrite of one ``optimizer = FP16_Optimizer(inner, ...)`` statement into
+    ``model, optimizer = amp.initialize(model, inner, opt_level="O2", ...)``.
+
+    ``wrapper`` is the ``FP16_Optimizer(...)`` call: the edit turns that very call node into
+    the ``amp.initialize(...)`` call, so a later rule may edit it further (NPU102 appending
+    ``combine_grad=True``); ``inner`` the wrapped optimizer's constructor call.
+    """
+
+    wrapper: ast.Call
+    inner: ast.Call
+    model: str
+    optimizer: str
+
+
+@dataclass(frozen=True)
+class Fp16Rewrites:
+    """NPU106's plan for a file: id(``FP16_Optimizer`` call) -> its rewrite (two wrappers in
+    the branches of an `if` may wrap one optimizer)."""
+
+    by_wrapper: Mapping[int, Fp16Rewrite]
+
+    def of_inner(self, call: ast.Call) -> list[Fp16Rewrite]:
+        """The rewrites of the wrappers around the optimizer that ``call`` constructs."""
+        return [rewrite for rewrite in self.by_wrapper.values() if rewrite.inner is call]
+
+
+@dataclass(frozen=True)
+class Fp16Aware:
+    """NPU101 runs and plans the optimizers of NPU106's :class:`Fp16Rewrites`."""
 
 
 def planned(rule: Rule) -> Mapping[int, FusedPlan]:
