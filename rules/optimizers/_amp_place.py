@@ -96,7 +96,48 @@ def placement(view: FileView, steps: TrainingSteps) -> Placement | Problem:
     line = view.source.line_text(anchor.lineno)
     placed = Placement(anchor, function, line[: len(line) - len(line.lstrip())])
     placed.wraps_before = _wraps_before(view, function, models, end)
+    for wrap in placed.wraps_before:
+        problem = _moved_and_wrapped_apart(view, wrap, body, models)
+        if problem is not None:
+            return problem
     return placed
+
+
+def _moved_and_wrapped_apart(
+    view: FileView, wrap: ast.Call, body: list[ast.stmt], models: list[str]
+) -> Problem | None:
+    """A wrap in another block than amp.initialize's, where the model also reaches its device
+    (pytorch/examples' imagenet: `model.cuda(gpu)` then `model = DDP(model, ...)` in one
+    branch): amp.initialize belongs between the two, which only a restructuring can give."""
+    statement = view.index.statement_of(wrap)
+    block = _block_of(view, statement) if statement is not None else None
+    if block is None or block is body:
+        return None
+    for inner in scope_statements(block):
+        moves = isinstance(inner, ast.Expr | ast.Assign) and _device_move_of(inner, models)
+        moved_wrap = inner is statement and any(
+            isinstance(node, ast.Attribute) and node.attr in _DEVICE_MOVES
+            for node in ast.walk(inner)
+        )
+        if moves or moved_wrap:
+            return Problem(
+                wrap,
+                f"the model reaches its device (line {inner.lineno}) and is wrapped here in the "
+                "same branch, before its optimizer is built: apex needs `amp.initialize` "
+                "between the two, after the optimizer. Build the optimizer and call "
+                "`amp.initialize` before the wrap (ModelZoo's migration of imagenet wraps after "
+                "them), or add amp by hand",
+            )
+    return None
+
+
+def _block_of(view: FileView, statement: ast.stmt) -> list[ast.stmt] | None:
+    parent = view.index.parent(statement)
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and any(s is statement for s in block):
+            return block
+    return None
 
 
 def _body_of(function: ast.AST) -> list[ast.stmt]:
