@@ -110,25 +110,30 @@ def _moved_and_wrapped_apart(
     (pytorch/examples' imagenet: `model.cuda(gpu)` then `model = DDP(model, ...)` in one
     branch): amp.initialize belongs between the two, which only a restructuring can give."""
     statement = view.index.statement_of(wrap)
-    block = _block_of(view, statement) if statement is not None else None
+    if statement is None:
+        return None
+    if any(
+        isinstance(node, ast.Attribute) and node.attr in _DEVICE_MOVES
+        for node in ast.walk(statement)
+    ):
+        return _apart(wrap, statement.lineno, "in the same statement")
+    block = _block_of(view, statement)
     if block is None or block is body:
         return None
     for inner in scope_statements(block):
-        moves = isinstance(inner, ast.Expr | ast.Assign) and _device_move_of(inner, models)
-        moved_wrap = inner is statement and any(
-            isinstance(node, ast.Attribute) and node.attr in _DEVICE_MOVES
-            for node in ast.walk(inner)
-        )
-        if moves or moved_wrap:
-            return Problem(
-                wrap,
-                f"the model reaches its device (line {inner.lineno}) and is wrapped here in the "
-                "same branch, before its optimizer is built: apex needs `amp.initialize` "
-                "between the two, after the optimizer. Build the optimizer and call "
-                "`amp.initialize` before the wrap (ModelZoo's migration of imagenet wraps after "
-                "them), or add amp by hand",
-            )
+        if isinstance(inner, ast.Expr | ast.Assign) and _device_move_of(inner, models):
+            return _apart(wrap, inner.lineno, "in the same branch")
     return None
+
+
+def _apart(wrap: ast.Call, line: int, where: str) -> Problem:
+    return Problem(
+        wrap,
+        f"the model reaches its device (line {line}) and is wrapped here, {where}, before its "
+        "optimizer is built: apex needs `amp.initialize` between the two, after the optimizer. "
+        "Build the optimizer and call `amp.initialize` before the wrap (ModelZoo's migration "
+        "of imagenet wraps after them), or add amp by hand",
+    )
 
 
 def _block_of(view: FileView, statement: ast.stmt) -> list[ast.stmt] | None:
