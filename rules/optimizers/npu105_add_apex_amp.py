@@ -119,7 +119,12 @@ class AddApexAmp(Rule):
     Options in `[tool.npu-migrate.rules.NPU105]`: `opt-level` ("O1" or "O2", default "O2"),
     `loss-scale` ("dynamic", the default, or a number), `switch` ("flag", the default: add
     `--amp`, `--opt-level` and `--loss-scale` to the script's argparse parser, amp off unless
-    `--amp` is given, as ModelZoo's migrations do; "always": amp on unconditionally).
+    `--amp` is given, as ModelZoo's migrations do; "always": amp on unconditionally),
+    `from-native` (false by default; true: convert torch's native amp instead: `autocast`
+    regions removed, the `GradScaler`'s settings passed to `amp.initialize`, its `scale` /
+    `step` / `update` / `unscale_` / `state_dict` calls mapped, its `enabled=` kept as the
+    switch; bfloat16 regions, a dtype or device chosen at run time, `autocast` used as a value,
+    `custom_fwd`, and several scalers are reported).
 
     Reported at their lines, and nothing added to the file: an optimizer or a backward it
     cannot follow, `step(closure)`, an optimizer built in a loop or in several functions,
@@ -331,7 +336,7 @@ class AddApexAmp(Rule):
             at,
             "apex amp not added in this run: NPU101 runs too and would give this optimizer "
             "torch_npu's home, which is not meant for apex amp. Run `npu-migrate --select "
-            "NPU105` first, then the other rules: NPU101 and NPU102 then see the "
+            "NPU105,NPU203` first, then the other rules: NPU101 and NPU102 then see the "
             "amp.initialize it adds",
         )
 
@@ -468,9 +473,9 @@ class _Writer:
             rule.report(
                 wrap,
                 f"apex's `amp.initialize` (added after line {self.place.anchor.end_lineno}) needs "
-                "the model before it is wrapped, and this wrap comes first: NPU203 (a default "
-                "rule) moves the optimizer and `amp.initialize` above it when it runs and can; "
-                "otherwise move them by hand",
+                "the model before it is wrapped, and this wrap comes first: NPU203 moves the "
+                "optimizer and `amp.initialize` above it when it runs (`--select NPU105,NPU203`) "
+                "and can; otherwise move them by hand",
             )
         for call in self.steps.unattributed:
             rule.report(
