@@ -197,6 +197,8 @@ class AddApexAmp(Rule):
         AmpOptions.read(options)
 
     def check(self) -> None:
+        if not self.index.attributes("backward"):
+            return  # no training step here (every finding needs one: TRIGGER)
         if self._has_apex_amp():
             return  # already mixed precision: the user's amp, or a previous run's
         config = AmpOptions.read(self.options)
