@@ -681,8 +681,23 @@ class _Analysis:
             call = self.index.parent(attribute)
             if not (isinstance(call, ast.Call) and call.func is attribute):
                 continue
-            if isinstance(self.view.qualified_name(attribute.value), str | Ambiguous):
-                continue  # torch.autograd.backward(...) and the like: reported elsewhere
+            owner = self._framework_backward(attribute.value)
+            if owner is not None:
+                written = self.view.written(call.func)
+                if owner.startswith("`torch."):
+                    why = (
+                        f"`{written}(...)` is not a loss tensor's `backward()`, which is what "
+                        "NPU105 puts inside `amp.scale_loss`: write it as `loss.backward()`, or "
+                        "add amp by hand"
+                    )
+                else:
+                    why = (
+                        f"`{written}` is the backward of {owner}, not of a loss tensor: that "
+                        "framework brings its own mixed precision, and NPU105 does not mix apex "
+                        "amp into it; add amp by hand if you must"
+                    )
+                self.problem(call, why)
+                continue
             calls.append(call)
             function = self._function_of(call)
             events.setdefault(id(function), []).append(((call.lineno, call.col_offset), call))
@@ -716,6 +731,29 @@ class _Analysis:
             self.result.backwards.append(
                 Backward(call, statement, function, steps, self._loss_of(call))
             )
+
+    def _framework_backward(self, receiver: ast.expr) -> str | None:
+        """What ``receiver.backward(...)`` belongs to when it is not a tensor: a module
+        (``torch.autograd.backward``), or an object built by another package's function
+        (Accelerate's ``accelerator``, DeepSpeed's engine, apex's ``FP16_Optimizer``)."""
+        name = self.view.qualified_name(receiver)
+        if isinstance(name, Ambiguous):
+            return f"`{self.view.written(receiver)}` ({name.describe()})"
+        if isinstance(name, str):
+            return f"`{name}`"
+        if not isinstance(receiver, ast.Name):
+            return None
+        for definition in self.flow.reaching.of_name(receiver) or []:
+            holder = self.index.parent(definition)
+            while isinstance(holder, ast.Tuple | ast.List):
+                holder = self.index.parent(holder)
+            value = holder.value if isinstance(holder, ast.Assign) else None
+            if not isinstance(value, ast.Call):
+                continue
+            built_by = self.view.qualified_name(value.func)
+            if isinstance(built_by, str) and not built_by.startswith(("torch.", "builtins.")):
+                return f"an object `{built_by}` built (line {value.lineno})"
+        return None
 
     def _loss_of(self, call: ast.Call) -> ast.expr:
         assert isinstance(call.func, ast.Attribute)
