@@ -9,7 +9,8 @@ Not a rule.
 - :func:`command_line`: the ``argparse`` parser the ``--amp``, ``--opt-level`` and
   ``--loss-scale`` flags join, and the name its parsed arguments have.
 - :func:`blockers`: code around which apex amp cannot be added safely: ``torch.compile``,
-  custom autograd functions that cast, half models, ``torch.autograd.grad`` in a training step.
+  FSDP and tensor parallelism, custom autograd functions that cast, half models,
+  ``torch.autograd.grad``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ _HALF_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
 _COMPILE = frozenset({"torch.compile", "torch._dynamo.optimize"})
 _AUTOGRAD_FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
 _AUTOGRAD_GRAD = frozenset({"torch.autograd.grad", "torch.autograd.functional.jacobian"})
+# Sharding the model across processes: apex amp casts and steps a whole local model.
+_SHARDING = frozenset(
+    {
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_shard",
+        "torch.distributed.fsdp._fully_shard.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard.fully_shard",
+        "torch.distributed.tensor.parallel.parallelize_module",
+        "torch.distributed.tensor.parallel.api.parallelize_module",
+    }
+)
 _CASTS = frozenset({"half", "float", "double", "bfloat16", "type"})
 _ARGUMENT_PARSER = frozenset({"argparse.ArgumentParser"})
 # Option strings and destinations of the flags NPU105 adds; one already there is a conflict.
@@ -428,6 +442,16 @@ def blockers(view: FileView, steps: TrainingSteps) -> list[Problem]:
                     f"`{view.written(call.func)}` compiles the model or the training step: apex "
                     "amp changes the model's forward, its parameters' dtype and the optimizer "
                     "after the graph would be captured; remove it, or add amp by hand",
+                )
+            )
+        name = view.qualified_name_in(call.func, _SHARDING)
+        if isinstance(name, str):
+            found.append(
+                Problem(
+                    call,
+                    f"`{view.written(call.func)}` shards the model across processes (FSDP, tensor "
+                    "parallel): apex amp casts and steps a whole local model, so it does not go "
+                    "with sharding; use FSDP's own mixed precision (MixedPrecisionPolicy)",
                 )
             )
         name = view.qualified_name_in(call.func, _AUTOGRAD_GRAD)
