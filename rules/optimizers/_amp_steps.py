@@ -143,6 +143,9 @@ class TrainingSteps:
     unattributed: list[ast.Call] = field(default_factory=list)  # backwards of no training step
     grad_reads: list[ast.Attribute] = field(default_factory=list)
     grad_writes: list[ast.AST] = field(default_factory=list)
+    # Some `step()` may be an optimizer's that the analysis could not follow: the module trains,
+    # even without a setup.
+    optimizer_problems: bool = False
     checkpoints: list[Checkpoint] = field(default_factory=list)
     unsaved: list[ast.Call] = field(default_factory=list)  # optimizer states saved otherwise
     problems: list[Problem] = field(default_factory=list)
@@ -174,6 +177,7 @@ class _Traced:
 class _Analysis:
     def __init__(self, view: FileView, scalers: frozenset[str]) -> None:
         self.scalers = scalers
+        self.following_steps = False  # problems found now are about optimizers' steps
         self.view = view
         self.index: ModuleIndex = view.index
         self.flow = OptimizerFlow.of(view)
@@ -181,7 +185,9 @@ class _Analysis:
         self.setups: dict[tuple[int, str], Setup] = {}
 
     def run(self) -> TrainingSteps:
+        self.following_steps = True
         self._find_steps()
+        self.following_steps = False
         self._find_backwards()
         self._check_steps_have_backwards()
         self._find_clips()
@@ -191,6 +197,8 @@ class _Analysis:
 
     def problem(self, node: ast.AST, why: str) -> None:
         self.result.problems.append(Problem(node, why))
+        if self.following_steps:
+            self.result.optimizer_problems = True
 
     # -- optimizer steps ---------------------------------------------------------------------------
 
@@ -681,7 +689,7 @@ class _Analysis:
             call = self.index.parent(attribute)
             if not (isinstance(call, ast.Call) and call.func is attribute):
                 continue
-            owner = self._framework_backward(attribute.value)
+            owner = self._framework_backward(attribute.value, bool(call.args))
             if owner is not None:
                 written = self.view.written(call.func)
                 if owner.startswith("`torch."):
@@ -732,16 +740,20 @@ class _Analysis:
                 Backward(call, statement, function, steps, self._loss_of(call))
             )
 
-    def _framework_backward(self, receiver: ast.expr) -> str | None:
+    def _framework_backward(self, receiver: ast.expr, given: bool) -> str | None:
         """What ``receiver.backward(...)`` belongs to when it is not a tensor: a module
-        (``torch.autograd.backward``), or an object built by another package's function
-        (Accelerate's ``accelerator``, DeepSpeed's engine, apex's ``FP16_Optimizer``)."""
+        (``torch.autograd.backward``), or, when it is given the loss (``given``), an object
+        built by another package's function (Accelerate's ``accelerator.backward(loss)``,
+        DeepSpeed's engine, apex's ``FP16_Optimizer``). A tensor's ``backward`` takes no
+        positional argument but a rarely passed gradient."""
+        if not isinstance(receiver, ast.Name | ast.Attribute):
+            return None  # `(a + b).backward()`, `sum(...).backward()`: a tensor
         name = self.view.qualified_name(receiver)
         if isinstance(name, Ambiguous):
             return f"`{self.view.written(receiver)}` ({name.describe()})"
         if isinstance(name, str):
             return f"`{name}`"
-        if not isinstance(receiver, ast.Name):
+        if not isinstance(receiver, ast.Name) or not given:
             return None
         for definition in self.flow.reaching.of_name(receiver) or []:
             holder = self.index.parent(definition)

@@ -203,24 +203,19 @@ class AddApexAmp(Rule):
             return  # already mixed precision: the user's amp, or a previous run's
         config = AmpOptions.read(self.options)
         first_native = self._native_amp()
-        native: NativeAmp | None = None
-        if first_native is not None:
-            if not config.from_native:
-                self.report(
-                    first_native,
-                    f"this file uses torch's native amp (`{self.view.written(first_native)}`); "
-                    "NPU105 adds apex amp only to code without mixed precision (`from-native = "
-                    "true` in [tool.npu-migrate.rules.NPU105] converts native amp to apex amp)",
-                    Severity.INFO,
-                )
-                return
-            native = native_amp(self.view)
+        native = native_amp(self.view) if first_native is not None else None
         steps = training_steps(self.view, native.scalers if native is not None else frozenset())
-        if not steps.setups and not steps.problems:
-            if native is not None and not native.problems:
-                return  # no training step of an optimizer built here
-            if native is None:
-                return
+        if not steps.setups and not steps.optimizer_problems:
+            return  # no training step of an optimizer (built here or elsewhere)
+        if first_native is not None and not config.from_native:
+            self.report(
+                first_native,
+                f"this file uses torch's native amp (`{self.view.written(first_native)}`); "
+                "NPU105 adds apex amp only to code without mixed precision (`from-native = "
+                "true` in [tool.npu-migrate.rules.NPU105] converts native amp to apex amp)",
+                Severity.INFO,
+            )
+            return
         problems = [*steps.problems, *blockers(self.view, steps)]
         if native is not None:
             problems += native.problems
