@@ -25,6 +25,7 @@ from migrator.rules.optimizers._amp_place import (
 from migrator.rules.optimizers._amp_steps import (
     Backward,
     Checkpoint,
+    Clip,
     Problem,
     TrainingSteps,
     training_steps,
@@ -407,9 +408,12 @@ class _Writer:
         ]
         if self.flags is not None:
             sites.append(self.flags.last_add)
+        sites += [checkpoint.node for checkpoint in self.steps.checkpoints]
         if self.native is not None:
             sites += [a.statement for a in self.native.autocasts]
             sites += self.native.scaler_uses
+            sites += [given for _, given in self.native.passed]
+            sites += self.native.parameters
             if self.native.scaler is not None:
                 sites.append(self.native.scaler)
         suppressed = [site for site in sites if self.rule.suppressed(site)]
@@ -440,7 +444,9 @@ class _Writer:
                 f"clips `amp.master_params({optimizer})`: under O2 the optimizer steps fp32 "
                 f"master copies of `{self.view.written(clip.parameters)}`",
                 rule.replace(
-                    clip.parameters, cst.Call, _expression(f"amp.master_params({optimizer})")
+                    clip.parameters,
+                    _kind(clip.parameters),
+                    _expression(f"amp.master_params({optimizer})"),
                 ),
             )
         if self.flags is not None:
@@ -615,7 +621,8 @@ class _Writer:
         return False
 
     @property
-    def clips(self) -> list[Any]:
+    def clips(self) -> list[Clip]:
+        """The clippings to rewrite: under O2 (or the flag) only; O1 has no master copies."""
         return self.steps.clips if self.master else []
 
     # -- amp.initialize ---------------------------------------------------------------------------
@@ -918,8 +925,21 @@ def _expression(code: str) -> Callable[[Any], cst.BaseExpression]:
     return lambda node: cst.parse_expression(code)
 
 
+_KINDS: dict[type[ast.AST], type[cst.CSTNode]] = {
+    ast.Name: cst.Name,
+    ast.Attribute: cst.Attribute,
+    ast.Call: cst.Call,
+    ast.Subscript: cst.Subscript,
+    ast.List: cst.List,
+    ast.Tuple: cst.Tuple,
+    ast.ListComp: cst.ListComp,
+    ast.GeneratorExp: cst.GeneratorExp,
+}
+
+
 def _kind(node: ast.expr) -> type[cst.CSTNode]:
-    return cst.Name if isinstance(node, ast.Name) else cst.Attribute
+    """The libcst node type that spans what ``node`` spans."""
+    return _KINDS[type(node)]
 
 
 def _file_quote(rule: Rule) -> str:
