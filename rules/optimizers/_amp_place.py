@@ -27,6 +27,10 @@ from migrator.rules.optimizers._amp_steps import Problem, Setup, TrainingSteps, 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_COMPOUND = (
+    ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar,
+    ast.Match, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+)  # fmt: skip
 _DEVICE_MOVES = frozenset({"cuda", "npu", "to", "xpu"})
 _HALF_CASTS = frozenset({"half", "bfloat16"})
 _HALF_DTYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
@@ -99,11 +103,12 @@ def placement(view: FileView, steps: TrainingSteps) -> Placement | Problem:
             break
     end = end_of(anchor)
     for statement in scope_statements(_body_of(function)):
-        if (statement.lineno, statement.col_offset) <= end:
+        if (statement.lineno, statement.col_offset) <= end or isinstance(statement, _COMPOUND):
             continue
-        if isinstance(statement, ast.Expr | ast.Assign) and _device_move_of(statement, models):
+        move = next((node for node in ast.walk(statement) if _is_move_of(node, models)), None)
+        if move is not None:
             return Problem(
-                statement,
+                move,
                 f"the model is moved to its device here, after amp.initialize would run (it "
                 f"follows line {line_of(anchor)}, and apex needs the model on its device then)",
             )
@@ -126,11 +131,14 @@ def _moved_and_wrapped_apart(
     statement = view.index.statement_of(wrap)
     if statement is None:
         return None
-    if any(
-        isinstance(node, ast.Attribute) and node.attr in _DEVICE_MOVES
-        for node in ast.walk(statement)
-    ):
-        return _apart(wrap, statement.lineno, "in the same statement")
+    for node in ast.walk(statement):  # DDP(model.cuda()), DDP(model).cuda()
+        if _is_move_of(node, models) or (
+            _is_move_of(node, [], any_receiver=True)
+            and isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.value is wrap
+        ):
+            return _apart(wrap, statement.lineno, "in the same statement")
     block = _block_of(view, statement)
     if block is None or block is body:
         return None
@@ -215,18 +223,38 @@ def _only_device_moves(statement: ast.stmt, models: list[str]) -> bool:
 
 
 def _device_move_of(statement: ast.Expr | ast.Assign, models: list[str]) -> bool:
-    """``model.cuda()``, ``model.to(device)``, ``model = model.npu()``."""
+    """A statement that only moves a model: ``model.cuda()``, ``model.to(device)``, ``model =
+    model.npu()``."""
     call = statement.value
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+    if not _is_move_of(call, models):
         return False
-    if call.func.attr not in _DEVICE_MOVES:
-        return False
-    moved = dotted_name(call.func.value)
-    if moved not in models:
-        return False
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
     if isinstance(statement, ast.Assign):
+        moved = dotted_name(call.func.value)
         return len(statement.targets) == 1 and dotted_name(statement.targets[0]) == moved
     return True
+
+
+def _is_move_of(node: ast.AST, models: list[str], *, any_receiver: bool = False) -> bool:
+    """``model.cuda(...)``, ``model.npu(...)``, ``model.to(device)`` of one of ``models``; not
+    ``model.to("cpu")`` or ``model.to(dtype=...)``, which put nothing on an accelerator."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    if node.func.attr not in _DEVICE_MOVES:
+        return False
+    if not any_receiver and dotted_name(node.func.value) not in models:
+        return False
+    if node.func.attr != "to":
+        return True
+    device = (
+        node.args[0]
+        if node.args
+        else next((k.value for k in node.keywords if k.arg == "device"), None)
+    )
+    if device is None:
+        return False  # .to(dtype=...), .to(memory_format=...)
+    value = literal_value(device)
+    return not (isinstance(value, str) and value.startswith("cpu"))
 
 
 def _mentions(statement: ast.stmt, paths: list[str]) -> bool:
