@@ -65,10 +65,12 @@ Edit = NodeEdit | BlockEdit
 
 @dataclass(frozen=True)
 class ImportRequest:
-    """``import module`` to add at module level, right after the first import of ``after``."""
+    """``import module`` (or, with ``name``, ``from module import name``) to add at module
+    level, right after the first import of ``after``."""
 
     module: str
     after: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -42,7 +42,7 @@ def apply_import_edits(
         index = ModuleIndex(ast.parse(text), Source(text))
         module = drop_imports(module, unused_imports(index, removals))
     for request in additions:
-        module = ensure_import(module, request.module, after=request.after)
+        module = ensure_import(module, request.module, after=request.after, imported=request.name)
     return module
 
 
@@ -324,8 +324,11 @@ def _merged(
 # -- adding --------------------------------------------------------------------------------------
 
 
-def ensure_import(module: cst.Module, name: str, *, after: str | None = None) -> cst.Module:
-    """Add ``import name`` at module level unless a module-level import already binds ``name``.
+def ensure_import(
+    module: cst.Module, name: str, *, after: str | None = None, imported: str | None = None
+) -> cst.Module:
+    """Add ``import name`` at module level unless a module-level import already binds ``name``;
+    with ``imported``, ``from name import imported`` unless one already binds it so.
 
     Placement: right after the first module-level import of ``after`` (``import torch``,
     ``from torch import nn``, ``import torch.nn as nn``); otherwise after the last module-level
@@ -333,11 +336,12 @@ def ensure_import(module: cst.Module, name: str, *, after: str | None = None) ->
     ``__future__`` imports.
     """
     body = list(module.body)
-    if any(_binds_module(statement, name) for statement in body):
+    if imported is None and any(_binds_module(statement, name) for statement in body):
+        return module
+    if imported is not None and any(_binds_from(s, name, imported) for s in body):
         return module
     index = _insertion_index(body, after)
-    alias = cst.ImportAlias(cst.parse_expression(name))  # type: ignore[arg-type]
-    body.insert(index, cst.SimpleStatementLine([cst.Import([alias])]))
+    body.insert(index, _import_line(name, imported))
     return module.with_changes(body=body)
 
 
@@ -350,6 +354,9 @@ class _Line:
     modules: list[str]  # what its imports import, after the removals
     binds: list[str]  # names its plain `import` statements bind to their module
     definition: bool = False  # a function or class definition
+    # (module, name) of its `from module import name` imports (no alias), after the removals
+    from_binds: list[tuple[str, str]] = field(default_factory=list)
+    imported: str | None = None  # an inserted line's `from modules[0] import <imported>`
 
 
 def addition_edits(
@@ -367,9 +374,15 @@ def addition_edits(
             raise SliceError("no statement left to put an import next to")
         return []
     for request in additions:
-        if any(request.module in line.binds for line in lines):
+        if request.name is None and any(request.module in line.binds for line in lines):
             continue
-        new = _Line(None, [request.module], [request.module])
+        if request.name is None:
+            new = _Line(None, [request.module], [request.module])
+        else:
+            wanted = (request.module, request.name)
+            if any(wanted in line.from_binds for line in lines):
+                continue
+            new = _Line(None, [request.module], [], from_binds=[wanted], imported=request.name)
         lines.insert(_line_insertion_index(lines, request.after), new)
     return _insertions(source, lines)
 
@@ -379,6 +392,7 @@ def _line(group: list[ast.stmt], dropped: dict[int, set[int]]) -> _Line | None:
     kept: list[ast.stmt] = []
     modules: list[str] = []
     binds: list[str] = []
+    from_binds: list[tuple[str, str]] = []
     for statement in group:
         if isinstance(statement, ast.Import | ast.ImportFrom):
             gone = dropped.get(id(statement), set())
@@ -390,11 +404,12 @@ def _line(group: list[ast.stmt], dropped: dict[int, set[int]]) -> _Line | None:
                 binds += [name for alias in aliases for name in _binds(alias)]
             elif not statement.level and statement.module:
                 modules.append(statement.module)
+                from_binds += [(statement.module, a.name) for a in aliases if a.asname is None]
         kept.append(statement)
     if not kept:
         return None
     definition = isinstance(group[0], ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    return _Line(group, modules, binds, definition)
+    return _Line(group, modules, binds, definition, from_binds)
 
 
 def _binds(alias: ast.alias) -> list[str]:
@@ -446,7 +461,7 @@ def _insertions(source: Source, lines: list[_Line]) -> list[NodeEdit]:
     last: _Line | None = None
     for line in lines:
         if line.statements is None:
-            pending.append(_import_line(line.modules[0]))
+            pending.append(_import_line(line.modules[0], line.imported))
             continue
         if pending:
             edits.append(_next_to(source, line, before=pending))
@@ -458,9 +473,13 @@ def _insertions(source: Source, lines: list[_Line]) -> list[NodeEdit]:
     return edits
 
 
-def _import_line(name: str) -> cst.SimpleStatementLine:
-    alias = cst.ImportAlias(cst.parse_expression(name))  # type: ignore[arg-type]
-    return cst.SimpleStatementLine([cst.Import([alias])])
+def _import_line(name: str, imported: str | None = None) -> cst.SimpleStatementLine:
+    """``import name``, or ``from name import imported``."""
+    module = cst.parse_expression(name)
+    if imported is None:
+        return cst.SimpleStatementLine([cst.Import([cst.ImportAlias(module)])])  # type: ignore[arg-type]
+    alias = cst.ImportAlias(cst.Name(imported))
+    return cst.SimpleStatementLine([cst.ImportFrom(module=module, names=[alias])])  # type: ignore[arg-type]
 
 
 def _next_to(
@@ -490,6 +509,22 @@ def _binds_module(statement: cst.BaseStatement, name: str) -> bool:
                     return True
                 if alias.evaluated_alias == name and imported == name:
                     return True
+    return False
+
+
+def _binds_from(statement: cst.BaseStatement, module: str, name: str) -> bool:
+    """``from module import name`` (without an alias) at module level."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None:
+            continue
+        if get_full_name_for_node(small.module) != module or isinstance(
+            small.names, cst.ImportStar
+        ):
+            continue
+        if any(a.asname is None and get_full_name_for_node(a.name) == name for a in small.names):
+            return True
     return False
 
 

@@ -398,9 +398,10 @@ class Rule:
 
     # -- imports ---------------------------------------------------------------------------------
 
-    def add_import(self, module: str, *, after: str | None = None) -> None:
-        """Queue ``import module`` (added once, after the first import of ``after`` if given)."""
-        request = ImportRequest(module, after)
+    def add_import(self, module: str, *, after: str | None = None, name: str | None = None) -> None:
+        """Queue ``import module`` (added once, after the first import of ``after`` if given);
+        with ``name``, ``from module import name``."""
+        request = ImportRequest(module, after, name)
         if request not in self.context.imports:
             self.context.imports.append(request)
 

@@ -195,14 +195,16 @@ def verify_command(case: Case, original: Path, migrated: Path, world_size: int) 
     return command
 
 
-def start_verify(arguments: list[str]) -> subprocess.Popen[str]:
+def start_verify(
+    arguments: list[str], extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "migrator", *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
-        env={**os.environ, **VERIFY_ENV},
+        env={**os.environ, **VERIFY_ENV, **(extra_env or {})},
     )
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from migrator.imports import ImportRemoval, ImportRequest, apply_import_edits, ensure_import
+from migrator.imports import (
+    ImportRemoval,
+    ImportRequest,
+    apply_import_edits,
+    apply_import_edits_to_text,
+    ensure_import,
+)
 
 
 def added(source: str, name: str, after: str | None = None) -> str:
@@ -157,3 +163,35 @@ def test_an_import_left_alone_in_a_block_becomes_pass() -> None:
     assert removed(source, ImportRemoval("apex.normalization")) == (
         "try:\n    pass\nexcept ImportError:\n    pass\n"
     )
+
+
+FROM_IMPORT_CASES = [
+    # (source, expected): `from apex import amp` joins the last import before the code
+    (
+        "import torch\nimport torch.nn as nn\n\nx = 1\n",
+        "import torch\nimport torch.nn as nn\nfrom apex import amp\n\nx = 1\n",
+    ),
+    # already bound that way: nothing added
+    ("import torch\nfrom apex import amp\nx = 1\n", "import torch\nfrom apex import amp\nx = 1\n"),
+    ("from apex import amp, optimizers\nx = 1\n", "from apex import amp, optimizers\nx = 1\n"),
+    # an alias does not bind `amp`, and `import apex` does not bind it either
+    (
+        "from apex import amp as A\nimport apex\nx = 1\n",
+        "from apex import amp as A\nimport apex\nfrom apex import amp\nx = 1\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), FROM_IMPORT_CASES)
+def test_from_import_requests_on_a_module_and_on_text(source: str, expected: str) -> None:
+    request = ImportRequest("apex", None, "amp")
+    assert apply_import_edits(cst.parse_module(source), [request], []).code == expected
+    assert apply_import_edits_to_text(source, [request], []).text == expected
+
+
+def test_a_from_import_and_a_plain_import_of_one_module_are_both_added() -> None:
+    source = "import torch\nx = 1\n"
+    requests = [ImportRequest("apex", None, "amp"), ImportRequest("apex", "apex")]
+    expected = "import torch\nfrom apex import amp\nimport apex\nx = 1\n"
+    assert apply_import_edits(cst.parse_module(source), requests, []).code == expected
+    assert apply_import_edits_to_text(source, requests, []).text == expected

@@ -87,6 +87,75 @@ def test_amp_with_a_different_rounding_allows_steps_times_lr_times_two_to_the_mi
     assert "FusedAdam -> NpuFusedAdamW" in tolerance.reason
 
 
+def added(
+    loss: float, weight: tuple[float, ...], amp: dict[str, str] | None, start: float | None = None
+) -> Step:
+    """A step of one optimizer with one parameter; ``start``: its value before the first step."""
+    params = (ParamDigest("w", (len(weight),), weight),)
+    initial: tuple[OptimizerStep | None, ...] = ()
+    if start is not None:
+        before = (ParamDigest("w", (len(weight),), (start,) * len(weight)),)
+        initial = (OptimizerStep("torch.optim.sgd.SGD", 0.1, before),)
+    return Step((loss,), (OptimizerStep("torch.optim.sgd.SGD", 0.1, params),), amp, initial=initial)
+
+
+AMP_O2 = {"opt_level": "O2", "half_dtype": "bfloat16"}
+
+
+def test_half_precision_on_one_side_only_is_the_amp_added_rule() -> None:
+    tolerance = automatic_tolerance([added(1.0, (1.0,), None)], [added(1.0, (1.0,), AMP_O2)])
+    assert (tolerance.rule, tolerance.rtol, tolerance.update_rtol) == ("amp-added", 2**-5, 2**-2)
+    assert "the migrated run computes in bfloat16 (amp O2)" in tolerance.reason
+    # amp in float32 on the migrated side is no precision change: fp32.
+    amp32 = {"opt_level": "O2", "half_dtype": "float32"}
+    assert automatic_tolerance([added(1.0, (1.0,), None)], [added(1.0, (1.0,), amp32)]).rule == (
+        "fp32"
+    )
+
+
+def amp_added_runs(
+    migrated_weights: list[tuple[float, ...]], migrated_losses: list[float] | None = None
+) -> tuple[dict[int, list[Step]], dict[int, list[Step]]]:
+    """An original that moves (0, 0) by (-1, -1) per step from 1.0, and a migrated run."""
+    original = [added(2.0, (1.0 - k, 1.0 - k), None, 1.0 if k == 1 else None) for k in (1, 2)]
+    losses = migrated_losses or [2.0, 2.0]
+    migrated = [
+        added(loss, weight, AMP_O2, 1.0 if k == 0 else None)
+        for k, (loss, weight) in enumerate(zip(losses, migrated_weights, strict=True))
+    ]
+    return {0: original}, {0: migrated}
+
+
+def test_amp_added_allows_a_quarter_of_the_original_update_in_l2_norm() -> None:
+    # After two steps the original moved by (-2, -2), L2 norm 2*sqrt(2); 20% away passes.
+    original, migrated = amp_added_runs([(0.0, 0.0), (-1.0 - 0.4, -1.0 - 0.4)])
+    tolerance = automatic_tolerance(original[0], migrated[0])
+    assert compare(original, migrated, tolerance).first_difference is None
+    # 30% away, in one entry only: the whole update is compared, and it fails.
+    original, migrated = amp_added_runs([(0.0, 0.0), (-1.0 - 0.6 * 2**0.5 * 2**0.5, -1.0)])
+    difference = compare(original, migrated, tolerance).first_difference
+    assert difference is not None and difference.step == 2
+    assert difference.what == "the parameters of optimizer 1 (SGD -> SGD)"
+    assert "allowed 0.25), most of it in 'w'" in difference.detail
+
+
+def test_amp_added_fails_an_update_that_does_not_happen() -> None:
+    original, migrated = amp_added_runs([(1.0, 1.0), (1.0, 1.0)])
+    tolerance = automatic_tolerance(original[0], migrated[0])
+    difference = compare(original, migrated, tolerance).first_difference
+    assert difference is not None and difference.step == 1
+    assert "is 1 of the original's away from it" in difference.detail
+
+
+def test_amp_added_compares_losses_within_two_to_the_minus_5() -> None:
+    tolerance = automatic_tolerance(*[runs[0] for runs in amp_added_runs([(0.0, 0.0)] * 2)])
+    original, migrated = amp_added_runs([(0.0, 0.0), (-1.0, -1.0)], [2.0 * (1 + 2**-6), 2.0])
+    assert compare(original, migrated, tolerance).first_difference is None
+    original, migrated = amp_added_runs([(0.0, 0.0), (-1.0, -1.0)], [2.0 * (1 + 2**-4), 2.0])
+    difference = compare(original, migrated, tolerance).first_difference
+    assert difference is not None and difference.what == "the loss"
+
+
 def test_given_tolerances_replace_the_rule_s_and_are_reported() -> None:
     changed = with_overrides(FP32, None, 0.5)
     assert (changed.rtol, changed.atol) == (1e-5, 0.5)
@@ -298,6 +367,27 @@ def test_a_crashing_side_is_shown_with_its_error(program: Path, tmp_path: Path) 
     )
 
 
+def test_migrated_args_reach_the_migrated_side_only(program: Path, tmp_path: Path) -> None:
+    """A flag the migration added (NPU105's --amp) goes to the migrated program only: here the
+    migrated copy needs --epochs-extra, which the original does not know."""
+    data = one_batch_of_data(tmp_path / "data")
+    extended = program.parent / "extended.py"
+    extended.write_text(
+        program.read_text().replace(
+            "args = parser.parse_args()",
+            "parser.add_argument('--epochs-extra', type=int, required=True)\n"
+            "args = parser.parse_args()",
+        )
+    )
+    assert extended.read_text() != program.read_text(), "the program changed: adapt this test"
+    common = ("--steps", "2", str(program), str(extended), "--", "--data", str(data))
+    result = npu_migrate_verify("--migrated-arg=--epochs-extra=0", *common)
+    assert result.returncode == 0, output(result)
+    result = npu_migrate_verify(*common)
+    assert result.returncode == 2, output(result)
+    assert "the migrated program cannot run" in result.stderr, output(result)
+
+
 def test_a_side_that_lost_its_port_runs_again_with_a_new_one(program: Path, tmp_path: Path) -> None:
     """A port found free may be taken by another program before rank 0 listens on it (torch
     then fails with EADDRINUSE): that failure, and only that one, is tried again."""
@@ -400,6 +490,19 @@ def test_a_step_without_the_original_s_autocast_differs_even_with_equal_numbers(
     assert (first.step, first.what) == (1, "the autocast regions")
     assert first.detail == "no autocast, the original autocast(accelerator, bfloat16)"
     assert compare({0: original}, {0: original}, FP32).first_difference is None
+
+
+def test_the_regions_apex_amp_enters_itself_are_not_compared() -> None:
+    """The runtime's amp enters autocast around the model's forward (turned off around
+    registered functions): those regions are amp's, not the program's."""
+    amp_region = (Autocast("cpu", "bfloat16", False),)
+    original = [step(1.0, (1.0,))]
+    migrated = [replace(step(1.0, (1.0,)), amp=AMP_O2, autocast=amp_region)]
+    assert compare({0: original}, {0: migrated}, FP32).first_difference is None
+    # Without amp on either side the same region is the program's own, and a difference.
+    migrated = [replace(step(1.0, (1.0,)), autocast=amp_region)]
+    first = compare({0: original}, {0: migrated}, FP32).first_difference
+    assert first is not None and first.what == "the autocast regions"
 
 
 def test_the_tolerance_names_the_autocast_regions_both_ask_for() -> None:

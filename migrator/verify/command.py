@@ -108,6 +108,14 @@ ENTRY = click.Path(exists=True, dir_okay=False, path_type=Path)
     "paths, autocast as the CPU's in the requested dtype).",
 )
 @click.option(
+    "--migrated-arg",
+    "migrated_args",
+    multiple=True,
+    metavar="ARG",
+    help="An argument for the migrated program only, after ARGS (repeatable): a flag the "
+    "migration added, such as --amp.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=1),
     default=600.0,
@@ -142,6 +150,7 @@ class Request:
     timeout: float
     program_args: tuple[str, ...]
     emulate_accelerator: bool = False
+    migrated_args: tuple[str, ...] = ()
 
 
 def verify(request: Request, out: Console, err: Console) -> int:
@@ -201,10 +210,16 @@ def without_repeats(errors: list[str]) -> list[str]:
 def sides_of(request: Request, scratch: Path, out: Console) -> tuple[Side, Side]:
     if request.migrate_entry is None:
         original, migrated = (entry.resolve() for entry in request.entries)
-        return Side("original", original, shim=False), Side("migrated", migrated, shim=True)
+        return (
+            Side("original", original, shim=False),
+            Side("migrated", migrated, shim=True, extra_args=request.migrated_args),
+        )
     entry = request.migrate_entry.resolve()
     copy = migrate_scratch_copy(entry.parent, scratch / "copy" / entry.parent.name, out)
-    return Side("original", entry, shim=False), Side("migrated", copy / entry.name, shim=True)
+    return (
+        Side("original", entry, shim=False),
+        Side("migrated", copy / entry.name, shim=True, extra_args=request.migrated_args),
+    )
 
 
 # -- --migrate: a scratch copy, never the user's files ---------------------------------------------

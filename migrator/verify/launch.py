@@ -45,6 +45,7 @@ class Side:
     label: str  # "original" or "migrated"
     entry: Path
     shim: bool  # run with the runtime's torch_npu stand-in
+    extra_args: tuple[str, ...] = ()  # after the shared ARGS: flags only this side has (--amp)
 
     @property
     def folder(self) -> Path:
@@ -143,7 +144,7 @@ class SideRun:
         self.records = workdir / f"records-{side.label}"
         self.records.mkdir(parents=True)
         port = free_port()
-        command = [sys.executable, str(side.entry), *settings.program_args]
+        command = [sys.executable, str(side.entry), *settings.program_args, *side.extra_args]
         self.processes: list[Process] = []
         with ExitStack() as logs:
             for rank in range(settings.world_size or 1):

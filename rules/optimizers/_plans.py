@@ -9,6 +9,8 @@
   ``amp.initialize``, which NPU101 must plan for.
 - :class:`RemovedWraps` (NPU104): the DDP wraps NPU104 removes, which NPU203 must not move
   optimizers ahead of.
+- :class:`AddedAmp` (NPU105): the ``amp.initialize`` NPU105 adds, so that NPU101 can give the
+  optimizers it puts under amp Ascend apex's home (see docs/rules-optimizers.md, NPU105).
 - :class:`Fp16Rewrites` (NPU106): the ``FP16_Optimizer`` wrappers NPU106 rewrites into
   ``amp.initialize(..., opt_level="O2")``, so that NPU101 plans the optimizers they wrap for amp
   O2 (and stops reporting them) and NPU102 adds ``combine_grad=True`` to the new call when they
@@ -121,3 +123,21 @@ def switched_level(rule: Rule) -> str | None:
     """The ``opt_level`` NPU102's option sets in this run (None: no switch, or no NPU102)."""
     switch = rule.read_plan(OptLevelSwitch)
     return switch.level if switch is not None else None
+
+
+@dataclass(frozen=True)
+class AddedAmp:
+    """NPU105's plan for a file: the ``amp.initialize`` it adds right after ``anchor`` (a
+    statement of the original file), for the optimizers built by ``constructors`` (ids of
+    their constructor calls).
+
+    ``level`` is the opt level it sets ("O1" or "O2"; None when the command line chooses:
+    ``opt_level=args.opt_level``, O1 or O2 by the flag's choices); ``switch`` the code of the
+    run-time condition that enables amp (``args.amp``, passed as ``enabled=``), None when amp
+    is always on. The call always has ``combine_grad=True``.
+    """
+
+    anchor: ast.stmt
+    constructors: frozenset[int]
+    level: str | None
+    switch: str | None

@@ -72,6 +72,8 @@ class Recorder:
         self.slots: int | None = None  # optimizer steps per training step, known after the first
         self.pending_losses: list[float] = []
         self.pending_autocast: list[dict[str, Any]] = []  # regions entered since the last step
+        # Each optimizer's parameters before its first step, by id (see before_first_step).
+        self.initial: dict[int, dict[str, Any] | None] = {}
         self.step_depth = 0
         self.backward_depth = 0
         self.scaled: dict[int, tuple[weakref.ref[Any], float]] = {}
@@ -115,6 +117,13 @@ class Recorder:
             return entry[1]
         return float(tensor.detach().float())
 
+    def before_first_step(self, optimizer: Any) -> None:
+        """Before an optimizer's first ``step()``: its parameters as training found them, which
+        the comparison of a run that adds mixed precision measures updates from."""
+        if self.stopped or id(optimizer) in self.initial:
+            return
+        self.initial[id(optimizer)] = self.digest(optimizer)
+
     def on_step(self, optimizer: Any) -> None:
         """After the outermost ``step()`` of an optimizer (nested ones are its internals)."""
         if self.stopped:
@@ -132,7 +141,7 @@ class Recorder:
             if self.finished >= self.wanted:
                 self.stop()
         if self.current is None:
-            self.current = {"losses": [], "optimizers": [], "autocast": []}
+            self.current = {"losses": [], "optimizers": [], "autocast": [], "initial": []}
             self.current_optimizers = []
         self.current["losses"].extend(self.pending_losses)
         self.pending_losses = []
@@ -141,6 +150,9 @@ class Recorder:
                 self.current["autocast"].append(request)
         self.pending_autocast = []
         self.current["optimizers"].append(self.digest(optimizer))
+        # The digest from before this optimizer's first step, once (null at later steps).
+        self.current["initial"].append(self.initial.get(id(optimizer)))
+        self.initial[id(optimizer)] = None
         self.current_optimizers.append(id(optimizer))
         if self.slots is not None and len(self.current_optimizers) == self.slots:
             self.close_step()
@@ -457,6 +469,8 @@ def patch_torch(recorder: Recorder, synthetic: bool, emulate: bool, torch: Modul
     torch.set_num_threads(1)
 
     def before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if recorder.step_depth == 0:
+            recorder.before_first_step(optimizer)
         recorder.step_depth += 1
 
     def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
