@@ -650,7 +650,7 @@ class ParameterContract:
         built in this file (a class of torch.nn or of the file, or a call with no device in a
         file that places nothing on a device), no placement (``.cuda()``, ``.npu()``,
         ``.to(<not only a dtype>)``, ``device=``) touches it, it is handed to no function that
-        could move it, and nothing moves every new tensor (``torch.set_default_device``,
+        could move it nor returned, and nothing moves every new tensor (``torch.set_default_device``,
         ``with torch.device(...)``, ``transfer_to_npu``)."""
         paths = self._models(params)
         if not paths or self._device_switches:
@@ -742,7 +742,20 @@ class ParameterContract:
 
     def _handed_away(self, context: _Context, reads: list[ast.Name]) -> bool:
         """The model is passed to a function that may move it (anything but builtins, torch's
-        functions and the optimizer's own constructor)."""
+        functions and the optimizer's own constructor), or returned or yielded to a caller that
+        may (pytorch/examples' ``load_train_objs()`` returns the model and its optimizer to a
+        trainer that moves the model)."""
+        returns: list[ast.Return | ast.Yield | ast.YieldFrom] = [
+            *self.index.nodes(ast.Return),
+            *self.index.nodes(ast.Yield),
+            *self.index.nodes(ast.YieldFrom),
+        ]
+        for node in returns:
+            if node.value is not None and any(
+                self._same_model(reads, value) and self._names_model(context, value)
+                for value in _returned_values(node.value)
+            ):
+                return True
         for call in self.index.nodes(ast.Call):
             values = [*call.args, *(k.value for k in call.keywords)]
             if not any(
@@ -1140,3 +1153,13 @@ def _bound_arguments(
     for item in call.keywords:
         if item.arg is not None:
             yield item.arg, item.value
+
+
+def _returned_values(value: ast.expr) -> list[ast.expr]:
+    """What a ``return`` hands back: the value, or each element of a tuple or list it builds
+    (``return train_set, model, optimizer``)."""
+    if isinstance(value, ast.Tuple | ast.List):
+        return [v for element in value.elts for v in _returned_values(element)]
+    if isinstance(value, ast.Starred):
+        return _returned_values(value.value)
+    return [value]
