@@ -650,8 +650,8 @@ class ParameterContract:
         built in this file (a class of torch.nn or of the file, or a call with no device in a
         file that places nothing on a device), no placement (``.cuda()``, ``.npu()``,
         ``.to(<not only a dtype>)``, ``device=``) touches it, it is handed to no function that
-        could move it nor returned, and nothing moves every new tensor (``torch.set_default_device``,
-        ``with torch.device(...)``, ``transfer_to_npu``)."""
+        could move it nor returned, and nothing moves every new tensor
+        (``torch.set_default_device``, ``with torch.device(...)``, ``transfer_to_npu``)."""
         paths = self._models(params)
         if not paths or self._device_switches:
             return None
