@@ -344,3 +344,14 @@ def import_statements(
         else:
             lines.append(cst.SimpleStatementLine(body=[node]))
     return lines
+
+
+def start_then_end(node: ast.AST) -> tuple[int, int, int, int]:
+    """A sort key: where ``node`` starts, then where it ends (an outer call before the calls
+    nested in it)."""
+    return (
+        node.lineno,  # type: ignore[attr-defined]
+        node.col_offset,  # type: ignore[attr-defined]
+        node.end_lineno or 0,  # type: ignore[attr-defined]
+        node.end_col_offset or 0,  # type: ignore[attr-defined]
+    )

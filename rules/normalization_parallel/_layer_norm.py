@@ -36,6 +36,7 @@ from migrator.rules.normalization_parallel._common import (
     candidate_attributes,
     candidate_names,
     is_star,
+    start_then_end,
     starts_its_line,
     torch_nn_prefix,
 )
@@ -556,7 +557,7 @@ class LayerNormPlanner:
         calls = {id(call): call for call in self.view.calls_to(APEX_ROOTS)}
         calls.update((id(call), call) for call in self.super_init_calls())
         # inner calls first (`FusedLayerNorm(8)(x)`), as a bottom-up visit leaves them
-        for call in sorted(calls.values(), key=_start_then_end):
+        for call in sorted(calls.values(), key=start_then_end):
             if self.in_collapsed(call):
                 continue
             norm = self.called_class(call)
@@ -632,15 +633,6 @@ def _passes_eps(call: ast.Call) -> bool:
 def _is_super(node: ast.AST) -> bool:
     """``super()`` (with or without arguments)."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == SUPER
-
-
-def _start_then_end(node: ast.AST) -> tuple[int, int, int, int]:
-    return (
-        node.lineno,  # type: ignore[attr-defined]
-        node.col_offset,  # type: ignore[attr-defined]
-        node.end_lineno or 0,  # type: ignore[attr-defined]
-        node.end_col_offset or 0,  # type: ignore[attr-defined]
-    )
 
 
 def _bound_prefixes(statement: ast.Import | ast.ImportFrom, alias: ast.alias) -> list[str]:

@@ -28,6 +28,7 @@ from migrator.rules.normalization_parallel._common import (
     is_star,
     queue_removal_of_base_import,
     rehome_statement,
+    start_then_end,
     torch_nn_prefix,
 )
 
@@ -176,7 +177,7 @@ class ApexParallelToTorch(Rule):
     def check(self) -> None:
         self.nn = torch_nn_prefix(self.view)
         # inner calls first, as a bottom-up visit leaves them
-        calls = sorted(self.calls_to(APEX_ROOTS), key=_start_then_end)
+        calls = sorted(self.calls_to(APEX_ROOTS), key=start_then_end)
         for call in calls:
             self.plan_call(call)
         self.plan_imports()
@@ -408,12 +409,3 @@ def drop_arguments(doomed: list[int]) -> Callable[[cst.Call], cst.Call]:
         return remove_arg_objects(call, [call.args[index] for index in doomed])
 
     return edit
-
-
-def _start_then_end(node: ast.AST) -> tuple[int, int, int, int]:
-    return (
-        node.lineno,  # type: ignore[attr-defined]
-        node.col_offset,  # type: ignore[attr-defined]
-        node.end_lineno or 0,  # type: ignore[attr-defined]
-        node.end_col_offset or 0,  # type: ignore[attr-defined]
-    )

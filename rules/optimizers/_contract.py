@@ -695,16 +695,14 @@ class ParameterContract:
         """The ``x`` of the ``x.parameters()`` calls ``params`` comes from."""
         if params is None:
             return []
-        found: list[ast.expr] = []
-        for expression in [params, *self.flow.origins(params)]:
-            for node in ast.walk(expression):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in _PARAMETER_ITERATORS
-                ):
-                    found.append(_strip_method_calls(node.func.value))
-        return found
+        return [
+            _strip_method_calls(node.func.value)
+            for expression in [params, *self.flow.origins(params)]
+            for node in ast.walk(expression)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _PARAMETER_ITERATORS
+        ]
 
     def _placed(self, origin: ast.Call) -> bool:
         """``Net().cuda()``, ``Net(device=...)``, ``Net().to(device)``: placed where it is built."""
@@ -945,19 +943,9 @@ class ParameterContract:
 
     def _feeding_calls(self, params: ast.expr | None) -> list[ast.expr]:
         """The calls the model in ``params`` (``x`` of ``x.parameters()``) comes from."""
-        if params is None:
-            return []
-        found: list[ast.expr] = []
-        for expression in [params, *self.flow.origins(params)]:
-            for node in ast.walk(expression):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("parameters", "named_parameters")
-                ):
-                    model = _strip_method_calls(node.func.value)
-                    found += self.flow.origins(model)
-        return found
+        return [
+            origin for model in self._model_reads(params) for origin in self.flow.origins(model)
+        ]
 
     def _model_is_handed_in(self, params: ast.expr | None) -> bool:
         """The model whose parameters feed the optimizer is a parameter of its function (a
