@@ -226,9 +226,7 @@ def plan_fused(
     in shared memory (name -> where ``share_memory()`` is called); ``planned_amp`` the
     ``amp.initialize`` calls NPU105 and NPU106 write in this run.
     """
-    planner = _Planner(view, level, factories, suppressions, shared or {})
-    planner.planned_amp = planned_amp or PlannedAmp()
-    return planner.decide()
+    return _Planner(view, level, factories, suppressions, shared or {}, planned_amp).decide()
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -265,6 +263,7 @@ class _Planner:
         factories: Mapping[str, Any],
         suppressions: Suppressions,
         shared: Mapping[str, str],
+        planned_amp: PlannedAmp | None = None,
     ) -> None:
         self.view = view
         self.index = view.index
@@ -278,7 +277,7 @@ class _Planner:
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
         self.released: list[ReleasedImport] = []
-        self.planned_amp = PlannedAmp()
+        self.planned_amp = planned_amp or PlannedAmp()
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()

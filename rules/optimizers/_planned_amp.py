@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._amp import AmpOptions
@@ -38,14 +38,6 @@ class PlannedAmp:
 
     fp16: Fp16Rewrites | None = None
     added: AddedAmp | None = None
-    _wrappers: dict[int, tuple[ast.Call, ...]] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.fp16 is None:
-            return
-        for rewrite in self.fp16.by_wrapper.values():
-            known = self._wrappers.get(id(rewrite.inner), ())
-            self._wrappers[id(rewrite.inner)] = (*known, rewrite.wrapper)
 
     def rewritten_wrappers(self) -> Mapping[int, object]:
         """id(``FP16_Optimizer`` call) for each wrapper NPU106 rewrites."""
@@ -53,7 +45,9 @@ class PlannedAmp:
 
     def wrappers_of(self, call: ast.Call) -> tuple[ast.Call, ...]:
         """The ``FP16_Optimizer`` calls that NPU106 rewrites around the optimizer ``call``."""
-        return self._wrappers.get(id(call), ())
+        if self.fp16 is None:
+            return ()
+        return tuple(rewrite.wrapper for rewrite in self.fp16.of_inner(call))
 
     def added_for(self, call: ast.Call) -> AddedAmp | None:
         """NPU105's plan, when the optimizer ``call`` goes through the amp.initialize it adds."""
