@@ -3,9 +3,9 @@
 Each program of ``fixtures/e2e/amp_cases.toml`` trains in fp32 (or with torch's native amp). The
 test migrates a copy with the real command line in the runs the case lists (NPU105 first and
 alone, then the default rules: docs/rules-optimizers.md), checks which rules fixed something and
-what the script now says, that NPU105 changes nothing the second time, and that ``--check`` leaves
-only the findings the case allows; then ``npu-migrate verify`` compares original and migrated
-program for each run of the case:
+what the script now says, that NPU105 changes nothing the second time, that ``--check`` leaves
+only the findings the case allows, and that one run of all the case's rules writes the same files;
+then ``npu-migrate verify`` compares original and migrated program for each run of the case:
 
 - without the new ``--amp`` flag the migrated program must train exactly like the original
   (the ``fp32`` rule);
@@ -167,6 +167,27 @@ def migrate(case: Case, workdir: Path) -> list[dict[str, Any]]:
     return reports
 
 
+def one_run_selection(case: Case) -> list[str]:
+    """The codes of all the case's runs in one ``--select`` (a run of [] selects what the
+    program's pyproject.toml selects)."""
+    codes: set[str] = set()
+    for select in case.migrate:
+        if select:
+            codes.update(select)
+        else:
+            text = case.pyproject or (REPO / case.path / "pyproject.toml").read_text()
+            codes.update(tomllib.loads(text)["tool"]["npu-migrate"]["select"])
+    return sorted(codes)
+
+
+def program_files(folder: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.suffix in (".py", ".toml")
+    }
+
+
 def verify_command(case: Case, migration: Migration, run: Run) -> list[str]:
     command = ["verify", "--steps", str(STEPS), "--timeout", str(RUN_TIMEOUT_S)]
     command += [f"--migrated-arg={argument}" for argument in run.migrated_args]
@@ -210,6 +231,27 @@ def test_amp_migration_is_finished(case: Case, tmp_path_factory: pytest.TempPath
     unexpected = [d for d in left if d["code"] not in case.check_allows]
     assert not unexpected, f"--check still finds: {unexpected}"
     assert result.returncode == (1 if left else 0), cli_output(result)
+
+
+@pytest.mark.parametrize(
+    "case", [case for case in CASES if len(case.migrate) > 1], ids=lambda case: case.name
+)
+def test_one_run_migrates_as_the_runs_of_the_case_do(
+    case: Case, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """NPU101 reads NPU105's plan, so selecting every rule of the case's runs at once writes
+    the same program, byte for byte, as the runs one after the other (which verify checks)."""
+    migration = migration_of(case, tmp_path_factory)
+    one = tmp_path / "one"
+    shutil.copytree(
+        REPO / case.path, one, ignore=shutil.ignore_patterns("__pycache__", "*.json", "*.pt", "out")
+    )
+    if case.pyproject is not None:
+        (one / "pyproject.toml").write_text(case.pyproject)
+    select = ",".join(one_run_selection(case))
+    result = npu_migrate("--select", select, "--no-cache", str(one))
+    assert result.returncode == 1, cli_output(result)
+    assert program_files(one) == program_files(migration.migrated)
 
 
 @pytest.mark.parametrize(("case", "run"), RUNS)

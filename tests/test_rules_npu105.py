@@ -167,11 +167,26 @@ def test_two_runs_give_apex_s_fused_optimizer_and_a_third_changes_nothing(tmp_pa
     assert again.returncode == 0, again.stdout + again.stderr
 
 
-def test_in_one_run_with_npu101_it_asks_for_two_runs(tmp_path: Path) -> None:
-    script = project(tmp_path, 'switch = "always"')
-    # On a device: NPU101 leaves an optimizer of a model that stays on the CPU unfused.
-    script.write_text(TRAIN.replace("torch.nn.Linear(4, 2)", "torch.nn.Linear(4, 2).cuda()"))
-    result = npu_migrate("--select", "NPU,NPU105", str(script))
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "apex amp not added in this run: NPU101 runs too" in result.stdout
-    assert "amp.initialize" not in script.read_text()
+@pytest.mark.parametrize("switch", ["always", "flag"])
+def test_one_run_with_npu101_gives_what_two_runs_give(tmp_path: Path, switch: str) -> None:
+    """NPU101 reads NPU105's plan: `--select NPU,NPU105` writes the file the two runs write."""
+    scripts = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        script = project(tmp_path / name, f'switch = "{switch}"')
+        # On a device: NPU101 leaves an optimizer of a model that stays on the CPU unfused.
+        script.write_text(TRAIN.replace("torch.nn.Linear(4, 2)", "torch.nn.Linear(4, 2).cuda()"))
+        scripts.append(script)
+    one, two = scripts
+    assert npu_migrate("--select", "NPU,NPU105", str(one)).returncode == 1
+    assert npu_migrate("--select", "NPU105,NPU203", str(two)).returncode == 1
+    assert npu_migrate(str(two)).returncode == 1
+    assert one.read_bytes() == two.read_bytes()
+    text = one.read_text()
+    assert "combine_grad=True" in text and "with amp.scale_loss(loss, optimizer)" in text
+    if switch == "always":
+        assert "optimizer = apex.optimizers.NpuFusedSGD(model.parameters(), lr=args.lr)" in text
+    else:  # the fp32 path needs torch_npu's class, the amp path apex's: NPU101 reports it
+        assert "optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)" in text
+    again = npu_migrate("--select", "NPU,NPU105", "--check", str(one))
+    assert again.returncode == (0 if switch == "always" else 1), again.stdout + again.stderr

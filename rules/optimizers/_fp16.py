@@ -580,9 +580,12 @@ class _Analysis:
         if chain is None:
             return None
         top, base = chain
+        # Only a bare `model.half()` goes whole: `model.cuda().half()` keeps its device move.
+        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+        bare = top is call and isinstance(receiver, ast.Name) and receiver.id == model
         if isinstance(statement, ast.Expr) and statement.value is top:
             if isinstance(base, ast.Name) and base.id == model:
-                return HalfCast(statement, call, whole=top is call)
+                return HalfCast(statement, call, whole=bare)
             return None
         if (
             isinstance(statement, ast.Assign)
@@ -591,8 +594,7 @@ class _Analysis:
             and isinstance(statement.targets[0], ast.Name)
             and statement.targets[0].id == model
         ):
-            whole = top is call and isinstance(base, ast.Name) and base.id == model
-            return HalfCast(statement, call, whole=whole)
+            return HalfCast(statement, call, whole=bare)
         return None
 
     def _chain(self, call: ast.Call) -> tuple[ast.expr, ast.expr] | None:

@@ -30,6 +30,7 @@ from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard
 from migrator.rules.optimizers._hazards import describe as describe_hazards
+from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
     FP16_OPTIMIZERS,
@@ -107,7 +108,7 @@ class AmpGate:
     """An ``amp.initialize`` that runs, or enables amp, only when ``test`` is true
     (``amp_when_true``) or only when it is false."""
 
-    amp_call: ast.Call
+    amp_call: ast.AST  # the call, or the statement NPU105 adds its amp.initialize after
     test: str
     amp_when_true: bool
     verb: str = "runs"  # "enables amp" for `enabled=<run-time value>`
@@ -154,10 +155,17 @@ class Rewrite:
     # amp.initialize runs only under a condition: said at its line, as a finding of its own.
     gate: AmpGate | None = None
     gate_warning: str | None = None
+    # The class is picked at run time by this switch of NPU105's amp (see `picked_by`).
+    switch: str | None = None
 
     @property
     def qualified_target(self) -> str:
         return f"{self.home}.{self.target}"
+
+    @property
+    def spelling(self) -> str | None:
+        """The callee to write when it is not the class's dotted name: the run-time choice."""
+        return picked_by(self.switch, self.target) if self.switch is not None else None
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,7 @@ def plan_fused(
     factories: Mapping[str, Any],
     suppressions: Suppressions,
     shared: Mapping[str, str] | None = None,
+    planned_amp: PlannedAmp | None = None,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -214,9 +223,10 @@ def plan_fused(
     functions that other files of the run call for an optimizer (empty without any);
     ``suppressions`` the file's suppression comments (a covered constructor is not planned);
     ``shared`` the module's functions that another file starts as hogwild workers on a model
-    in shared memory (name -> where ``share_memory()`` is called).
+    in shared memory (name -> where ``share_memory()`` is called); ``planned_amp`` the
+    ``amp.initialize`` calls NPU105 and NPU106 write in this run.
     """
-    return _Planner(view, level, factories, suppressions, shared or {}).decide()
+    return _Planner(view, level, factories, suppressions, shared or {}, planned_amp).decide()
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -238,6 +248,7 @@ class _Draft:
     disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
     why: str | None = None  # the reason for the home, when other files' calls decide it
     gate: AmpGate | None = None  # amp.initialize runs only under a condition
+    switch: str | None = None  # NPU105's amp switch picks the class at run time
 
     @property
     def qualified_target(self) -> str:
@@ -252,6 +263,7 @@ class _Planner:
         factories: Mapping[str, Any],
         suppressions: Suppressions,
         shared: Mapping[str, str],
+        planned_amp: PlannedAmp | None = None,
     ) -> None:
         self.view = view
         self.index = view.index
@@ -265,6 +277,7 @@ class _Planner:
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
         self.released: list[ReleasedImport] = []
+        self.planned_amp = planned_amp or PlannedAmp()
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -299,8 +312,8 @@ class _Planner:
         wrapped: set[int] = set()
         for call in self.flow.candidates:
             if isinstance(self.view.qualified_name_in(call.func, FP16_OPTIMIZERS), str):
-                if self._suppressed(call):
-                    continue
+                if self._suppressed(call) or id(call) in self.planned_amp.rewritten_wrappers():
+                    continue  # (NPU106 rewrites it: its optimizer is planned for amp O2)
                 self._report(call, _FP16_OPTIMIZER_ADVICE)
                 for arg in arguments(call):
                     for origin in self.flow.origins(arg.value):
@@ -474,6 +487,8 @@ class _Planner:
             name is None
             or not name.startswith(APEX_HOME + ".")
             or id(call) in self.flow.reaches_amp
+            or self.planned_amp.wrappers_of(call)
+            or self.planned_amp.added_for(call)
         ):
             return
         sites = self._call_sites(call)
@@ -566,6 +581,8 @@ class _Planner:
             return
         amp_calls = self.flow.amp_calls_reached.get(id(call), [])
         settings = [amp_options(self.view, amp_call, self.level) for amp_call in amp_calls]
+        settings += self.planned_amp.options(call)  # NPU106's, in place of FP16_Optimizer
+        added = self.planned_amp.added_for(call)
         for options in settings:
             refusal = options.refuses_fused()
             if refusal is not None:
@@ -581,7 +598,7 @@ class _Planner:
         amp_call = enabled[0].call if enabled else None
         with_amp = [site for site in sites if site.with_amp]
         without_amp = [site for site in sites if not site.with_amp]
-        apex = (amp_call is not None or bool(with_amp)) and not without_amp
+        apex = (amp_call is not None or bool(with_amp) or added is not None) and not without_amp
         draft = _Draft(
             call,
             args,
@@ -595,7 +612,7 @@ class _Planner:
             site, amp = gated_site
             self._report(call, _gated_elsewhere_refusal(source, target, site, amp))
             return
-        gate = self._amp_gate(call, enabled) if apex else None
+        gate = self._planned_gate(call, enabled) if apex else None
         if gate is not None and source.unfused_replacement is None:
             # torch's optimizer runs on both paths; the apex one would raise on the path
             # without amp, and torch_npu's are not meant for amp: leave the choice to the user.
@@ -606,6 +623,17 @@ class _Planner:
             self._report(call, _blocked_message(source, target, problems))
             return
         draft.gate = gate
+        if added is not None:
+            draft.why = self.planned_amp.added_why(added)
+            if added.switch is not None:  # the class that fits both paths of NPU105's switch
+                draft.gate, draft.switch = None, added.switch
+                draft.notes.append(
+                    f"amp runs only when `{added.switch}` holds, so the class is picked by it: "
+                    f"`{picked_by(added.switch, target)}` (Ascend apex's under amp, torch_npu's "
+                    "without)"
+                )
+        if self.planned_amp.wrappers_of(call):
+            draft.notes.append("NPU106 writes that `amp.initialize` in place of `FP16_Optimizer`")
         if sites:
             draft.why = _factory_why(draft, amp_call, with_amp, without_amp)
         if settings and not enabled:
@@ -636,6 +664,19 @@ class _Planner:
                 if amp.gate is not None:
                     return site, amp
         return None
+
+    def _planned_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
+        """:meth:`_amp_gate`, with the ``amp.initialize`` calls NPU105 and NPU106 write: NPU105's
+        `enabled=<switch>`, NPU106's that leave a path of the optimizer without amp."""
+        added = self.planned_amp.added_for(call)
+        if added is not None and added.switch is not None:
+            return AmpGate(added.anchor, added.switch, True, verb="enables amp")
+        uncovered = self.planned_amp.uncovered(self.view, call)
+        if uncovered is not None:
+            wrapper, test, when_true = uncovered
+            return AmpGate(wrapper, test, when_true)
+        wrappers = {id(wrapper) for wrapper in self.planned_amp.wrappers_of(call)}
+        return self._amp_gate(call, [o for o in enabled if id(o.call) not in wrappers])
 
     def _amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
         """The condition under which the optimizer of ``call`` goes through amp, when it may
@@ -711,6 +752,8 @@ class _Planner:
         by_import: dict[int, list[_Draft]] = {}
         for draft in self.drafts:
             func = draft.call.func
+            if draft.switch is not None:
+                continue  # a run-time choice of two classes: written out in full ("dotted")
             if isinstance(func, ast.Attribute):
                 base = self.view.qualified_name(func.value)
                 draft.func_style = "attr" if base == draft.home else "dotted"
@@ -822,6 +865,7 @@ class _Planner:
                     carried,
                     draft.gate,
                     warning,
+                    draft.switch,
                 )
             )
         return tuple(rewrites)

@@ -9,14 +9,15 @@
   ``amp.initialize``, which NPU101 must plan for.
 - :class:`RemovedWraps` (NPU104): the DDP wraps NPU104 removes, which NPU203 must not move
   optimizers ahead of.
-- :class:`AddedAmp` (NPU105): the ``amp.initialize`` NPU105 adds, so that NPU101 can give the
-  optimizers it puts under amp Ascend apex's home (see docs/rules-optimizers.md, NPU105).
+- :class:`AddedAmp` (NPU105): the ``amp.initialize`` NPU105 adds, so that NPU101 gives the
+  optimizers it puts under amp Ascend apex's home in the same run (see
+  docs/rules-optimizers.md, NPU105).
 - :class:`Fp16Rewrites` (NPU106): the ``FP16_Optimizer`` wrappers NPU106 rewrites into
   ``amp.initialize(..., opt_level="O2")``, so that NPU101 plans the optimizers they wrap for amp
   O2 (and stops reporting them) and NPU102 adds ``combine_grad=True`` to the new call when they
   become NPU fused.
-- :class:`Fp16Aware` (NPU101, for the run): NPU101 reads :class:`Fp16Rewrites`. Until it does,
-  NPU106 does not rewrite in a chain with NPU101 (NPU101 would rewrite the wrapped optimizer on
+- :class:`Fp16Aware` (NPU101, for the run): NPU101 reads :class:`Fp16Rewrites`. NPU106 does not
+  rewrite in a chain with an NPU101 that does not (NPU101 would rewrite the wrapped optimizer on
   the second pass, which fails the file).
 """
 

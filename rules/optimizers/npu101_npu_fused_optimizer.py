@@ -22,7 +22,11 @@ from migrator.rules.optimizers._fused_planner import (
     Rewrite,
     plan_fused,
 )
+from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
+    AddedAmp,
+    Fp16Aware,
+    Fp16Rewrites,
     FusedPlan,
     FusedPlans,
     FusedSwaps,
@@ -63,10 +67,11 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`,
-    subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
-    at its own line); an optimizer whose surrounding code breaks a fused one
-    (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16 casts of its
-    model, sparse embeddings; where these are looked for: docs/rules-optimizers.md); an
+    subclasses of these optimizers and `FP16_Optimizer` wrappers that NPU106 does not rewrite
+    (and the optimizer they wrap, at its own line); an optimizer whose surrounding code breaks a
+    fused one (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16
+    casts of its model, sparse embeddings; where these are looked for:
+    docs/rules-optimizers.md); an
     optimizer whose parameters are re-allocated while it is in use, which breaks the contract
     of every NPU fused optimizer (the line that breaks it is named): a move away from the
     device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
@@ -82,6 +87,12 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `enabled=args.amp`), since neither home fits both paths (an apex `Fused*` one, which fails on
     Ascend anyway, is rewritten for the amp path and the other path is reported at the
     `amp.initialize` line); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
+
+    The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
+    were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
+    through amp O2 with master weights (on the paths its wrappers cover); one NPU105 puts under
+    amp goes through NPU105's level with `combine_grad=True`, and under NPU105's `--amp` switch
+    the class is picked by it, `(apex.optimizers.X if args.amp else torch_npu.optim.X)(...)`.
 
     ## Why
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
@@ -121,13 +132,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
     PROVIDES = (FusedPlans,)
-    RUN_PLANS = (FusedSwaps,)
-    # NPU102's opt-level switch decides which amp levels the optimizers will run with.
-    READS = (OptLevelSwitch,)
+    RUN_PLANS = (FusedSwaps, Fp16Aware)
+    # NPU102's opt-level switch decides which amp levels the optimizers will run with; NPU105
+    # and NPU106 write `amp.initialize` calls that the optimizers they name go through.
+    READS = (OptLevelSwitch, Fp16Rewrites, AddedAmp)
 
     @classmethod
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:
-        return (FusedSwaps(),)
+        return (FusedSwaps(), Fp16Aware())
 
     def check(self) -> None:
         """The planner decides (:mod:`~migrator.rules.optimizers._fused_planner`); this records
@@ -138,6 +150,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             factories=factory_facts(self),
             suppressions=self.context.suppressions,
             shared=shared_workers(self),
+            planned_amp=PlannedAmp(self.read_plan(Fp16Rewrites), self.read_plan(AddedAmp)),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
@@ -152,7 +165,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 continue
             if rewrite.gate is not None and rewrite.gate_warning is not None:
                 self.report(rewrite.gate.amp_call, rewrite.gate_warning)
-            if rewrite.func_style == "dotted":
+            if rewrite.switch is not None:  # both classes, picked at run time
+                self.add_import("torch_npu", after="torch")
+                self.add_import("apex", after="apex")
+            elif rewrite.func_style == "dotted":
                 if rewrite.home == TORCH_NPU_HOME:
                     self.add_import("torch_npu", after="torch")
                 else:
@@ -186,6 +202,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         if rewrite.func_style == "attr" and isinstance(func, ast.Attribute):
             return len(rewrite.target) - len(func.attr)
         new = rewrite.target if rewrite.func_style == "rename" else rewrite.qualified_target
+        if rewrite.spelling is not None:
+            new = rewrite.spelling
         return len(new) - len(self.view.written(func))
 
     def _call_edit(self, rewrite: Rewrite) -> NodeEdit:
@@ -196,11 +214,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         groups, a device rule's `.cuda()`): only argument positions are relied on here.
         """
         shift = self._shift(rewrite)
-        style, target, qualified_target = (
-            rewrite.func_style,
-            rewrite.target,
-            rewrite.qualified_target,
-        )
+        style, target = rewrite.func_style, rewrite.target
+        qualified_target = rewrite.spelling or rewrite.qualified_target
         to_keyword = dict(rewrite.edits.to_keyword)
         dropped = sorted(rewrite.edits.dropped)
         added = list(rewrite.edits.added)

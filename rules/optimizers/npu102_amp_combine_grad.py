@@ -18,6 +18,8 @@ from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._factories import OptimizerFactories, factory_verdict
 from migrator.rules.optimizers._flow import AmpSink, OptimizerFlow, fused_name
 from migrator.rules.optimizers._plans import (
+    Fp16Rewrite,
+    Fp16Rewrites,
     FusedPlans,
     FusedSwaps,
     OptLevelSwitch,
@@ -26,6 +28,7 @@ from migrator.rules.optimizers._plans import (
 )
 from migrator.rules.optimizers._tables import (
     AMP_POSITIONS,
+    APEX_HOME,
     FUSED_LEVELS,
     KNOWN_OPTIMIZERS,
     NPU1_ROOTS,
@@ -50,7 +53,9 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     literal and its arms cannot all be read. Every other call given
     optimizers that gets no `combine_grad=True` says why at its line (optimizers not NPU fused or
     not traceable, `enabled=False`, `**kwargs`; for a factory: outside the run, an ambiguous
-    import or module, a returned value it cannot follow, a constructor left unfused).
+    import or module, a returned value it cannot follow, a constructor left unfused). The
+    `amp.initialize` NPU106 writes in place of `FP16_Optimizer(...)` gets `combine_grad=True`
+    when NPU101 makes the wrapped optimizer Ascend apex's fused one in the same run.
 
     Option `opt-level` (`[tool.npu-migrate.rules.NPU102] opt-level = "O2"`, one of O0-O3): sets
     that `opt_level` on every `apex.amp.initialize` it can see, keeping the quotes of the literal
@@ -91,11 +96,12 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     NAME = "amp-combine-grad"
     SUMMARY = "`amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`"
     FIX_SAFETY = FixSafety.SAFE
-    TRIGGER = ("initialize",)
+    TRIGGER = ("initialize", "FP16_Optimizer")  # NPU106 turns the latter into the former
     RUN_PLANS = (OptLevelSwitch,)
     # Optimizers that NPU101 rewrites count as NPU fused ones; factories of other modules are
-    # judged as NPU101 leaves them when it runs.
-    READS = (FusedPlans, FusedSwaps, OptLevelSwitch)
+    # judged as NPU101 leaves them when it runs; NPU106's new amp.initialize calls get
+    # combine_grad when NPU101 fuses the optimizer they wrap.
+    READS = (FusedPlans, FusedSwaps, OptLevelSwitch, Fp16Rewrites)
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
@@ -120,6 +126,9 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         for sink in self.flow.amp_sinks:
             self._switch_opt_level(sink.call)
             self._examine(sink)
+        fp16 = self.read_plan(Fp16Rewrites)
+        for rewrite in fp16.by_wrapper.values() if fp16 is not None else ():
+            self._combine_fp16(rewrite)
 
     # -- the opt-level switch ------------------------------------------------------------------
 
@@ -147,6 +156,22 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         )
 
     # -- combine_grad ----------------------------------------------------------------------------
+
+    def _combine_fp16(self, rewrite: Fp16Rewrite) -> None:
+        """NPU106 turns the ``FP16_Optimizer(...)`` call into ``amp.initialize(...,
+        opt_level="O2")`` (master weights by default): ``combine_grad=True`` goes on it when
+        NPU101 makes the wrapped optimizer Ascend apex's fused one (NPU106 adds it itself for
+        an optimizer written NPU fused)."""
+        plan = planned(self).get(id(rewrite.inner))
+        if plan is None or not plan.qualified_target.startswith(APEX_HOME + "."):
+            return
+        self.fix(
+            rewrite.wrapper,
+            "added `combine_grad=True` to the `amp.initialize` NPU106 writes here: the "
+            f"gradients of `{plan.qualified_target}` (line {line_of(rewrite.inner)}) are packed "
+            "into flat buffers",
+            self.replace(rewrite.wrapper, cst.Call, _add_combine_grad),
+        )
 
     def _examine(self, sink: AmpSink) -> None:
         call = sink.call

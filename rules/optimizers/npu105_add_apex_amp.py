@@ -30,9 +30,9 @@ from migrator.rules.optimizers._amp_steps import (
     training_steps,
 )
 from migrator.rules.optimizers._native_amp import SCALER_KNOBS, NativeAmp, native_amp
-from migrator.rules.optimizers._plans import AddedAmp, FusedSwaps
-from migrator.rules.optimizers._tables import APEX_HOME, NPU_FUSED, TORCH_NPU_HOME
-from migrator.rules.optimizers.npu101_npu_fused_optimizer import NpuFusedOptimizer
+from migrator.rules.optimizers._planned_amp import picked_by
+from migrator.rules.optimizers._plans import AddedAmp
+from migrator.rules.optimizers._tables import APEX_HOME, NPU_FUSED
 
 CODE = "NPU105"
 LEVELS = ("O1", "O2")
@@ -168,8 +168,9 @@ class AddApexAmp(Rule):
             scaled_loss.backward()
         optimizer.step()
     ```
-    with `--amp`, `--opt-level` and `--loss-scale` added to the parser; NPU101 and NPU102 then
-    make the optimizer an NPU fused one (see docs/rules-optimizers.md for running them).
+    with `--amp`, `--opt-level` and `--loss-scale` added to the parser. NPU101, in the same
+    run, plans the optimizers for the new `amp.initialize` (see docs/rules-optimizers.md):
+    with `switch = "always"` they become `apex.optimizers.NpuFused*`.
 
     ## Fix safety
     Safe, and opt-in: it changes the training arithmetic (half precision, loss scaling), which
@@ -187,10 +188,8 @@ class AddApexAmp(Rule):
     OPT_IN = True
     # Every file it changes calls `backward()`.
     TRIGGER = ("backward",)
+    # NPU101 gives the optimizers under the new amp.initialize their class in the same run.
     PROVIDES = (AddedAmp,)
-    # NPU101 runs in this run (its run plan): until NPU101 reads AddedAmp it would give the
-    # optimizers torch_npu's home, which is not meant for amp (see check()).
-    READS = (FusedSwaps,)
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
@@ -219,12 +218,6 @@ class AddApexAmp(Rule):
         problems = [*steps.problems, *blockers(self.view, steps)]
         if native is not None:
             problems += native.problems
-        # Until NPU101 reads AddedAmp, a run with NPU101 would give the optimizers torch_npu's
-        # home, which is not meant for amp: two runs (NPU105 alone first) do it right.
-        npu101_runs = self.read_plan(FusedSwaps) is not None
-        if not problems and npu101_runs and AddedAmp not in NpuFusedOptimizer.READS:
-            self._report_same_run(steps)
-            return
         if problems:
             self._refuse(problems)
             return
@@ -326,16 +319,6 @@ class AddApexAmp(Rule):
                 continue
             seen.add(key)
             self.report(problem.node, f"apex amp not added: {problem.why}")
-
-    def _report_same_run(self, steps: TrainingSteps) -> None:
-        at = steps.setups[0].bindings[-1] if steps.setups else steps.backwards[0].call
-        self.report(
-            at,
-            "apex amp not added in this run: NPU101 runs too and would give this optimizer "
-            "torch_npu's home, which is not meant for apex amp. Run `npu-migrate --select "
-            "NPU105,NPU203` first, then the other rules: NPU101 and NPU102 then see the "
-            "amp.initialize it adds",
-        )
 
     def _master_weight_problems(self, steps: TrainingSteps) -> list[Problem]:
         """Under O2 the optimizer steps fp32 master copies: gradients of the model's own
@@ -712,7 +695,7 @@ class _Writer:
                         continue
                     new = f"{APEX_HOME}.{short}"
                 else:
-                    new = f"({APEX_HOME}.{short} if {self.switch} else {TORCH_NPU_HOME}.{short})"
+                    new = picked_by(self.switch, short)
                     rule.add_import("torch_npu", after="torch")
                 rule.add_import("apex", after="apex")
                 edits.append(

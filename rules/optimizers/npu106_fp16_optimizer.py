@@ -48,8 +48,9 @@ class Fp16Optimizer(Rule):
       scale is given, FP16_Optimizer's default; `"dynamic"` for `dynamic_loss_scale=True`;
       `"dynamic" if flag else S` for `dynamic_loss_scale=flag`); `dynamic_loss_args` keys map
       to Ascend's `dynamic_init_scale`, `scale_window`, `min_loss_scale`, `max_loss_scale`;
-      `verbose` is dropped. `combine_grad=True` is added when the wrapped optimizer is, or NPU101
-      makes it, an NPU fused one;
+      `verbose` is dropped. `combine_grad=True` is added when the wrapped optimizer is written
+      NPU fused (NPU102 adds it in the same run when NPU101 makes it Ascend apex's fused one:
+      NPU101 plans the optimizers of the wrappers rewritten here for amp O2);
     - `model.half()` (the statement, or `.half()` in `model = Net().cuda().half()`) is removed:
       amp O2 casts the model, and `keep_batchnorm_fp32=False` casts batchnorm too, as `.half()`
       did. An `if` left empty by the removal goes with it (a `pass` stays where it has an `else`
