@@ -7,6 +7,8 @@ import ast
 import textwrap
 from typing import Any
 
+import pytest
+
 from migrator.analysis.index import line_of
 from migrator.analysis.parse import parse_index
 from migrator.analysis.view import FileView
@@ -201,29 +203,97 @@ def test_code_that_breaks_a_fused_optimizer_is_a_finding() -> None:
     )
 
 
-def test_amp_on_some_paths_only_keeps_a_torch_optimizer_and_warns_for_an_apex_one() -> None:
-    decisions = decide(
-        """
-        import torch
-        from apex import amp
-        from apex.optimizers import FusedSGD
+GATED_AMP = """
+import torch
+from apex import amp
+from apex.optimizers import FusedSGD
 
 
-        def main(args, model):
-            torch_optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            apex_optimizer = FusedSGD(model.parameters(), lr=0.1)
-            if args.fp16:
-                model, [torch_optimizer, apex_optimizer] = amp.initialize(
-                    model, [torch_optimizer, apex_optimizer], opt_level="O1"
-                )
-        """
-    )
+def main(args, model):
+    torch_optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    apex_optimizer = FusedSGD(model.parameters(), lr=0.1)
+    if args.fp16:
+        model, [torch_optimizer, apex_optimizer] = amp.initialize(
+            model, [torch_optimizer, apex_optimizer], opt_level="O1"
+        )
+"""
+
+
+def test_amp_on_some_paths_only_picks_the_class_by_the_same_condition() -> None:
+    decisions = decide(GATED_AMP)
+    assert not decisions.findings, [f.message for f in decisions.findings]
+    callees = [rewrite.callee for rewrite in decisions.rewrites]
+    choice = "(apex.optimizers.NpuFusedSGD if args.fp16 else torch_npu.optim.NpuFusedSGD)"
+    assert callees == [choice, choice]
+    for rewrite in decisions.rewrites:
+        assert rewrite.qualified_target == "apex.optimizers.NpuFusedSGD"  # the amp path's
+        assert "runs only when `args.fp16` holds" in rewrite.message
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(args, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                args = reload(args)
+                if args.fp16:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`args` may change between the two lines",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(args, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if use_amp(args):
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`use_amp(args)` is not made of names and attributes only",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(args, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if args.gpu:
+                    if args.fp16:
+                        model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "more than one condition decides whether `amp.initialize` runs",
+        ),
+    ],
+    ids=["rebound", "call", "nested"],
+)
+def test_a_condition_that_may_read_otherwise_at_the_constructor_is_reported(
+    code: str, reason: str
+) -> None:
+    decisions = decide(code)
+    assert not decisions.rewrites
     (finding,) = decisions.findings
-    assert line_of(finding.node) == 8 and "runs only when `args.fp16` holds" in finding.message
-    (rewrite,) = decisions.rewrites
-    assert rewrite.qualified_target == "apex.optimizers.NpuFusedSGD"
-    assert rewrite.gate is not None and line_of(rewrite.gate.amp_call) == 11
-    assert rewrite.gate_warning is not None and "on the other path" in rewrite.gate_warning
+    assert f"here {reason}" in finding.message
+
+
+def test_amp_always_counts_a_gated_amp_initialize_as_reached() -> None:
+    text = textwrap.dedent(GATED_AMP)
+    decisions = plan_fused(
+        view_of(text), level=None, factories={}, suppressions=Suppressions.scan(text),
+        amp_always=True,
+    )  # fmt: skip
+    assert not decisions.findings, [f.message for f in decisions.findings]
+    homes = [rewrite.qualified_target for rewrite in decisions.rewrites]
+    assert homes == ["apex.optimizers.NpuFusedSGD", "apex.optimizers.NpuFusedSGD"]
+    for rewrite in decisions.rewrites:
+        assert "should be used with AMP" in rewrite.message
 
 
 # -- NPU104 ----------------------------------------------------------------------------------------

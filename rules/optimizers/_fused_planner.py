@@ -112,21 +112,6 @@ class AmpGate:
     amp_when_true: bool
     verb: str = "runs"  # "enables amp" for `enabled=<run-time value>`
 
-    @property
-    def condition(self) -> str:
-        return f"`{self.test}` holds" if self.amp_when_true else f"`{self.test}` is false"
-
-    def choice(self, target: str) -> str:
-        """The class picked by the same condition, for the message."""
-        return _choice(self.test, self.amp_when_true, target)
-
-
-def _choice(test: str, amp_when_true: bool, target: str) -> str:
-    """``(apex.optimizers.X if test else torch_npu.optim.X)(...)``, for a message."""
-    apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
-    first, second = (apex, torch_npu) if amp_when_true else (torch_npu, apex)
-    return f"`({first} if {test} else {second})(...)`"
-
 
 @dataclass(frozen=True)
 class ImportRewrite:
@@ -151,13 +136,27 @@ class Rewrite:
     message: str  # what the fix says
     # The `from ... import` rewritten along with this call (carried by the first call using it).
     import_rewrite: ImportRewrite | None = None
-    # amp.initialize runs only under a condition: said at its line, as a finding of its own.
-    gate: AmpGate | None = None
-    gate_warning: str | None = None
+    # amp.initialize runs only when this test (as written) holds (True) or is false (False):
+    # the class is picked by it, `(apex.optimizers.X if test else torch_npu.optim.X)`.
+    choice: tuple[str, bool] | None = None
 
     @property
     def qualified_target(self) -> str:
+        """The class on the amp path (the only one without a ``choice``)."""
         return f"{self.home}.{self.target}"
+
+    @property
+    def callee(self) -> str:
+        """The callee a ``dotted`` rewrite writes."""
+        return _callee(self.target, self.choice) if self.choice else self.qualified_target
+
+
+def _callee(target: str, choice: tuple[str, bool]) -> str:
+    """``(apex.optimizers.X if test else torch_npu.optim.X)``: the class picked by the test."""
+    test, amp_when_true = choice
+    apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
+    first, second = (apex, torch_npu) if amp_when_true else (torch_npu, apex)
+    return f"({first} if {test} else {second})"
 
 
 @dataclass(frozen=True)
@@ -188,13 +187,10 @@ class FusedDecisions:
     released_imports: tuple[ReleasedImport, ...]
 
     def lines(self, suppressions: Suppressions) -> set[int]:
-        """The lines where NPU101 says something (a finding, a fix, the warning of a fix) that
-        no suppression comment covers."""
+        """The lines where NPU101 says something (a finding, a fix) that no suppression
+        comment covers."""
         nodes: list[ast.AST] = [finding.node for finding in self.findings]
-        for rewrite in self.rewrites:
-            nodes.append(rewrite.call)
-            if rewrite.gate is not None and rewrite.gate_warning is not None:
-                nodes.append(rewrite.gate.amp_call)
+        nodes += [rewrite.call for rewrite in self.rewrites]
         lines = {line_of(node) for node in nodes}
         return {line for line in lines if not suppressions.covers(line, CODE)}
 
@@ -206,6 +202,7 @@ def plan_fused(
     factories: Mapping[str, Any],
     suppressions: Suppressions,
     shared: Mapping[str, str] | None = None,
+    amp_always: bool = False,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -214,9 +211,12 @@ def plan_fused(
     functions that other files of the run call for an optimizer (empty without any);
     ``suppressions`` the file's suppression comments (a covered constructor is not planned);
     ``shared`` the module's functions that another file starts as hogwild workers on a model
-    in shared memory (name -> where ``share_memory()`` is called).
+    in shared memory (name -> where ``share_memory()`` is called); ``amp_always`` the setting
+    ``amp = "always"``: an ``amp.initialize`` that runs only on some paths counts as reached.
     """
-    return _Planner(view, level, factories, suppressions, shared or {}).decide()
+    planner = _Planner(view, level, factories, suppressions, shared or {})
+    planner.amp_always = amp_always
+    return planner.decide()
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -237,11 +237,15 @@ class _Draft:
     func_style: FuncStyle = "dotted"
     disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
     why: str | None = None  # the reason for the home, when other files' calls decide it
-    gate: AmpGate | None = None  # amp.initialize runs only under a condition
+    choice: tuple[str, bool] | None = None  # see Rewrite.choice
 
     @property
     def qualified_target(self) -> str:
         return f"{self.home}.{self.target}"
+
+    @property
+    def callee(self) -> str:
+        return _callee(self.target, self.choice) if self.choice else self.qualified_target
 
 
 class _Planner:
@@ -265,6 +269,7 @@ class _Planner:
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
         self.released: list[ReleasedImport] = []
+        self.amp_always = False  # `amp = "always"`: gated amp.initialize calls count as reached
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -485,8 +490,9 @@ class _Planner:
                 call,
                 f"`{name}` is returned by `{without_amp[0].factory}` to calls where it does not "
                 f"reach `amp.initialize` ({_sites_listed(without_amp)}), and "
-                "Ascend apex's fused optimizers raise in `step()` without amp: use "
-                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works with and without amp",
+                "Ascend apex's fused optimizers raise in `step()` without amp: build "
+                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}` for those calls (torch_npu's steps "
+                "stale gradients under apex amp, so keep apex's where amp runs)",
                 Severity.INFO,
             )
             return
@@ -581,7 +587,11 @@ class _Planner:
         amp_call = enabled[0].call if enabled else None
         with_amp = [site for site in sites if site.with_amp]
         without_amp = [site for site in sites if not site.with_amp]
-        apex = (amp_call is not None or bool(with_amp)) and not without_amp
+        if (amp_call is not None or with_amp) and without_amp:
+            # apex's class raises without amp; torch_npu's steps stale gradients under apex amp.
+            self._report(call, _mixed_callers_refusal(source, target, with_amp, without_amp))
+            return
+        apex = amp_call is not None or bool(with_amp)
         draft = _Draft(
             call,
             args,
@@ -591,23 +601,25 @@ class _Planner:
             line_of(amp_call) if amp_call is not None else None,
         )
         gated_site = self._gated_site(with_amp) if apex else None
-        if gated_site is not None and source.unfused_replacement is None:
-            site, amp = gated_site
-            self._report(call, _gated_elsewhere_refusal(source, target, site, amp))
-            return
         gate = self._amp_gate(call, enabled) if apex else None
-        if gate is not None and source.unfused_replacement is None:
-            # torch's optimizer runs on both paths; the apex one would raise on the path
-            # without amp, and torch_npu's are not meant for amp: leave the choice to the user.
-            self._report(call, _gated_amp_refusal(source, target, gate))
-            return
+        gated = _gated_path(gate, gated_site)
+        if gated is not None and not self.amp_always:
+            # apex's class raises in step() without amp, and torch_npu's steps stale gradients
+            # under apex amp: pick the class by the condition, where it can be read here.
+            unportable = self._unportable_gate(call, gate)
+            if unportable is not None:
+                self._report(call, _gated_refusal(source, target, gated, unportable))
+                return
+            assert gate is not None
+            draft.choice = (gate.test, gate.amp_when_true)
         problems = self._map_arguments(draft, names)
         if problems:
             self._report(call, _blocked_message(source, target, problems))
             return
-        draft.gate = gate
         if sites:
             draft.why = _factory_why(draft, amp_call, with_amp, without_amp)
+        if gated is not None:
+            draft.why = _gated_why(draft, gated, self.amp_always)
         if settings and not enabled:
             draft.disabled_amp_line = line_of(settings[0].call)
         for options in enabled:
@@ -616,10 +628,6 @@ class _Planner:
                     f'NPU102 sets `opt_level="{options.switch}"` at line {line_of(options.call)}'
                 )
             draft.notes.extend(options.run_time_notes(with_enabled=gate is None))
-        if gated_site is not None and gated_site[1].gate and gated_site[1].gate[2] == "runs":
-            # (`enabled=<run-time value>` there has its own note, from the call's options.)
-            site, amp = gated_site
-            draft.notes.append(_gated_elsewhere_warning(draft, site, amp))
         for site in with_amp:
             for amp in site.with_amp:
                 if amp.switch is not None:
@@ -649,6 +657,32 @@ class _Planner:
         for options in enabled:
             if options.enabled is NOT_LITERAL and options.enabled_code is not None:
                 return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
+        return None
+
+    def _unportable_gate(self, call: ast.Call, gate: AmpGate | None) -> str | None:
+        """Why the condition under which amp runs cannot pick the class at ``call``; None when
+        it can: ``gate`` is the only condition between them, in the same function, after the
+        constructor, and its test is names and attributes that nothing assigns in between."""
+        if gate is None:
+            return "that call is in another file"
+        amp_call = gate.amp_call
+        scope = self.flow.scope_of(call)
+        if scope is not self.flow.scope_of(amp_call) or line_of(amp_call) <= line_of(call):
+            return "`amp.initialize` is not after the constructor in the same function"
+        if len(self.flow.guards_only_for(amp_call, call)) > (0 if gate.verb != "runs" else 1):
+            return "more than one condition decides whether `amp.initialize` runs"
+        test = _expression(gate.test)
+        if test is None or not _plain_test(test):
+            return f"`{gate.test}` is not made of names and attributes only"
+        first, last = line_of(call), line_of(amp_call)
+        stored = _stored_between(scope, first, last)
+        names = {node.id for node in ast.walk(test) if isinstance(node, ast.Name)}
+        attributes = {_dotted(node) for node in ast.walk(test) if isinstance(node, ast.Attribute)}
+        if "*" in stored:
+            return "a `setattr`, `exec` or `vars` call between the two lines may change it"
+        changed = sorted((names | attributes) & stored)
+        if changed:
+            return f"`{changed[0]}` may change between the two lines"
         return None
 
     def _map_arguments(self, draft: _Draft, names: list[str]) -> list[str]:
@@ -711,6 +745,9 @@ class _Planner:
         by_import: dict[int, list[_Draft]] = {}
         for draft in self.drafts:
             func = draft.call.func
+            if draft.choice is not None:
+                draft.func_style = "dotted"  # `(apex... if test else torch_npu...)`, spelled out
+                continue
             if isinstance(func, ast.Attribute):
                 base = self.view.qualified_name(func.value)
                 draft.func_style = "attr" if base == draft.home else "dotted"
@@ -808,7 +845,6 @@ class _Planner:
         for draft in self.drafts:
             statement = self._rewritten_import(draft)
             carried = pending.pop(id(statement), None) if statement is not None else None
-            warning = _gated_amp_warning(draft, draft.gate) if draft.gate is not None else None
             rewrites.append(
                 Rewrite(
                     draft.call,
@@ -820,8 +856,7 @@ class _Planner:
                     draft.func_style,
                     _fixed_message(draft),
                     carried,
-                    draft.gate,
-                    warning,
+                    draft.choice,
                 )
             )
         return tuple(rewrites)
@@ -1009,59 +1044,91 @@ def _cpu_message(source: Source, target: str, model: Break) -> str:
     )
 
 
-def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
-    line = line_of(gate.amp_call)
+@dataclass(frozen=True)
+class GatedPath:
+    """How an optimizer goes through an ``amp.initialize`` that runs, or enables amp, only under
+    a condition that does not also guard the optimizer's construction, as a message says it."""
+
+    reaches: str  # "it goes through `amp.initialize` (line 11), which runs only when ..."
+
+
+def _gated_path(
+    gate: AmpGate | None, site: tuple[CallSite, ExternalAmp] | None
+) -> GatedPath | None:
+    if gate is not None:
+        condition = f"`{gate.test}` holds" if gate.amp_when_true else f"`{gate.test}` is false"
+        return GatedPath(
+            f"it goes through `amp.initialize` (line {line_of(gate.amp_call)}), which "
+            f"{gate.verb} only when {condition}"
+        )
+    if site is not None and site[1].gate is not None:
+        call_site, amp = site
+        return GatedPath(
+            f"`{call_site.factory}` returns it to the call at {call_site.at}, whose "
+            f"`amp.initialize` ({amp.at}) {site[1].gate[2]} only when {amp.condition}"
+        )
+    return None
+
+
+AMP_ALWAYS = '`amp = "always"` ([tool.npu-migrate])'
+
+# Why neither class alone fits an optimizer whose amp.initialize runs only on some paths.
+_NEITHER_HOME = (
+    "Ascend apex's fused optimizers raise in `step()` without amp, and torch_npu's step stale "
+    "gradients under apex amp (for any optimizer but its own fused ones, Ascend apex's "
+    "`amp.initialize` sets the gradients to None before every backward, which detaches them "
+    "from torch_npu's flat buffer)"
+)
+
+
+def _gated_why(draft: _Draft, gated: GatedPath, amp_always: bool) -> str:
+    """Why the class of an optimizer whose ``amp.initialize`` runs only on some paths."""
+    if amp_always:
+        return (
+            f"{gated.reaches}, and {AMP_ALWAYS} counts that `amp.initialize` as reached (the "
+            "project trains with amp on); on the path without amp its `step()` raises "
+            f'RuntimeError ("apex.optimizers.{draft.target} should be used with AMP")'
+        )
     return (
-        f"`{source.display}` is not rewritten: it goes through `amp.initialize` (line {line}), "
-        f"which {gate.verb} only when {gate.condition}. Under amp it needs "
-        f"`{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
-        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
-        "fits both paths. "
+        f"{gated.reaches}, so the class is picked by the same condition, as Ascend's ModelZoo "
+        f"scripts do: {_NEITHER_HOME}"
+    )
+
+
+def _mixed_callers_refusal(
+    source: Source, target: str, with_amp: Sequence[CallSite], without_amp: Sequence[CallSite]
+) -> str:
+    factory = (with_amp or without_amp)[0].factory
+    reaching = "; ".join(
+        f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
+        for site in with_amp
+    )
+    passed = f" ({reaching})" if reaching else " (and this module)"
+    return (
+        f"`{source.display}` is not rewritten: `{factory}` returns it to calls that pass it to "
+        f"`amp.initialize`{passed} and to calls that do not ({_sites_listed(without_amp)}), "
+        f"so no single NPU fused class fits: {_NEITHER_HOME}. "
         + _left_unfused(
             source,
-            "call `amp.initialize` on every path, or pick the class by the same condition: "
-            + gate.choice(target),
+            f"build `{APEX_HOME}.{target}` for the callers that use amp and "
+            f"`{TORCH_NPU_HOME}.{target}` for the others (a parameter of `{factory}`)",
         )
     )
 
 
-def _gated_elsewhere_refusal(source: Source, target: str, site: CallSite, amp: ExternalAmp) -> str:
-    assert amp.gate is not None
-    test, when_true, verb = amp.gate
-    choice = _choice(test, when_true, target)
+def _gated_refusal(source: Source, target: str, gated: GatedPath, unportable: str) -> str:
+    choice = _callee(target, ("<condition>", True))
     return (
-        f"`{source.display}` is not rewritten: `{site.factory}` returns it to the call at "
-        f"{site.at}, whose `amp.initialize` ({amp.at}) {verb} only when {amp.condition}. Under "
-        f"amp it needs `{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
-        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
-        "fits both paths. "
+        f"`{source.display}` is not rewritten: {gated.reaches}, so no single NPU fused class "
+        f"fits: {_NEITHER_HOME}. npu-migrate picks the class by the condition, "
+        f"`{choice}(...)`, only where it can evaluate the condition at the constructor, and here "
+        f"{unportable}. "
         + _left_unfused(
             source,
-            "call `amp.initialize` on every path there, or pick the class by the same "
-            "condition: " + choice,
+            "pick the class by the condition under which `amp.initialize` runs, or call "
+            f"`amp.initialize` on every path, or set {AMP_ALWAYS} if the project always trains "
+            "with amp",
         )
-    )
-
-
-def _gated_elsewhere_warning(draft: _Draft, site: CallSite, amp: ExternalAmp) -> str:
-    assert amp.gate is not None
-    _, _, verb = amp.gate
-    return (
-        f"warning: the `amp.initialize` at {amp.at} (after the call at {site.at}) {verb} only "
-        f"when {amp.condition}; on the other path `{draft.qualified_target}` raises in "
-        "`step()` (NVIDIA's class did not run on Ascend there either)"
-    )
-
-
-def _gated_amp_warning(draft: _Draft, gate: AmpGate) -> str:
-    return (
-        f"this `amp.initialize` {gate.verb} only when {gate.condition}, and the optimizer built "
-        f"at line "
-        f"{line_of(draft.call)} (`{draft.source.display}`, now `{draft.qualified_target}`) steps "
-        "only under amp: on the other path its `step()` raises (NVIDIA's "
-        f"`{draft.source.display.rsplit('.', 1)[1]}` did not run on Ascend there either). Call "
-        "`amp.initialize` on every path, or pick the class by the same condition: "
-        + gate.choice(draft.target)
     )
 
 
@@ -1112,12 +1179,6 @@ def _factory_why(
             f"`{factory}` returns it and every call of it passes it to `amp.initialize` "
             f"({'; '.join(reaching)}): Ascend apex's fused optimizers step only under amp"
         )
-    if reaching:
-        return (
-            f"`{factory}` returns it to calls that pass it to `amp.initialize` "
-            f"({'; '.join(reaching)}) and to calls that do not ({_sites_listed(without_amp)}): "
-            "torch_npu's fused optimizers work with and without amp"
-        )
     return (
         f"`{factory}` returns it to calls where it reaches no enabled `amp.initialize` "
         f"({_sites_listed(without_amp)}): torch_npu's fused optimizers work without amp"
@@ -1143,7 +1204,7 @@ def _fixed_message(draft: _Draft) -> str:
             "work without amp"
         )
     notes = "".join(f"; {note}" for note in draft.notes)
-    return f"replaced `{draft.source.display}` with `{draft.qualified_target}`: {why}{notes}"
+    return f"replaced `{draft.source.display}` with `{draft.callee}`: {why}{notes}"
 
 
 def _sharded_class_message(code: str, name: str, sharder: str) -> str:
@@ -1203,3 +1264,53 @@ _DYNAMIC_LOOKUP_ADVICE = (
     "torch_npu.optim.NpuFusedAdam}` (use `apex.optimizers.NpuFused*` when the optimizer goes "
     "through `amp.initialize`)"
 )
+
+
+# -- conditions read at the constructor ------------------------------------------------------------
+
+_PLAIN_TEST_NODES = (
+    ast.Name, ast.Attribute, ast.Constant, ast.UnaryOp, ast.Not, ast.BoolOp, ast.And, ast.Or,
+    ast.Compare, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Load,
+)  # fmt: skip
+
+
+_REBINDING_CALLS = frozenset({"setattr", "delattr", "exec", "vars"})
+
+
+def _expression(code: str) -> ast.expr | None:
+    try:
+        return ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def _plain_test(test: ast.expr) -> bool:
+    """Names, attributes, constants, `not`, `and`/`or` and comparisons: no call, no subscript,
+    so evaluating it once more, earlier, reads the same values and does nothing else."""
+    return all(isinstance(node, _PLAIN_TEST_NODES) for node in ast.walk(test))
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else "?"
+
+
+def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
+    """Names and dotted attributes that ``scope`` assigns or deletes on lines ``first`` to
+    ``last``, and every name when something there may rebind anything (``setattr``, ``exec``,
+    ``global``/``nonlocal``)."""
+    stored: set[str] = set()
+    for node in ast.walk(scope):
+        line = getattr(node, "lineno", None)
+        if line is None or not first <= line <= last:
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stored.add(node.id)
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            stored.add(_dotted(node))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            stored.update(node.names)
+        elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS:
+            stored.add("*")
+    return stored

@@ -30,58 +30,65 @@ from migrator.rules.optimizers._plans import (
     switched_level,
 )
 from migrator.rules.optimizers._tables import OPTIMIZER_TRIGGER, TORCH_NPU_HOME
-from migrator.settings import Settings
+from migrator.settings import AmpPolicy, Settings
 
 
 class NpuFusedOptimizer(OptimizerFactories, Rule):
     """
     ## What it does
     Replaces `torch.optim.SGD/Adam/AdamW/Adadelta/RMSprop` and apex `FusedSGD/FusedAdam`
-    constructors with the NPU fused optimizers. An optimizer that reaches `amp.initialize` in the
-    same module (following assignments in program order: only those that run before the call
+    constructors with the NPU fused optimizers. An optimizer that reaches `amp.initialize` in
+    the same module (following assignments in program order: only those that run before the call
     count) becomes `apex.optimizers.NpuFused*` (Ascend apex); any other, and one that reaches
     only `amp.initialize(..., enabled=False)`, becomes `torch_npu.optim.NpuFused*`, which works
-    without amp. An optimizer that reaches an `amp.initialize` whose literal `opt_level` is O0 or
-    O3, or O2 with `master_weights=False`, is reported and left unfused: Ascend apex refuses NPU
-    fused optimizers of either home there. A level computed in the module is read over every arm
-    it shows (`'O1' if use_mixed_precision else 'O0'`, an `if`/`else`, a dict of levels, the
+    without amp. An optimizer that reaches an `amp.initialize` whose literal `opt_level` is O0
+    or O3, or O2 with `master_weights=False`, is reported and left unfused: Ascend apex refuses
+    NPU fused optimizers of either home there. A level computed in the module is read over every
+    arm it shows (`'O1' if use_mixed_precision else 'O0'`, an `if`/`else`, a dict of levels, the
     default of an `--opt-level` option): one O0 or O3 arm counts as that literal level, since
     that path must keep running. A level, master-weights flag or `enabled` computed at run time
     otherwise is named in the message as a requirement, and NPU102's `opt-level` switch counts
-    when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test)
-    is left as it is: the fused optimizers pack on the NPU only. A constructor that a function
-    returns to other modules of the run (`create_optimizer(args, model)` called from
-    `train.py`) is placed by every call site of that function there: `apex.optimizers` when
-    all of them pass it to `amp.initialize`, `torch_npu.optim` when some do not, reported when
-    one would be refused; the message names the calls and their `amp.initialize`; a call whose
-    `amp.initialize` runs only under a condition (`if args.fp16:`) keeps a `torch.optim`
-    constructor unfused, as in the module itself. Arguments are mapped: apex FusedAdam's
+    when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test) is
+    left as it is: the fused optimizers pack on the NPU only. A constructor that a function
+    returns to other modules of the run (`create_optimizer(args, model)` called from `train.py`)
+    is placed by every call site of that function there: `apex.optimizers` when all of them pass
+    it to `amp.initialize`, `torch_npu.optim` when none does, reported when some do and some do
+    not or when one would be refused; the message names the calls and their `amp.initialize`. An
+    optimizer whose `amp.initialize` runs, or enables amp, only under a condition that does not
+    also guard its construction (`if args.amp: model, optimizer = amp.initialize(...)`, the
+    shape of Ascend's ModelZoo scripts; `enabled=args.amp`) gets the class picked by that
+    condition, `(apex.optimizers.NpuFusedSGD if args.amp else
+    torch_npu.optim.NpuFusedSGD)(...)`, as ModelZoo's engineers migrated such scripts: apex's
+    raises in `step()` without amp, and torch_npu's steps stale gradients under apex amp (which
+    sets the gradients of any other optimizer to None before each backward). That is done where
+    the condition reads the same at the constructor (same function, one condition, names and
+    attributes not assigned in between); otherwise, and for a factory whose callers gate amp or
+    whose callers differ (some with amp, some without), the constructor is reported. With `amp =
+    "always"` in [tool.npu-migrate] (or `--amp always`: the project trains with amp on) such an
+    `amp.initialize` counts as reached: `apex.optimizers.NpuFused*`, and the path without amp
+    raises at its first step, which the message says. Arguments are mapped: apex FusedAdam's
     `adam_w_mode` picks `NpuFusedAdamW` or `NpuFusedAdam`, and `weight_decay=0.0` is passed
     explicitly when FusedAdam relied on its default; performance-only switches (`foreach`,
-    `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped.
-    Reported for manual migration, never rewritten: arguments that change the update and have no
-    NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
-    `bias_correction=False`, FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`,
-    `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`,
-    subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
-    at its own line); an optimizer whose surrounding code breaks a fused one
-    (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16 casts of its
-    model, sparse embeddings; where these are looked for: docs/rules-optimizers.md); an
-    optimizer whose parameters are re-allocated while it is in use, which breaks the contract
-    of every NPU fused optimizer (the line that breaks it is named): a move away from the
-    device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
-    `.half()`, `.bfloat16()`, `.double()`, `._apply(fn)`), a store to a parameter or its
-    `.data`, `setattr` / `register_parameter` / `del` on the model, wherever one may run
-    between two of its steps (an epoch-end `model.cpu()` checkpoint, directly or in a function
-    of the module it calls), and parameters owned by a sharding or partitioning layer, in any
-    order: FSDP (`FullyShardedDataParallel`, `fully_shard`), tensor and sequence parallelism
-    (`parallelize_module`, DTensor parameters), DeepSpeed (`deepspeed.initialize` given the
-    model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
-    when another file of the run starts them); a
-    `torch.optim` optimizer whose `amp.initialize` runs only on some paths (`if args.fp16:`,
-    `enabled=args.amp`), since neither home fits both paths (an apex `Fused*` one, which fails on
-    Ascend anyway, is rewritten for the amp path and the other path is reported at the
-    `amp.initialize` line); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
+    `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped. Reported
+    for manual migration, never rewritten: arguments that change the update and have no NPU
+    equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam `bias_correction=False`,
+    FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`, `FusedNovoGrad`, `FusedAdagrad`,
+    `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`, subclasses of these optimizers and
+    `FP16_Optimizer` wrappers (and the optimizer they wrap, at its own line); an optimizer whose
+    surrounding code breaks a fused one (`zero_grad(set_to_none=True)` on it,
+    `model.zero_grad()`, `p.grad = None`, bf16 casts of its model, sparse embeddings; where
+    these are looked for: docs/rules-optimizers.md); an optimizer whose parameters are
+    re-allocated while it is in use, which breaks the contract of every NPU fused optimizer (the
+    line that breaks it is named): a move away from the device or a cast of its model or of a
+    submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`, `.half()`, `.bfloat16()`, `.double()`,
+    `._apply(fn)`), a store to a parameter or its `.data`, `setattr` / `register_parameter` /
+    `del` on the model, wherever one may run between two of its steps (an epoch-end
+    `model.cpu()` checkpoint, directly or in a function of the module it calls), and parameters
+    owned by a sharding or partitioning layer, in any order: FSDP (`FullyShardedDataParallel`,
+    `fully_shard`), tensor and sequence parallelism (`parallelize_module`, DTensor parameters),
+    DeepSpeed (`deepspeed.initialize` given the model or the optimizer),
+    `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also when another file of the
+    run starts them); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
 
     ## Why
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
@@ -138,6 +145,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             factories=factory_facts(self),
             suppressions=self.context.suppressions,
             shared=shared_workers(self),
+            amp_always=self.settings.amp is AmpPolicy.ALWAYS,
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
@@ -150,12 +158,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 edits.append(self._import_edit(rewrite.import_rewrite))
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
-            if rewrite.gate is not None and rewrite.gate_warning is not None:
-                self.report(rewrite.gate.amp_call, rewrite.gate_warning)
             if rewrite.func_style == "dotted":
-                if rewrite.home == TORCH_NPU_HOME:
+                if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
                     self.add_import("torch_npu", after="torch")
-                else:
+                if rewrite.home != TORCH_NPU_HOME:
                     self.add_import("apex", after="apex")  # next to the file's other apex imports
             published[id(rewrite.call)] = self._published(rewrite)
         self.publish(FusedPlans(published))
@@ -185,7 +191,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             return 0
         if rewrite.func_style == "attr" and isinstance(func, ast.Attribute):
             return len(rewrite.target) - len(func.attr)
-        new = rewrite.target if rewrite.func_style == "rename" else rewrite.qualified_target
+        new = rewrite.target if rewrite.func_style == "rename" else rewrite.callee
         return len(new) - len(self.view.written(func))
 
     def _call_edit(self, rewrite: Rewrite) -> NodeEdit:
@@ -199,7 +205,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         style, target, qualified_target = (
             rewrite.func_style,
             rewrite.target,
-            rewrite.qualified_target,
+            rewrite.callee,
         )
         to_keyword = dict(rewrite.edits.to_keyword)
         dropped = sorted(rewrite.edits.dropped)
