@@ -193,14 +193,34 @@ def test_code_that_breaks_a_fused_optimizer_is_a_finding() -> None:
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                for p in model.parameters():
+                    p.grad = None
         """
     )
     assert decisions.rewrites == ()
     (finding,) = decisions.findings
-    assert "would break here: `optimizer.zero_grad(set_to_none=True)` (line 10)" in (
-        finding.message
+    assert "would break here: `p.grad = None` (line 11)" in finding.message
+
+
+def test_set_to_none_of_the_optimizer_itself_is_dropped_with_the_swap() -> None:
+    rewrite = only_rewrite(
+        decide(
+            """
+            import torch
+
+
+            def train(model, loader):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+            """
+        )
     )
+    (fix,) = rewrite.grad_fixes
+    assert fix.receiver is None and fix.line == 10
+    assert "dropped `set_to_none` from `optimizer.zero_grad(set_to_none=True)`" in rewrite.message
 
 
 GATED_AMP = """
@@ -551,3 +571,38 @@ def test_a_model_that_stays_on_the_cpu_keeps_torch_optimizer() -> None:
     assert "its parameters stay on the CPU (`torch.nn.Linear(4, 2)`, line 6" in finding.message
     (rewrite,) = decisions.rewrites
     assert line_of(rewrite.call) == 15
+
+
+# -- zero_grad fixes -------------------------------------------------------------------------------
+
+GAN_LOOP = """
+import torch
+
+def train(netD, netG, loader):
+    optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+    optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4{G_OPTIONS})
+    for x in loader:
+        netD.zero_grad()
+        netD(x).mean().backward()
+        optimizerD.step()
+        netG.zero_grad()
+        netD(netG(x)).mean().backward()
+        optimizerG.step()
+"""
+
+
+def test_module_zero_grad_is_fixed_when_each_network_has_its_own_fused_optimizer() -> None:
+    decisions = decide(GAN_LOOP.replace("{G_OPTIONS}", ""))
+    assert not decisions.findings, [f.message for f in decisions.findings]
+    fixed = [fix for rewrite in decisions.rewrites for fix in rewrite.grad_fixes]
+    assert sorted((fix.receiver, fix.line) for fix in fixed) == [("netD", 8), ("netG", 11)]
+
+
+def test_a_zero_grad_fix_that_relies_on_an_unfused_optimizer_is_not_made() -> None:
+    # optimizerG cannot be fused (maximize=True): netG's gradients must stay None for it, so
+    # netG.zero_grad() cannot change, and optimizerD, in the same loop, stays unfused too.
+    decisions = decide(GAN_LOOP.replace("{G_OPTIONS}", ", maximize=True"))
+    assert not decisions.rewrites
+    by_line = {line_of(finding.node): finding.message for finding in decisions.findings}
+    assert "`maximize=True`" in by_line[6]
+    assert "the optimizer of `netG` (line 6) stays unfused" in by_line[5]

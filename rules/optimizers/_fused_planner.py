@@ -28,7 +28,14 @@ from migrator.rules.optimizers._call_sites import CallSite, ExternalAmp, factory
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._hazards import FusionHazards, Hazard
+from migrator.rules.optimizers._hazards import (
+    FusionHazards,
+    GradFix,
+    Hazard,
+    exact_model,
+    models_feeding,
+    overlaps,
+)
 from migrator.rules.optimizers._hazards import describe as describe_hazards
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
@@ -139,6 +146,9 @@ class Rewrite:
     # amp.initialize runs only when this test (as written) holds (True) or is false (False):
     # the class is picked by it, `(apex.optimizers.X if test else torch_npu.optim.X)`.
     choice: tuple[str, bool] | None = None
+    # `zero_grad(...)` calls edited along with this call so that its gradients stay in the
+    # fused optimizer's flat buffer (each carried by the first rewrite that needs it).
+    grad_fixes: tuple[GradFix, ...] = ()
 
     @property
     def qualified_target(self) -> str:
@@ -203,6 +213,7 @@ def plan_fused(
     suppressions: Suppressions,
     shared: Mapping[str, str] | None = None,
     amp_always: bool = False,
+    unsafe_fixes: bool = False,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -212,11 +223,22 @@ def plan_fused(
     ``suppressions`` the file's suppression comments (a covered constructor is not planned);
     ``shared`` the module's functions that another file starts as hogwild workers on a model
     in shared memory (name -> where ``share_memory()`` is called); ``amp_always`` the setting
-    ``amp = "always"``: an ``amp.initialize`` that runs only on some paths counts as reached.
+    ``amp = "always"``: an ``amp.initialize`` that runs only on some paths counts as reached;
+    ``unsafe_fixes`` also applies the `zero_grad` edits that may change other optimizers.
     """
-    planner = _Planner(view, level, factories, suppressions, shared or {})
-    planner.amp_always = amp_always
-    return planner.decide()
+    # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
+    # module's parameters is fused too: plan assuming every constructor is, then again with only
+    # those that were, until the assumption holds (each round assumes fewer: it ends).
+    assumed: set[int] | None = None
+    while True:
+        planner = _Planner(view, level, factories, suppressions, shared or {})
+        planner.amp_always, planner.unsafe_fixes = amp_always, unsafe_fixes
+        planner.assumed_fused = assumed
+        decisions = planner.decide()
+        rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
+        if planner.relied_on <= rewritten:
+            return decisions
+        assumed = rewritten if assumed is None else assumed & rewritten
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -238,6 +260,7 @@ class _Draft:
     disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
     why: str | None = None  # the reason for the home, when other files' calls decide it
     choice: tuple[str, bool] | None = None  # see Rewrite.choice
+    grad_fixes: tuple[GradFix, ...] = ()  # see Rewrite.grad_fixes
 
     @property
     def qualified_target(self) -> str:
@@ -270,6 +293,9 @@ class _Planner:
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
         self.released: list[ReleasedImport] = []
         self.amp_always = False  # `amp = "always"`: gated amp.initialize calls count as reached
+        self.unsafe_fixes = False  # --unsafe-fixes: apply zero_grad edits that are not provable
+        self.assumed_fused: set[int] | None = None  # constructors assumed fused (None: all)
+        self.relied_on: set[int] = set()  # constructors whose being fused a safe edit assumes
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -553,9 +579,27 @@ class _Planner:
             return
         params = args[names.index("params")].value if "params" in names else None
         hazards = self.hazards.of(call, params)
+        grad_fixes: list[GradFix] = []
+        unsafe: dict[int, str] = {}  # id(zero_grad call) -> why its edit is an unsafe fix
+        # Reported once nothing else blocks the constructor: its zero_grad fixes rely on other
+        # optimizers that stay unfused (whatever blocks this one is the better message).
+        pending: str | None = None
         if hazards:
-            self._report(call, _hazard_message(source, target, hazards))
-            return
+            risks = {id(h): self._grad_fix_risk(h.fix, call) for h in hazards if h.fix is not None}
+            unfixable = [h for h in hazards if h.fix is None]
+            risky = {key: risk for key, (risk, _) in risks.items() if risk is not None}
+            if unfixable or (risky and not self.unsafe_fixes):
+                message = _hazard_message(source, target, hazards)
+                if not unfixable:
+                    message += _unsafe_hint([h for h in hazards if id(h) in risky], risky)
+                if unfixable or not all(relies for risk, relies in risks.values() if risk):
+                    self._report(call, message)
+                    return
+                pending = message
+            grad_fixes = [h.fix for h in hazards if h.fix is not None]
+            unsafe = {id(h.fix.call): risky[id(h)] for h in hazards if id(h) in risky and h.fix}
+            if pending is not None:
+                grad_fixes, unsafe = [], {}
         sharded = self.contract.sharding(call, params)
         if sharded:
             self._report(call, _sharded_message(source, target, sharded))
@@ -616,6 +660,9 @@ class _Planner:
         if problems:
             self._report(call, _blocked_message(source, target, problems))
             return
+        if grad_fixes:
+            draft.grad_fixes = tuple(grad_fixes)
+            draft.notes.append(_grad_fix_note(self.view, grad_fixes, unsafe))
         if sites:
             draft.why = _factory_why(draft, amp_call, with_amp, without_amp)
         if gated is not None:
@@ -633,6 +680,9 @@ class _Planner:
                 if amp.switch is not None:
                     draft.notes.append(f'NPU102 sets `opt_level="{amp.switch}"` at {amp.at}')
                 draft.notes.extend(f"at {amp.at}: {note}" for note in amp.notes)
+        if pending is not None:
+            self._report(call, pending)
+            return
         self.drafts.append(draft)
 
     @staticmethod
@@ -658,6 +708,70 @@ class _Planner:
             if options.enabled is NOT_LITERAL and options.enabled_code is not None:
                 return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
         return None
+
+    def _grad_fix_risk(self, fix: GradFix, constructor: ast.Call) -> tuple[str | None, bool]:
+        """Why ``fix`` may change the training (None: it cannot).
+
+        Dropping ``set_to_none`` from the optimizer's own ``zero_grad`` cannot: torch's default
+        sets the gradients to None just as that argument did, and the fused optimizers zero in
+        place. ``model.zero_grad(set_to_none=False)`` instead of None gradients cannot when
+        every parameter of ``model`` is in one optimizer, fused in this run, and in no other:
+        a fused optimizer updates every parameter it packed at each step whether its gradient is
+        None or zero (it steps its flat buffer), so only another optimizer could see the zeros.
+        The second value is True when the only risk is that that one optimizer stays unfused.
+        """
+        model = fix.receiver
+        if model is None:
+            return None, False
+        candidates = self._sharing_names(fix.call, model)
+        owners = [c for c in candidates if exact_model(self._params_of(c)) == model]
+        if len(owners) != 1:
+            return (
+                f"no single optimizer is built from exactly `{model}.parameters()` where `{model}` "
+                "is in scope, so some of its parameters may be in an optimizer that skips None "
+                "gradients"
+            ), False
+        owner = owners[0]
+        for other in candidates:
+            if other is owner:
+                continue
+            fed = models_feeding(self.flow, self._params_of(other))
+            if not fed or any(overlaps(model, part) for part in fed):
+                return (
+                    f"the optimizer at line {line_of(other)} may also hold parameters of "
+                    f"`{model}`, and it would see zeros where it skipped None gradients"
+                ), False
+        if owner is constructor:
+            return None, False  # applied only with this constructor's own rewrite
+        if self.assumed_fused is not None and id(owner) not in self.assumed_fused:
+            return f"the optimizer of `{model}` (line {line_of(owner)}) stays unfused", True
+        self.relied_on.add(id(owner))
+        return None, False
+
+    def _sharing_names(self, call: ast.Call, model: str) -> list[ast.Call]:
+        """The optimizer constructors where ``model`` may name what it names at ``call``: in
+        the same function (with the functions nested in it), at module level, and for
+        ``self.<attr>`` in every method of the class."""
+        unit = self.hazards.unit_of(call)
+        units = {id(unit), id(self.index.tree)}
+        owner_class = None
+        if model.split(".", 1)[0] == "self":
+            ancestors = self.index.ancestors(call)
+            owner_class = next((a for a in ancestors if isinstance(a, ast.ClassDef)), None)
+        found: list[ast.Call] = []
+        for candidate in self.flow.candidates:
+            if id(self.hazards.unit_of(candidate)) in units or (
+                owner_class is not None
+                and any(a is owner_class for a in self.index.ancestors(candidate))
+            ):
+                found.append(candidate)
+        return found
+
+    def _params_of(self, call: ast.Call) -> ast.expr | None:
+        """The params argument of an optimizer constructor (first positional or `params=`)."""
+        if call.args and not isinstance(call.args[0], ast.Starred):
+            return call.args[0]
+        return next((k.value for k in call.keywords if k.arg == "params"), None)
 
     def _unportable_gate(self, call: ast.Call, gate: AmpGate | None) -> str | None:
         """Why the condition under which amp runs cannot pick the class at ``call``; None when
@@ -842,6 +956,7 @@ class _Planner:
             for key, draft in self.import_rewrites.items()
         }
         rewrites: list[Rewrite] = []
+        carried_fixes: set[int] = set()  # each zero_grad call is edited once
         for draft in self.drafts:
             statement = self._rewritten_import(draft)
             carried = pending.pop(id(statement), None) if statement is not None else None
@@ -857,9 +972,17 @@ class _Planner:
                     _fixed_message(draft),
                     carried,
                     draft.choice,
+                    tuple(f for f in draft.grad_fixes if self._first_carrier(f, carried_fixes)),
                 )
             )
         return tuple(rewrites)
+
+    @staticmethod
+    def _first_carrier(fix: GradFix, carried: set[int]) -> bool:
+        if id(fix.call) in carried:
+            return False
+        carried.add(id(fix.call))
+        return True
 
     def _rewritten_import(self, draft: _Draft) -> ast.ImportFrom | None:
         if draft.func_style not in ("alias", "rename"):
@@ -1113,6 +1236,43 @@ def _mixed_callers_refusal(
             f"build `{APEX_HOME}.{target}` for the callers that use amp and "
             f"`{TORCH_NPU_HOME}.{target}` for the others (a parameter of `{factory}`)",
         )
+    )
+
+
+def _grad_fix_note(view: FileView, fixes: Sequence[GradFix], unsafe: Mapping[int, str]) -> str:
+    """What the `zero_grad` edits that go with the rewrite do, one part per code as written;
+    ``unsafe``: why the edit of a call (by id) is an unsafe fix."""
+    lines: dict[tuple[str, bool, str | None], list[int]] = {}
+    for fix in fixes:
+        key = (view.written(fix.call), fix.receiver is None, unsafe.get(id(fix.call)))
+        lines.setdefault(key, []).append(fix.line)
+    parts: list[str] = []
+    for (code, own, risk), numbers in lines.items():
+        where = ", ".join(str(n) for n in dict.fromkeys(numbers))
+        quoted = f"`{code}` ({'lines' if ',' in where else 'line'} {where})"
+        if own:
+            parts.append(f"dropped `set_to_none` from {quoted}: the fused optimizers zero in place")
+        elif risk is not None:
+            parts.append(
+                f"passed `set_to_none=False` to `{code}` ({'lines' if ',' in where else 'line'} "
+                f"{where}; an unsafe fix, applied with `--unsafe-fixes`: {risk})"
+            )
+        else:
+            parts.append(
+                f"passed `set_to_none=False` to {quoted}, so that the gradients stay in the fused "
+                "optimizer's flat buffer (every parameter of the module is in this optimizer, "
+                "which updates each parameter it packed at every step, whether its gradient is "
+                "None or zero)"
+            )
+    return "; ".join(parts)
+
+
+def _unsafe_hint(hazards: Sequence[Hazard], risks: Mapping[int, str]) -> str:
+    """What ``--unsafe-fixes`` would do about ``hazards``, and why it is unsafe."""
+    reasons = "; ".join(dict.fromkeys(f"{h.code} (line {h.line}): {risks[id(h)]}" for h in hazards))
+    return (
+        ". With `--unsafe-fixes` npu-migrate passes `set_to_none=False` there and fuses it; "
+        f"unsafe because {reasons}"
     )
 
 

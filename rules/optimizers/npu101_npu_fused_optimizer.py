@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from migrator.analysis.calls import Argument
 from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
+from migrator.callargs import argument as find_argument
 from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
@@ -22,6 +23,7 @@ from migrator.rules.optimizers._fused_planner import (
     Rewrite,
     plan_fused,
 )
+from migrator.rules.optimizers._hazards import GradFix
 from migrator.rules.optimizers._plans import (
     FusedPlan,
     FusedPlans,
@@ -75,9 +77,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`, `FusedNovoGrad`, `FusedAdagrad`,
     `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`, subclasses of these optimizers and
     `FP16_Optimizer` wrappers (and the optimizer they wrap, at its own line); an optimizer whose
-    surrounding code breaks a fused one (`zero_grad(set_to_none=True)` on it,
-    `model.zero_grad()`, `p.grad = None`, bf16 casts of its model, sparse embeddings; where
-    these are looked for: docs/rules-optimizers.md); an optimizer whose parameters are
+    surrounding code breaks a fused one (`p.grad = None`, bf16 casts of its model, sparse
+    embeddings, `model.zero_grad()` that cannot be fixed; where these are looked for:
+    docs/rules-optimizers.md); an optimizer whose parameters are
     re-allocated while it is in use, which breaks the contract of every NPU fused optimizer (the
     line that breaks it is named): a move away from the device or a cast of its model or of a
     submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`, `.half()`, `.bfloat16()`, `.double()`,
@@ -89,6 +91,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     DeepSpeed (`deepspeed.initialize` given the model or the optimizer),
     `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also when another file of the
     run starts them); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
+
+    Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
+    them from the fused optimizer's flat buffer: `optimizer.zero_grad(set_to_none=True)` (or a
+    plain flag) on the optimizer itself loses the argument, and `model.zero_grad()` gets
+    `set_to_none=False` when the optimizer is built from exactly `model.parameters()` and no
+    other optimizer in scope may hold them (each fused optimizer steps every parameter it packed,
+    None or zero, so nothing else could see the zeros); otherwise that is an unsafe fix, applied
+    with `--unsafe-fixes` and reported with the reason without it.
 
     ## Why
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
@@ -118,7 +128,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     ## Fix safety
     Safe: the NPU fused optimizers compute the same update as the optimizers they replace, and
     any argument that would make them differ blocks the rewrite, as does an `amp.initialize`
-    that would refuse them. Optimizer checkpoints keep their
+    that would refuse them. `model.zero_grad(set_to_none=False)` where another optimizer may
+    hold the module's parameters is an unsafe fix (`--unsafe-fixes`): that optimizer would see
+    zeros where it skipped None gradients. Optimizer checkpoints keep their
     per-parameter state keys.
     """
 
@@ -146,6 +158,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             suppressions=self.context.suppressions,
             shared=shared_workers(self),
             amp_always=self.settings.amp is AmpPolicy.ALWAYS,
+            unsafe_fixes=self.settings.unsafe_fixes,
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
@@ -156,6 +169,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             edits = [self._call_edit(rewrite)]
             if rewrite.import_rewrite is not None:
                 edits.append(self._import_edit(rewrite.import_rewrite))
+            edits += [self._grad_fix_edit(fix) for fix in rewrite.grad_fixes]
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
             if rewrite.func_style == "dotted":
@@ -183,6 +197,22 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             return node
 
         return self.replace(rewrite.statement, cst.ImportFrom, rewrite_import)
+
+    def _grad_fix_edit(self, fix: GradFix) -> NodeEdit:
+        """``optimizer.zero_grad(set_to_none=...)`` -> ``optimizer.zero_grad()``;
+        ``model.zero_grad(...)`` -> ``model.zero_grad(set_to_none=False)``."""
+
+        def edit(node: cst.Call) -> cst.Call:
+            written = find_argument(node, "set_to_none", 0)
+            if fix.receiver is None:
+                return remove_arg_objects(node, [written]) if written is not None else node
+            false = cst.Name("False")
+            if written is None:
+                return append_arg(node, keyword("set_to_none", false))
+            args = [arg.with_changes(value=false) if arg is written else arg for arg in node.args]
+            return node.with_changes(args=args)
+
+        return self.replace(fix.call, cst.Call, edit)
 
     def _shift(self, rewrite: Rewrite) -> int:
         """How many characters longer the callee gets (what follows it on its line moves)."""
