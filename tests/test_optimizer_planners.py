@@ -250,6 +250,29 @@ def test_amp_on_some_paths_only_picks_the_class_by_the_same_condition() -> None:
         assert "runs only when `args.fp16` holds" in rewrite.message
 
 
+def test_nested_and_elif_conditions_are_combined() -> None:
+    rewrite = only_rewrite(
+        decide(
+            """
+            import torch
+            from apex import amp
+
+            def main(args, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if args.fp16:
+                    if args.amp == "pytorch":
+                        scaler = torch.cuda.amp.GradScaler()
+                    elif args.amp == "apex":
+                        model, optimizer = amp.initialize(model, optimizer, enabled=args.on)
+            """
+        )
+    )
+    condition = 'args.fp16 and not (args.amp == "pytorch") and (args.amp == "apex") and args.on'
+    assert rewrite.callee == (
+        f"(apex.optimizers.NpuFusedSGD if {condition} else torch_npu.optim.NpuFusedSGD)"
+    )
+
+
 @pytest.mark.parametrize(
     ("code", "reason"),
     [
@@ -283,16 +306,19 @@ def test_amp_on_some_paths_only_picks_the_class_by_the_same_condition() -> None:
             import torch
             from apex import amp
 
-            def main(args, model):
-                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-                if args.gpu:
-                    if args.fp16:
-                        model, optimizer = amp.initialize(model, optimizer)
+            class Trainer:
+                def __init__(self, model, fp16):
+                    self.model, self.fp16 = model, fp16
+                    self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def setup(self):
+                    if self.fp16:
+                        self.model, self.optimizer = amp.initialize(self.model, self.optimizer)
             """,
-            "more than one condition decides whether `amp.initialize` runs",
+            "`amp.initialize` is not after the constructor in the same function",
         ),
     ],
-    ids=["rebound", "call", "nested"],
+    ids=["rebound", "call", "other-method"],
 )
 def test_a_condition_that_may_read_otherwise_at_the_constructor_is_reported(
     code: str, reason: str

@@ -700,10 +700,18 @@ class _Planner:
         also run without: an `if` around `amp.initialize` that does not also guard ``call``,
         or an `enabled=` computed at run time."""
         for options in enabled:
-            guard = self.flow.guard_only_for(options.call, call)
-            if guard is not None:
-                test, in_body = guard
+            guards = self.flow.guards_only_for(options.call, call)
+            run_time_enabled = options.enabled is NOT_LITERAL and options.enabled_code is not None
+            if len(guards) == 1 and not run_time_enabled:
+                test, in_body = guards[0]
                 return AmpGate(options.call, test, amp_when_true=in_body)
+            if guards:
+                # `if a:` / `elif b:` / nested ifs (and `enabled=c`): amp runs when all hold.
+                terms = [_term(test, in_body) for test, in_body in reversed(guards)]
+                if run_time_enabled:
+                    assert options.enabled_code is not None
+                    terms.append(_term(options.enabled_code, True))
+                return AmpGate(options.call, " and ".join(terms), amp_when_true=True)
         for options in enabled:
             if options.enabled is NOT_LITERAL and options.enabled_code is not None:
                 return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
@@ -783,8 +791,6 @@ class _Planner:
         scope = self.flow.scope_of(call)
         if scope is not self.flow.scope_of(amp_call) or line_of(amp_call) <= line_of(call):
             return "`amp.initialize` is not after the constructor in the same function"
-        if len(self.flow.guards_only_for(amp_call, call)) > (0 if gate.verb != "runs" else 1):
-            return "more than one condition decides whether `amp.initialize` runs"
         test = _expression(gate.test)
         if test is None or not _plain_test(test):
             return f"`{gate.test}` is not made of names and attributes only"
@@ -1435,6 +1441,14 @@ _PLAIN_TEST_NODES = (
 
 
 _REBINDING_CALLS = frozenset({"setattr", "delattr", "exec", "vars"})
+
+
+def _term(test: str, holds: bool) -> str:
+    """``test`` (or its negation) as one operand of ``and``."""
+    expression = _expression(test)
+    simple = isinstance(expression, (ast.Name, ast.Attribute, ast.Constant))
+    operand = test if simple else f"({test})"
+    return operand if holds else f"not {operand}"
 
 
 def _expression(code: str) -> ast.expr | None:
