@@ -317,8 +317,21 @@ def test_nested_and_elif_conditions_are_combined() -> None:
             """,
             "`amp.initialize` is not after the constructor in the same function",
         ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                from config import args
+                if args.fp16:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`args` may change between the two lines",
+        ),
     ],
-    ids=["rebound", "call", "other-method"],
+    ids=["rebound", "call", "other-method", "imported"],
 )
 def test_a_condition_that_may_read_otherwise_at_the_constructor_is_reported(
     code: str, reason: str

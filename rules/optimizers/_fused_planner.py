@@ -1485,6 +1485,12 @@ def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
             stored.add(_dotted(node))
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             stored.update(node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, ast.ExceptHandler):
+            stored.add(node.name or "")
         elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS:
             stored.add("*")
     return stored
