@@ -1234,7 +1234,8 @@ def _mixed_callers_refusal(
     )
     passed = f" ({reaching})" if reaching else " (and this module)"
     return (
-        f"`{source.display}` is not rewritten: `{factory}` returns it to calls that pass it to "
+        f"`{source.display}` is not rewritten to `{target}`: `{factory}` returns it to calls that "
+        "pass it to "
         f"`amp.initialize`{passed} and to calls that do not ({_sites_listed(without_amp)}), "
         f"so no single NPU fused class fits: {_NEITHER_HOME}. "
         + _left_unfused(
@@ -1285,8 +1286,8 @@ def _unsafe_hint(hazards: Sequence[Hazard], risks: Mapping[int, str]) -> str:
 def _gated_refusal(source: Source, target: str, gated: GatedPath, unportable: str) -> str:
     choice = _callee(target, ("<condition>", True))
     return (
-        f"`{source.display}` is not rewritten: {gated.reaches}, so no single NPU fused class "
-        f"fits: {_NEITHER_HOME}. npu-migrate picks the class by the condition, "
+        f"`{source.display}` is not rewritten to `{target}`: {gated.reaches}, so no single NPU "
+        f"fused class fits: {_NEITHER_HOME}. npu-migrate picks the class by the condition, "
         f"`{choice}(...)`, only where it can evaluate the condition at the constructor, and here "
         f"{unportable}. "
         + _left_unfused(
