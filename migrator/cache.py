@@ -59,6 +59,7 @@ def cache_key(job: Job) -> str:
         "rule_options": job.settings.rule_options,
         "torch_npu_version": job.settings.torch_npu_version,
         "torch_npu_api": job.settings.torch_npu_api,
+        "amp": str(job.settings.amp),
     }
     encoded = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:32]

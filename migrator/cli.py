@@ -44,7 +44,7 @@ from migrator.runner import (
     discover,
 )
 from migrator.runner import run as run_tasks
-from migrator.settings import Settings, Target
+from migrator.settings import AmpPolicy, Settings, Target
 from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
 from migrator.shell import shell_scripts
 from migrator.statistics import statistic_lines, statistics
@@ -165,6 +165,14 @@ def split_codes(values: Sequence[str]) -> tuple[str, ...]:
     help="Migrate device code to torch.npu or to torch.accelerator [default: npu].",
 )
 @click.option(
+    "--amp",
+    type=click.Choice([policy.value for policy in AmpPolicy]),
+    help="How an amp.initialize that runs only on some paths counts for NPU101/NPU102: "
+    "as-written keeps every path working (the class picked by amp's condition), always treats "
+    "it as reached "
+    "(apex.optimizers + combine_grad=True) [default: as-written; config: amp].",
+)
+@click.option(
     "--unsafe-fixes/--no-unsafe-fixes",
     default=None,
     help="Apply the fixes of unsafe rules instead of reporting them.",
@@ -228,6 +236,7 @@ class Options:
     jobs: int | None
     exclude: tuple[str, ...]
     target: str | None
+    amp: str | None
     unsafe_fixes: bool | None
     torch_npu_version: str | None
     include_shell: bool | None
@@ -542,6 +551,7 @@ def make_job(options: Options, config: FileConfig, mode: Mode) -> Job:
         config.rule_options,
         torch_npu_version=version,
         torch_npu_api=config.torch_npu_api,
+        amp=AmpPolicy(options.amp) if options.amp else config.amp or AmpPolicy.AS_WRITTEN,
     )
     return Job(mode, tuple(rule.CODE for rule in rules), settings)
 

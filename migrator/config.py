@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from migrator import api_tables
-from migrator.settings import Target
+from migrator.settings import AmpPolicy, Target
 from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
 
 SECTION = "npu-migrate"
@@ -32,6 +32,7 @@ KNOWN_KEYS = (
     "torch-npu-api",
     "include-shell",
     "baseline",
+    "amp",
 )
 
 
@@ -56,6 +57,7 @@ class FileConfig:
     include_shell: tuple[str, ...] | None = None
     # The baseline file of --check (`baseline`), relative to the pyproject.toml's folder.
     baseline: Path | None = None
+    amp: AmpPolicy | None = None  # `amp`: how an amp.initialize on some paths only counts
 
     @property
     def root(self) -> Path:
@@ -104,6 +106,7 @@ def load_config(path: Path | None) -> FileConfig:
         torch_npu_api=_torch_npu_api(path, table),
         include_shell=_include_shell(path, table),
         baseline=_baseline(path, table),
+        amp=_amp(path, table),
     )
 
 
@@ -138,6 +141,16 @@ def _target(path: Path, table: Mapping[str, Any]) -> Target | None:
     except ValueError:
         choices = ", ".join(repr(t.value) for t in Target)
         raise ConfigError(f"{path}: `target` must be one of {choices}") from None
+
+
+def _amp(path: Path, table: Mapping[str, Any]) -> AmpPolicy | None:
+    if "amp" not in table:
+        return None
+    try:
+        return AmpPolicy(table["amp"])
+    except ValueError:
+        choices = ", ".join(repr(policy.value) for policy in AmpPolicy)
+        raise ConfigError(f"{path}: `amp` must be one of {choices}") from None
 
 
 def _include_shell(path: Path, table: Mapping[str, Any]) -> tuple[str, ...] | None:

@@ -17,6 +17,13 @@ class Target(enum.StrEnum):
     ACCELERATOR = "accelerator"
 
 
+class AmpPolicy(enum.StrEnum):
+    """How an ``amp.initialize`` that runs only on some paths counts (``amp`` / ``--amp``)."""
+
+    AS_WRITTEN = "as-written"  # as the code is written: some paths train without amp
+    ALWAYS = "always"  # the project trains with amp on: a gated amp.initialize counts as reached
+
+
 @dataclass(frozen=True)
 class Settings:
     """Run-wide options that rules may read. Frozen so that workers can share it."""
@@ -30,6 +37,7 @@ class Settings:
     # project's validated [tool.npu-migrate.torch-npu-api] entries (migrator.api_tables).
     torch_npu_version: str | None = None
     torch_npu_api: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    amp: AmpPolicy = AmpPolicy.AS_WRITTEN
 
     def options_for(self, code: str) -> Mapping[str, Any]:
         return self.rule_options.get(code, {})

@@ -9,7 +9,7 @@ import pytest
 
 from migrator.cli import main
 from migrator.config import ConfigError, find_pyproject, load_config
-from migrator.settings import Target
+from migrator.settings import AmpPolicy, Target
 
 UNMIGRATED = (
     b"from apex import amp\n"
@@ -45,6 +45,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
         exclude = ["gen/*"]
         target = "accelerator"
         unsafe-fixes = true
+        amp = "always"
 
         [tool.npu-migrate.rules.npu102]
         opt-level = "O2"
@@ -56,6 +57,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     assert config.exclude == ("gen/*",)
     assert config.target is Target.ACCELERATOR
     assert config.unsafe_fixes is True
+    assert config.amp is AmpPolicy.ALWAYS
     assert config.rule_options == {"NPU102": {"opt-level": "O2"}}
     assert config.root == tmp_path
 
@@ -65,6 +67,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     [
         ("selct = ['NPU1']", "unknown key(s) in [tool.npu-migrate]: selct"),
         ("target = 'gpu'", "`target` must be one of"),
+        ("amp = 'on'", "`amp` must be one of 'as-written', 'always'"),
         ("unsafe-fixes = 'yes'", "`unsafe-fixes` must be true or false"),
         ("select = [1]", "`select` must be a list of strings"),
         ("rules = 3", "per-rule options go in tables"),
@@ -120,3 +123,42 @@ def test_explicit_config_file(project: Path, tmp_path: Path) -> None:
     )
     assert main(["--check", "--select", "NPU102", "src"]) == 1
     assert main(["--check", "--config", str(other), "src"]) == 0
+
+
+GATED_AMP = (
+    "import torch\n"
+    "from apex import amp\n"
+    "model = torch.nn.Linear(2, 2).cuda()\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "if args.amp:\n"
+    "    model, optimizer = amp.initialize(model, optimizer, opt_level='O1')\n"
+)
+CHOICE = "(apex.optimizers.NpuFusedSGD if args.amp else torch_npu.optim.NpuFusedSGD)"
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "home", "combined"),
+    [
+        ("", [], CHOICE, True),
+        ("amp = 'always'\n", [], "apex.optimizers.NpuFusedSGD", True),
+        ("amp = 'always'\n", ["--amp", "as-written"], CHOICE, True),
+        ("", ["--amp", "always"], "apex.optimizers.NpuFusedSGD", True),
+    ],
+    ids=["default", "config-always", "flag-wins", "flag-always"],
+)
+def test_amp_setting_decides_a_gated_amp_initialize(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    config: str,
+    flags: list[str],
+    home: str,
+    combined: bool,
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    pyproject(tmp_path, "[tool.npu-migrate]\nselect = ['NPU101', 'NPU102']\n" + config)
+    script = tmp_path / "train.py"
+    script.write_text(GATED_AMP)
+    assert main([*flags, str(script)]) in (0, 1)
+    migrated = script.read_text()
+    assert "optimizer = " + home + "(model.parameters(), lr=0.1)" in migrated
+    assert ("combine_grad=True" in migrated) is combined

@@ -4,7 +4,7 @@
 - ``<case>.diagnostics.txt``: the expected diagnostics, one ``LINE:COL SEVERITY CODE MESSAGE`` per
   line; absent means diagnostics are not compared.
 - ``<case>.options.json``: optional run settings: ``select`` (codes run in the chain, default the
-  fixture's own rule), ``target``, ``unsafe_fixes``, ``rule_options``, and for NPU930 /
+  fixture's own rule), ``target``, ``unsafe_fixes``, ``rule_options``, ``amp``, and for NPU930 /
   NPU931 ``torch_npu_version`` and ``torch_npu_api`` (entries as in the pyproject table).
 - ``<case>.project/``: optional, the other files of the repository the case lives in (modules,
   C++ sources, a ``setup.py``): the rules' project facts are built from them and from the case,
@@ -31,7 +31,7 @@ from migrator.project_stage import ProjectBuilder
 from migrator.registry import all_rules, select_rules
 from migrator.results import Status
 from migrator.rule import Rule
-from migrator.settings import Settings, Target
+from migrator.settings import AmpPolicy, Settings, Target
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RULE_DIR = re.compile(r"npu\d{3}")
@@ -66,6 +66,7 @@ def load_settings(before: Path) -> tuple[tuple[type[Rule], ...], Settings]:
         rule_options=options.get("rule_options", {}),
         torch_npu_version=options.get("torch_npu_version"),
         torch_npu_api=options.get("torch_npu_api", {}),
+        amp=AmpPolicy(options.get("amp", "as-written")),
     )
     return rules, replace(settings, project=project_facts(before, rules, settings))
 

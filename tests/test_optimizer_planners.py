@@ -7,6 +7,8 @@ import ast
 import textwrap
 from typing import Any
 
+import pytest
+
 from migrator.analysis.index import line_of
 from migrator.analysis.parse import parse_index
 from migrator.analysis.view import FileView
@@ -191,39 +193,166 @@ def test_code_that_breaks_a_fused_optimizer_is_a_finding() -> None:
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                for p in model.parameters():
+                    p.grad = None
         """
     )
     assert decisions.rewrites == ()
     (finding,) = decisions.findings
-    assert "would break here: `optimizer.zero_grad(set_to_none=True)` (line 10)" in (
-        finding.message
+    assert "would break here: `p.grad = None` (line 11)" in finding.message
+
+
+def test_set_to_none_of_the_optimizer_itself_is_dropped_with_the_swap() -> None:
+    rewrite = only_rewrite(
+        decide(
+            """
+            import torch
+
+
+            def train(model, loader):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+            """
+        )
+    )
+    (fix,) = rewrite.grad_fixes
+    assert fix.receiver is None and fix.line == 10
+    assert "dropped `set_to_none` from `optimizer.zero_grad(set_to_none=True)`" in rewrite.message
+
+
+GATED_AMP = """
+import torch
+from apex import amp
+from apex.optimizers import FusedSGD
+
+
+def main(args, model):
+    torch_optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    apex_optimizer = FusedSGD(model.parameters(), lr=0.1)
+    if args.fp16:
+        model, [torch_optimizer, apex_optimizer] = amp.initialize(
+            model, [torch_optimizer, apex_optimizer], opt_level="O1"
+        )
+"""
+
+
+def test_amp_on_some_paths_only_picks_the_class_by_the_same_condition() -> None:
+    decisions = decide(GATED_AMP)
+    assert not decisions.findings, [f.message for f in decisions.findings]
+    callees = [rewrite.callee for rewrite in decisions.rewrites]
+    choice = "(apex.optimizers.NpuFusedSGD if args.fp16 else torch_npu.optim.NpuFusedSGD)"
+    assert callees == [choice, choice]
+    for rewrite in decisions.rewrites:
+        assert rewrite.qualified_target == "apex.optimizers.NpuFusedSGD"  # the amp path's
+        assert "runs only when `args.fp16` holds" in rewrite.message
+
+
+def test_nested_and_elif_conditions_are_combined() -> None:
+    rewrite = only_rewrite(
+        decide(
+            """
+            import torch
+            from apex import amp
+
+            def main(args, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if args.fp16:
+                    if args.amp == "pytorch":
+                        scaler = torch.cuda.amp.GradScaler()
+                    elif args.amp == "apex":
+                        model, optimizer = amp.initialize(model, optimizer, enabled=args.on)
+            """
+        )
+    )
+    condition = 'args.fp16 and not (args.amp == "pytorch") and (args.amp == "apex") and args.on'
+    assert rewrite.callee == (
+        f"(apex.optimizers.NpuFusedSGD if {condition} else torch_npu.optim.NpuFusedSGD)"
     )
 
 
-def test_amp_on_some_paths_only_keeps_a_torch_optimizer_and_warns_for_an_apex_one() -> None:
-    decisions = decide(
-        """
-        import torch
-        from apex import amp
-        from apex.optimizers import FusedSGD
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            """
+            import torch
+            from apex import amp
 
+            def main(args, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                args = reload(args)
+                if args.fp16:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`args` may change between the two lines",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
 
-        def main(args, model):
-            torch_optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            apex_optimizer = FusedSGD(model.parameters(), lr=0.1)
-            if args.fp16:
-                model, [torch_optimizer, apex_optimizer] = amp.initialize(
-                    model, [torch_optimizer, apex_optimizer], opt_level="O1"
-                )
-        """
-    )
+            def main(args, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if use_amp(args):
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`use_amp(args)` is not made of names and attributes only",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            class Trainer:
+                def __init__(self, model, fp16):
+                    self.model, self.fp16 = model, fp16
+                    self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def setup(self):
+                    if self.fp16:
+                        self.model, self.optimizer = amp.initialize(self.model, self.optimizer)
+            """,
+            "`amp.initialize` is not after the constructor in the same function",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                from config import args
+                if args.fp16:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`args` may change between the two lines",
+        ),
+    ],
+    ids=["rebound", "call", "other-method", "imported"],
+)
+def test_a_condition_that_may_read_otherwise_at_the_constructor_is_reported(
+    code: str, reason: str
+) -> None:
+    decisions = decide(code)
+    assert not decisions.rewrites
     (finding,) = decisions.findings
-    assert line_of(finding.node) == 8 and "runs only when `args.fp16` holds" in finding.message
-    (rewrite,) = decisions.rewrites
-    assert rewrite.qualified_target == "apex.optimizers.NpuFusedSGD"
-    assert rewrite.gate is not None and line_of(rewrite.gate.amp_call) == 11
-    assert rewrite.gate_warning is not None and "on the other path" in rewrite.gate_warning
+    assert f"here {reason}" in finding.message
+
+
+def test_amp_always_counts_a_gated_amp_initialize_as_reached() -> None:
+    text = textwrap.dedent(GATED_AMP)
+    decisions = plan_fused(
+        view_of(text), level=None, factories={}, suppressions=Suppressions.scan(text),
+        amp_always=True,
+    )  # fmt: skip
+    assert not decisions.findings, [f.message for f in decisions.findings]
+    homes = [rewrite.qualified_target for rewrite in decisions.rewrites]
+    assert homes == ["apex.optimizers.NpuFusedSGD", "apex.optimizers.NpuFusedSGD"]
+    for rewrite in decisions.rewrites:
+        assert "should be used with AMP" in rewrite.message
 
 
 # -- NPU104 ----------------------------------------------------------------------------------------
@@ -481,3 +610,38 @@ def test_a_model_that_stays_on_the_cpu_keeps_torch_optimizer() -> None:
     assert "its parameters stay on the CPU (`torch.nn.Linear(4, 2)`, line 6" in finding.message
     (rewrite,) = decisions.rewrites
     assert line_of(rewrite.call) == 15
+
+
+# -- zero_grad fixes -------------------------------------------------------------------------------
+
+GAN_LOOP = """
+import torch
+
+def train(netD, netG, loader):
+    optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+    optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4{G_OPTIONS})
+    for x in loader:
+        netD.zero_grad()
+        netD(x).mean().backward()
+        optimizerD.step()
+        netG.zero_grad()
+        netD(netG(x)).mean().backward()
+        optimizerG.step()
+"""
+
+
+def test_module_zero_grad_is_fixed_when_each_network_has_its_own_fused_optimizer() -> None:
+    decisions = decide(GAN_LOOP.replace("{G_OPTIONS}", ""))
+    assert not decisions.findings, [f.message for f in decisions.findings]
+    fixed = [fix for rewrite in decisions.rewrites for fix in rewrite.grad_fixes]
+    assert sorted((fix.receiver, fix.line) for fix in fixed) == [("netD", 8), ("netG", 11)]
+
+
+def test_a_zero_grad_fix_that_relies_on_an_unfused_optimizer_is_not_made() -> None:
+    # optimizerG cannot be fused (maximize=True): netG's gradients must stay None for it, so
+    # netG.zero_grad() cannot change, and optimizerD, in the same loop, stays unfused too.
+    decisions = decide(GAN_LOOP.replace("{G_OPTIONS}", ", maximize=True"))
+    assert not decisions.rewrites
+    by_line = {line_of(finding.node): finding.message for finding in decisions.findings}
+    assert "`maximize=True`" in by_line[6]
+    assert "the optimizer of `netG` (line 6) stays unfused" in by_line[5]

@@ -20,7 +20,7 @@ CONDITIONAL_AMP = textwrap.dedent(
         return model, optimizer
     """
 )
-SET_TO_NONE = textwrap.dedent(
+GRAD_TO_NONE = textwrap.dedent(
     """
     import torch
 
@@ -30,7 +30,8 @@ SET_TO_NONE = textwrap.dedent(
         for x in loader:
             model(x).sum().backward()
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            for p in model.parameters():
+                p.grad = None
     """
 )
 
@@ -53,20 +54,30 @@ def check(script: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_conditional_amp_is_its_own_manual_finding(tmp_path: Path) -> None:
+def test_conditional_amp_picks_the_class_by_its_condition(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(CONDITIONAL_AMP)
     result = check(script)
     assert result.returncode == 1, result.stderr
-    # Printed in the default output, at the amp.initialize line, not only inside a fix message.
-    assert "train.py:9:28: NPU101 [manual] this `amp.initialize` runs only when `args.fp16`" in (
-        result.stdout
+    assert "would migrate" in result.stdout and "[manual]" not in result.stdout
+    migrate = subprocess.run(
+        [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU101,NPU102", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
+    assert migrate.returncode == 1, migrate.stderr  # 1: the file was changed
+    migrated = script.read_text()
+    assert (
+        "(apex.optimizers.NpuFusedSGD if args.fp16 else torch_npu.optim.NpuFusedSGD)(" in migrated
+    )
+    assert 'opt_level="O1", combine_grad=True)' in migrated
+    assert check(script).returncode == 0
 
 
 def test_a_hazard_leaves_the_file_alone_and_fails_the_check(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
-    script.write_text(SET_TO_NONE)
+    script.write_text(GRAD_TO_NONE)
     result = check(script)
     assert result.returncode == 1, result.stderr
     assert "[manual] `torch.optim.Adam` is not rewritten to `NpuFusedAdam`" in result.stdout
@@ -77,4 +88,4 @@ def test_a_hazard_leaves_the_file_alone_and_fails_the_check(tmp_path: Path) -> N
         timeout=120,
     )
     assert apply.returncode == 0, apply.stderr  # nothing changed, manual findings only
-    assert script.read_text() == SET_TO_NONE
+    assert script.read_text() == GRAD_TO_NONE

@@ -663,6 +663,8 @@ class ParameterContract:
                 return None
             for origin in origins:
                 assert isinstance(origin, ast.Call)
+                if not isinstance(_strip_method_calls(origin), ast.Call):
+                    return None  # `model.half()` of a model built elsewhere: not built here
                 if self._placed(origin) or not self._builds_on_cpu(origin):
                     return None
                 for value in _arguments_of(origin):

@@ -50,7 +50,8 @@ from migrator.rules.optimizers._call_sites import returned_origins
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._fused_planner import plan_fused
 from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
-from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPT_LEVELS
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPT_LEVELS, TORCH_NPU_HOME
+from migrator.settings import AmpPolicy
 from migrator.suppressions import Suppressions
 
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
@@ -398,7 +399,8 @@ def _amp_facts(reader: FileView, path: str, call: ast.Call, site: ast.Call) -> d
         levels[requested] = {
             "refusal": options.refuses_fused(_display(path)),
             "computed": options.level_path is not None,
-            "notes": options.run_time_notes(),
+            # A run-time `enabled=` is the gate itself: NPU101 says what it means for the home.
+            "notes": options.run_time_notes(with_enabled=gate is None),
             "switch": options.switch,
         }
     return {"at": _at(path, call), "disabled": disabled, "gate": gate, "levels": levels}
@@ -425,6 +427,7 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         factories=facts.get("factories", {}),
         shared=facts.get("shared", {}),
         suppressions=suppressions,
+        amp_always=state.linking.settings.amp is AmpPolicy.ALWAYS,
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
     findings = decisions.lines(suppressions)
@@ -443,6 +446,7 @@ def _verdict(
         return _verdict_entry(False, why, False, why)
     problems: dict[str, list[str]] = {"planned": [], "written": []}
     fused: dict[str, list[str]] = {"planned": [], "written": []}
+    standalone: dict[str, list[str]] = {"planned": [], "written": []}  # torch_npu.optim ones
     for origin in origins:
         where = f"{_display(path)}:{origin.lineno}"
         code = view.written(origin.func if isinstance(origin, ast.Call) else origin)
@@ -451,10 +455,15 @@ def _verdict(
         if written is not None:
             fused["planned"].append(f"`{written}` ({where})")
             fused["written"].append(f"`{written}` ({where})")
+            if written.startswith(TORCH_NPU_HOME + "."):
+                standalone["planned"].append(f"`{written}` ({where})")
+                standalone["written"].append(f"`{written}` ({where})")
         elif plan is not None:
             target = plan.qualified_target
             fused["planned"].append(f"`{code}` ({where}, made `{target}` by NPU101)")
             problems["written"].append(f"`{code}` ({where}), not an NPU fused optimizer")
+            if target.startswith(TORCH_NPU_HOME + "."):
+                standalone["planned"].append(f"`{target}` ({where}, made so by NPU101)")
         elif isinstance(origin, ast.Call) and _known_optimizer(view, origin):
             finding = ", see NPU101's finding there" if origin.lineno in findings else ""
             problem = f"`{code}` ({where}), which stays unfused{finding}"
@@ -469,9 +478,10 @@ def _verdict(
         state: returns + ("; ".join(problems[state]) or " or ".join(fused[state]))
         for state in ("planned", "written")
     }
-    return _verdict_entry(
+    entry = _verdict_entry(
         not problems["planned"], whys["planned"], not problems["written"], whys["written"]
     )
+    return {**entry, "standalone": standalone}
 
 
 def _known_optimizer(view: FileView, call: ast.Call) -> bool:
@@ -502,6 +512,9 @@ class FactoryVerdict:
 
     fused: bool
     why: str
+    # The torch_npu.optim fused optimizers among them (as quoted in messages): they pack their
+    # own gradients, so `combine_grad=True` is not for them.
+    standalone: tuple[str, ...] = ()
 
 
 def factory_verdict(rule: Rule, call: ast.Call) -> FactoryVerdict | None:
@@ -512,7 +525,8 @@ def factory_verdict(rule: Rule, call: ast.Call) -> FactoryVerdict | None:
     if entry is None or entry["code"] != rule.view.written(call.func):
         return None
     state = "planned" if rule.read_plan(FusedSwaps) is not None else "written"
-    return FactoryVerdict(entry["fused"][state], entry["why"][state])
+    standalone = entry.get("standalone", {}).get(state, [])
+    return FactoryVerdict(entry["fused"][state], entry["why"][state], tuple(standalone))
 
 
 class OptimizerFactories:

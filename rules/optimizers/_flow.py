@@ -185,6 +185,23 @@ class OptimizerFlow:
                 return test, in_body
         return None
 
+    def guards_only_for(self, node: ast.AST, other: ast.AST) -> list[tuple[str, bool]]:
+        """Every enclosing `if` test (as written, innermost first) under which ``node`` runs
+        and ``other`` need not, with whether ``node`` is in its body; see :meth:`guard_only_for`."""
+        guards_of_other = {(self._test(guard), in_body) for guard, in_body in self._guards(other)}
+        return [
+            (self._test(guard), in_body)
+            for guard, in_body in self._guards(node)
+            if (self._test(guard), in_body) not in guards_of_other
+        ]
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        """The innermost function (or lambda) around ``node``, or the module."""
+        for parent in self.index.ancestors(node):
+            if isinstance(parent, _FUNCTIONS):
+                return parent
+        return self.index.tree
+
     def exclusive(self, node: ast.AST, other: ast.AST) -> bool:
         """``node`` runs only where ``other`` does not: opposite branches of the same condition
         (`if args.fp16:` ... `else:` ...), compared by the condition's text."""

@@ -28,7 +28,15 @@ from migrator.rules.optimizers._call_sites import CallSite, ExternalAmp, factory
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._hazards import FusionHazards, Hazard
+from migrator.rules.optimizers._fp16 import uncovered_condition
+from migrator.rules.optimizers._hazards import (
+    FusionHazards,
+    GradFix,
+    Hazard,
+    exact_model,
+    models_feeding,
+    overlaps,
+)
 from migrator.rules.optimizers._hazards import describe as describe_hazards
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
@@ -112,21 +120,9 @@ class AmpGate:
     test: str
     amp_when_true: bool
     verb: str = "runs"  # "enables amp" for `enabled=<run-time value>`
-
-    @property
-    def condition(self) -> str:
-        return f"`{self.test}` holds" if self.amp_when_true else f"`{self.test}` is false"
-
-    def choice(self, target: str) -> str:
-        """The class picked by the same condition, for the message."""
-        return _choice(self.test, self.amp_when_true, target)
-
-
-def _choice(test: str, amp_when_true: bool, target: str) -> str:
-    """``(apex.optimizers.X if test else torch_npu.optim.X)(...)``, for a message."""
-    apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
-    first, second = (apex, torch_npu) if amp_when_true else (torch_npu, apex)
-    return f"`({first} if {test} else {second})(...)`"
+    # NPU105's own switch (`enabled=args.amp` after the optimizers it names, `args.amp` its own
+    # flag): it reads the same at the constructor by construction.
+    planned: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,20 +148,22 @@ class Rewrite:
     message: str  # what the fix says
     # The `from ... import` rewritten along with this call (carried by the first call using it).
     import_rewrite: ImportRewrite | None = None
-    # amp.initialize runs only under a condition: said at its line, as a finding of its own.
-    gate: AmpGate | None = None
-    gate_warning: str | None = None
-    # The class is picked at run time by this switch of NPU105's amp (see `picked_by`).
-    switch: str | None = None
+    # amp.initialize runs only when this test (as written) holds (True) or is false (False):
+    # the class is picked by it, `(apex.optimizers.X if test else torch_npu.optim.X)`.
+    choice: tuple[str, bool] | None = None
+    # `zero_grad(...)` calls edited along with this call so that its gradients stay in the
+    # fused optimizer's flat buffer (each carried by the first rewrite that needs it).
+    grad_fixes: tuple[GradFix, ...] = ()
 
     @property
     def qualified_target(self) -> str:
+        """The class on the amp path (the only one without a ``choice``)."""
         return f"{self.home}.{self.target}"
 
     @property
-    def spelling(self) -> str | None:
-        """The callee to write when it is not the class's dotted name: the run-time choice."""
-        return picked_by(self.switch, self.target) if self.switch is not None else None
+    def callee(self) -> str:
+        """The callee a ``dotted`` rewrite writes."""
+        return picked_by(*self.choice, self.target) if self.choice else self.qualified_target
 
 
 @dataclass(frozen=True)
@@ -196,13 +194,10 @@ class FusedDecisions:
     released_imports: tuple[ReleasedImport, ...]
 
     def lines(self, suppressions: Suppressions) -> set[int]:
-        """The lines where NPU101 says something (a finding, a fix, the warning of a fix) that
-        no suppression comment covers."""
+        """The lines where NPU101 says something (a finding, a fix) that no suppression
+        comment covers."""
         nodes: list[ast.AST] = [finding.node for finding in self.findings]
-        for rewrite in self.rewrites:
-            nodes.append(rewrite.call)
-            if rewrite.gate is not None and rewrite.gate_warning is not None:
-                nodes.append(rewrite.gate.amp_call)
+        nodes += [rewrite.call for rewrite in self.rewrites]
         lines = {line_of(node) for node in nodes}
         return {line for line in lines if not suppressions.covers(line, CODE)}
 
@@ -214,6 +209,8 @@ def plan_fused(
     factories: Mapping[str, Any],
     suppressions: Suppressions,
     shared: Mapping[str, str] | None = None,
+    amp_always: bool = False,
+    unsafe_fixes: bool = False,
     planned_amp: PlannedAmp | None = None,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
@@ -223,10 +220,24 @@ def plan_fused(
     functions that other files of the run call for an optimizer (empty without any);
     ``suppressions`` the file's suppression comments (a covered constructor is not planned);
     ``shared`` the module's functions that another file starts as hogwild workers on a model
-    in shared memory (name -> where ``share_memory()`` is called); ``planned_amp`` the
-    ``amp.initialize`` calls NPU105 and NPU106 write in this run.
+    in shared memory (name -> where ``share_memory()`` is called); ``amp_always`` the setting
+    ``amp = "always"``: an ``amp.initialize`` that runs only on some paths counts as reached;
+    ``unsafe_fixes`` also applies the `zero_grad` edits that may change other optimizers;
+    ``planned_amp`` the ``amp.initialize`` calls NPU105 and NPU106 write in this run.
     """
-    return _Planner(view, level, factories, suppressions, shared or {}, planned_amp).decide()
+    # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
+    # module's parameters is fused too: plan assuming every constructor is, then again with only
+    # those that were, until the assumption holds (each round assumes fewer: it ends).
+    assumed: set[int] | None = None
+    while True:
+        planner = _Planner(view, level, factories, suppressions, shared or {}, planned_amp)
+        planner.amp_always, planner.unsafe_fixes = amp_always, unsafe_fixes
+        planner.assumed_fused = assumed
+        decisions = planner.decide()
+        rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
+        if planner.relied_on <= rewritten:
+            return decisions
+        assumed = rewritten if assumed is None else assumed & rewritten
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -247,12 +258,16 @@ class _Draft:
     func_style: FuncStyle = "dotted"
     disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
     why: str | None = None  # the reason for the home, when other files' calls decide it
-    gate: AmpGate | None = None  # amp.initialize runs only under a condition
-    switch: str | None = None  # NPU105's amp switch picks the class at run time
+    choice: tuple[str, bool] | None = None  # see Rewrite.choice
+    grad_fixes: tuple[GradFix, ...] = ()  # see Rewrite.grad_fixes
 
     @property
     def qualified_target(self) -> str:
         return f"{self.home}.{self.target}"
+
+    @property
+    def callee(self) -> str:
+        return picked_by(*self.choice, self.target) if self.choice else self.qualified_target
 
 
 class _Planner:
@@ -266,6 +281,7 @@ class _Planner:
         planned_amp: PlannedAmp | None = None,
     ) -> None:
         self.view = view
+        self.planned_amp = planned_amp or PlannedAmp()
         self.index = view.index
         self.level = level
         self.suppressions = suppressions
@@ -277,7 +293,10 @@ class _Planner:
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
         self.released: list[ReleasedImport] = []
-        self.planned_amp = planned_amp or PlannedAmp()
+        self.amp_always = False  # `amp = "always"`: gated amp.initialize calls count as reached
+        self.unsafe_fixes = False  # --unsafe-fixes: apply zero_grad edits that are not provable
+        self.assumed_fused: set[int] | None = None  # constructors assumed fused (None: all)
+        self.relied_on: set[int] = set()  # constructors whose being fused a safe edit assumes
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -500,8 +519,9 @@ class _Planner:
                 call,
                 f"`{name}` is returned by `{without_amp[0].factory}` to calls where it does not "
                 f"reach `amp.initialize` ({_sites_listed(without_amp)}), and "
-                "Ascend apex's fused optimizers raise in `step()` without amp: use "
-                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works with and without amp",
+                "Ascend apex's fused optimizers raise in `step()` without amp: build "
+                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}` for those calls (torch_npu's steps "
+                "stale gradients under apex amp, so keep apex's where amp runs)",
                 Severity.INFO,
             )
             return
@@ -562,9 +582,27 @@ class _Planner:
             return
         params = args[names.index("params")].value if "params" in names else None
         hazards = self.hazards.of(call, params)
+        grad_fixes: list[GradFix] = []
+        unsafe: dict[int, str] = {}  # id(zero_grad call) -> why its edit is an unsafe fix
+        # Reported once nothing else blocks the constructor: its zero_grad fixes rely on other
+        # optimizers that stay unfused (whatever blocks this one is the better message).
+        pending: str | None = None
         if hazards:
-            self._report(call, _hazard_message(source, target, hazards))
-            return
+            risks = {id(h): self._grad_fix_risk(h.fix, call) for h in hazards if h.fix is not None}
+            unfixable = [h for h in hazards if h.fix is None]
+            risky = {key: risk for key, (risk, _) in risks.items() if risk is not None}
+            if unfixable or (risky and not self.unsafe_fixes):
+                message = _hazard_message(source, target, hazards)
+                if not unfixable:
+                    message += _unsafe_hint([h for h in hazards if id(h) in risky], risky)
+                if unfixable or not all(relies for risk, relies in risks.values() if risk):
+                    self._report(call, message)
+                    return
+                pending = message
+            grad_fixes = [h.fix for h in hazards if h.fix is not None]
+            unsafe = {id(h.fix.call): risky[id(h)] for h in hazards if id(h) in risky and h.fix}
+            if pending is not None:
+                grad_fixes, unsafe = [], {}
         sharded = self.contract.sharding(call, params)
         if sharded:
             self._report(call, _sharded_message(source, target, sharded))
@@ -582,7 +620,7 @@ class _Planner:
         amp_calls = self.flow.amp_calls_reached.get(id(call), [])
         settings = [amp_options(self.view, amp_call, self.level) for amp_call in amp_calls]
         settings += self.planned_amp.options(call)  # NPU106's, in place of FP16_Optimizer
-        added = self.planned_amp.added_for(call)
+        added = self.planned_amp.added_for(call)  # NPU105's
         for options in settings:
             refusal = options.refuses_fused()
             if refusal is not None:
@@ -598,7 +636,11 @@ class _Planner:
         amp_call = enabled[0].call if enabled else None
         with_amp = [site for site in sites if site.with_amp]
         without_amp = [site for site in sites if not site.with_amp]
-        apex = (amp_call is not None or bool(with_amp) or added is not None) and not without_amp
+        if (amp_call is not None or with_amp or added is not None) and without_amp:
+            # apex's class raises without amp; torch_npu's steps stale gradients under apex amp.
+            self._report(call, _mixed_callers_refusal(source, target, with_amp, without_amp))
+            return
+        apex = amp_call is not None or bool(with_amp) or added is not None
         draft = _Draft(
             call,
             args,
@@ -608,34 +650,32 @@ class _Planner:
             line_of(amp_call) if amp_call is not None else None,
         )
         gated_site = self._gated_site(with_amp) if apex else None
-        if gated_site is not None and source.unfused_replacement is None:
-            site, amp = gated_site
-            self._report(call, _gated_elsewhere_refusal(source, target, site, amp))
-            return
         gate = self._planned_gate(call, enabled) if apex else None
-        if gate is not None and source.unfused_replacement is None:
-            # torch's optimizer runs on both paths; the apex one would raise on the path
-            # without amp, and torch_npu's are not meant for amp: leave the choice to the user.
-            self._report(call, _gated_amp_refusal(source, target, gate))
-            return
+        gated = _gated_path(gate, gated_site)
+        if gated is not None and not self.amp_always:
+            # apex's class raises in step() without amp, and torch_npu's steps stale gradients
+            # under apex amp: pick the class by the condition, where it can be read here.
+            unportable = None if gate and gate.planned else self._unportable_gate(call, gate)
+            if unportable is not None:
+                self._report(call, _gated_refusal(source, target, gated, unportable))
+                return
+            assert gate is not None
+            draft.choice = (gate.test, gate.amp_when_true)
         problems = self._map_arguments(draft, names)
         if problems:
             self._report(call, _blocked_message(source, target, problems))
             return
-        draft.gate = gate
-        if added is not None:
-            draft.why = self.planned_amp.added_why(added)
-            if added.switch is not None:  # the class that fits both paths of NPU105's switch
-                draft.gate, draft.switch = None, added.switch
-                draft.notes.append(
-                    f"amp runs only when `{added.switch}` holds, so the class is picked by it: "
-                    f"`{picked_by(added.switch, target)}` (Ascend apex's under amp, torch_npu's "
-                    "without)"
-                )
-        if self.planned_amp.wrappers_of(call):
-            draft.notes.append("NPU106 writes that `amp.initialize` in place of `FP16_Optimizer`")
+        if grad_fixes:
+            draft.grad_fixes = tuple(grad_fixes)
+            draft.notes.append(_grad_fix_note(self.view, grad_fixes, unsafe))
         if sites:
             draft.why = _factory_why(draft, amp_call, with_amp, without_amp)
+        if added is not None:
+            draft.why = self.planned_amp.added_why(added)
+        if self.planned_amp.wrappers_of(call):
+            draft.notes.append("NPU106 writes that `amp.initialize` in place of `FP16_Optimizer`")
+        if gated is not None:
+            draft.why = _gated_why(draft, gated, self.amp_always)
         if settings and not enabled:
             draft.disabled_amp_line = line_of(settings[0].call)
         for options in enabled:
@@ -644,15 +684,14 @@ class _Planner:
                     f'NPU102 sets `opt_level="{options.switch}"` at line {line_of(options.call)}'
                 )
             draft.notes.extend(options.run_time_notes(with_enabled=gate is None))
-        if gated_site is not None and gated_site[1].gate and gated_site[1].gate[2] == "runs":
-            # (`enabled=<run-time value>` there has its own note, from the call's options.)
-            site, amp = gated_site
-            draft.notes.append(_gated_elsewhere_warning(draft, site, amp))
         for site in with_amp:
             for amp in site.with_amp:
                 if amp.switch is not None:
                     draft.notes.append(f'NPU102 sets `opt_level="{amp.switch}"` at {amp.at}')
                 draft.notes.extend(f"at {amp.at}: {note}" for note in amp.notes)
+        if pending is not None:
+            self._report(call, pending)
+            return
         self.drafts.append(draft)
 
     @staticmethod
@@ -665,12 +704,103 @@ class _Planner:
                     return site, amp
         return None
 
+    def _amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
+        """The condition under which the optimizer of ``call`` goes through amp, when it may
+        also run without: an `if` around `amp.initialize` that does not also guard ``call``,
+        or an `enabled=` computed at run time. Calls in the branches of an `if`/`else` (the
+        static and dynamic loss scales of BERT scripts) cover every path together: no gate."""
+        run_time = any(o.enabled is NOT_LITERAL and o.enabled_code for o in enabled)
+        calls = [options.call for options in enabled]
+        if len(calls) > 1 and not run_time and uncovered_condition(self.view, calls, call) is None:
+            return None
+        for options in enabled:
+            guards = self.flow.guards_only_for(options.call, call)
+            run_time_enabled = options.enabled is NOT_LITERAL and options.enabled_code is not None
+            if len(guards) == 1 and not run_time_enabled:
+                test, in_body = guards[0]
+                return AmpGate(options.call, test, amp_when_true=in_body)
+            if guards:
+                # `if a:` / `elif b:` / nested ifs (and `enabled=c`): amp runs when all hold.
+                terms = [_term(test, in_body) for test, in_body in reversed(guards)]
+                if run_time_enabled:
+                    assert options.enabled_code is not None
+                    terms.append(_term(options.enabled_code, True))
+                return AmpGate(options.call, " and ".join(terms), amp_when_true=True)
+        for options in enabled:
+            if options.enabled is NOT_LITERAL and options.enabled_code is not None:
+                return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
+        return None
+
+    def _grad_fix_risk(self, fix: GradFix, constructor: ast.Call) -> tuple[str | None, bool]:
+        """Why ``fix`` may change the training (None: it cannot).
+
+        Dropping ``set_to_none`` from the optimizer's own ``zero_grad`` cannot: torch's default
+        sets the gradients to None just as that argument did, and the fused optimizers zero in
+        place. ``model.zero_grad(set_to_none=False)`` instead of None gradients cannot when
+        every parameter of ``model`` is in one optimizer, fused in this run, and in no other:
+        a fused optimizer updates every parameter it packed at each step whether its gradient is
+        None or zero (it steps its flat buffer), so only another optimizer could see the zeros.
+        The second value is True when the only risk is that that one optimizer stays unfused.
+        """
+        model = fix.receiver
+        if model is None:
+            return None, False
+        candidates = self._sharing_names(fix.call, model)
+        owners = [c for c in candidates if exact_model(self._params_of(c)) == model]
+        if len(owners) != 1:
+            return (
+                f"no single optimizer is built from exactly `{model}.parameters()` where `{model}` "
+                "is in scope, so some of its parameters may be in an optimizer that skips None "
+                "gradients"
+            ), False
+        owner = owners[0]
+        for other in candidates:
+            if other is owner:
+                continue
+            fed = models_feeding(self.flow, self._params_of(other))
+            if not fed or any(overlaps(model, part) for part in fed):
+                return (
+                    f"the optimizer at line {line_of(other)} may also hold parameters of "
+                    f"`{model}`, and it would see zeros where it skipped None gradients"
+                ), False
+        if owner is constructor:
+            return None, False  # applied only with this constructor's own rewrite
+        if self.assumed_fused is not None and id(owner) not in self.assumed_fused:
+            return f"the optimizer of `{model}` (line {line_of(owner)}) stays unfused", True
+        self.relied_on.add(id(owner))
+        return None, False
+
+    def _sharing_names(self, call: ast.Call, model: str) -> list[ast.Call]:
+        """The optimizer constructors where ``model`` may name what it names at ``call``: in
+        the same function (with the functions nested in it), at module level, and for
+        ``self.<attr>`` in every method of the class."""
+        unit = self.hazards.unit_of(call)
+        units = {id(unit), id(self.index.tree)}
+        owner_class = None
+        if model.split(".", 1)[0] == "self":
+            ancestors = self.index.ancestors(call)
+            owner_class = next((a for a in ancestors if isinstance(a, ast.ClassDef)), None)
+        found: list[ast.Call] = []
+        for candidate in self.flow.candidates:
+            if id(self.hazards.unit_of(candidate)) in units or (
+                owner_class is not None
+                and any(a is owner_class for a in self.index.ancestors(candidate))
+            ):
+                found.append(candidate)
+        return found
+
+    def _params_of(self, call: ast.Call) -> ast.expr | None:
+        """The params argument of an optimizer constructor (first positional or `params=`)."""
+        if call.args and not isinstance(call.args[0], ast.Starred):
+            return call.args[0]
+        return next((k.value for k in call.keywords if k.arg == "params"), None)
+
     def _planned_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
         """:meth:`_amp_gate`, with the ``amp.initialize`` calls NPU105 and NPU106 write: NPU105's
         `enabled=<switch>`, NPU106's that leave a path of the optimizer without amp."""
         added = self.planned_amp.added_for(call)
         if added is not None and added.switch is not None:
-            return AmpGate(added.anchor, added.switch, True, verb="enables amp")
+            return AmpGate(added.anchor, added.switch, True, verb="enables amp", planned=True)
         uncovered = self.planned_amp.uncovered(self.view, call)
         if uncovered is not None:
             wrapper, test, when_true = uncovered
@@ -678,18 +808,28 @@ class _Planner:
         wrappers = {id(wrapper) for wrapper in self.planned_amp.wrappers_of(call)}
         return self._amp_gate(call, [o for o in enabled if id(o.call) not in wrappers])
 
-    def _amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
-        """The condition under which the optimizer of ``call`` goes through amp, when it may
-        also run without: an `if` around `amp.initialize` that does not also guard ``call``,
-        or an `enabled=` computed at run time."""
-        for options in enabled:
-            guard = self.flow.guard_only_for(options.call, call)
-            if guard is not None:
-                test, in_body = guard
-                return AmpGate(options.call, test, amp_when_true=in_body)
-        for options in enabled:
-            if options.enabled is NOT_LITERAL and options.enabled_code is not None:
-                return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
+    def _unportable_gate(self, call: ast.Call, gate: AmpGate | None) -> str | None:
+        """Why the condition under which amp runs cannot pick the class at ``call``; None when
+        it can: ``gate`` is the only condition between them, in the same function, after the
+        constructor, and its test is names and attributes that nothing assigns in between."""
+        if gate is None:
+            return "that call is in another file"
+        amp_call = gate.amp_call
+        scope = self.flow.scope_of(call)
+        if scope is not self.flow.scope_of(amp_call) or line_of(amp_call) <= line_of(call):
+            return "`amp.initialize` is not after the constructor in the same function"
+        test = _expression(gate.test)
+        if test is None or not _plain_test(test):
+            return f"`{gate.test}` is not made of names and attributes only"
+        first, last = line_of(call), line_of(amp_call)
+        stored = _stored_between(scope, first, last)
+        names = {node.id for node in ast.walk(test) if isinstance(node, ast.Name)}
+        attributes = {_dotted(node) for node in ast.walk(test) if isinstance(node, ast.Attribute)}
+        if "*" in stored:
+            return "a `setattr`, `exec` or `vars` call between the two lines may change it"
+        changed = sorted((names | attributes) & stored)
+        if changed:
+            return f"`{changed[0]}` may change between the two lines"
         return None
 
     def _map_arguments(self, draft: _Draft, names: list[str]) -> list[str]:
@@ -752,8 +892,9 @@ class _Planner:
         by_import: dict[int, list[_Draft]] = {}
         for draft in self.drafts:
             func = draft.call.func
-            if draft.switch is not None:
-                continue  # a run-time choice of two classes: written out in full ("dotted")
+            if draft.choice is not None:
+                draft.func_style = "dotted"  # `(apex... if test else torch_npu...)`, spelled out
+                continue
             if isinstance(func, ast.Attribute):
                 base = self.view.qualified_name(func.value)
                 draft.func_style = "attr" if base == draft.home else "dotted"
@@ -848,10 +989,10 @@ class _Planner:
             for key, draft in self.import_rewrites.items()
         }
         rewrites: list[Rewrite] = []
+        carried_fixes: set[int] = set()  # each zero_grad call is edited once
         for draft in self.drafts:
             statement = self._rewritten_import(draft)
             carried = pending.pop(id(statement), None) if statement is not None else None
-            warning = _gated_amp_warning(draft, draft.gate) if draft.gate is not None else None
             rewrites.append(
                 Rewrite(
                     draft.call,
@@ -863,12 +1004,18 @@ class _Planner:
                     draft.func_style,
                     _fixed_message(draft),
                     carried,
-                    draft.gate,
-                    warning,
-                    draft.switch,
+                    draft.choice,
+                    tuple(f for f in draft.grad_fixes if self._first_carrier(f, carried_fixes)),
                 )
             )
         return tuple(rewrites)
+
+    @staticmethod
+    def _first_carrier(fix: GradFix, carried: set[int]) -> bool:
+        if id(fix.call) in carried:
+            return False
+        carried.add(id(fix.call))
+        return True
 
     def _rewritten_import(self, draft: _Draft) -> ast.ImportFrom | None:
         if draft.func_style not in ("alias", "rename"):
@@ -1053,59 +1200,129 @@ def _cpu_message(source: Source, target: str, model: Break) -> str:
     )
 
 
-def _gated_amp_refusal(source: Source, target: str, gate: AmpGate) -> str:
-    line = line_of(gate.amp_call)
+@dataclass(frozen=True)
+class GatedPath:
+    """How an optimizer goes through an ``amp.initialize`` that runs, or enables amp, only under
+    a condition that does not also guard the optimizer's construction, as a message says it."""
+
+    reaches: str  # "it goes through `amp.initialize` (line 11), which runs only when ..."
+
+
+def _gated_path(
+    gate: AmpGate | None, site: tuple[CallSite, ExternalAmp] | None
+) -> GatedPath | None:
+    if gate is not None:
+        condition = f"`{gate.test}` holds" if gate.amp_when_true else f"`{gate.test}` is false"
+        return GatedPath(
+            f"it goes through `amp.initialize` (line {line_of(gate.amp_call)}), which "
+            f"{gate.verb} only when {condition}"
+        )
+    if site is not None and site[1].gate is not None:
+        call_site, amp = site
+        return GatedPath(
+            f"`{call_site.factory}` returns it to the call at {call_site.at}, whose "
+            f"`amp.initialize` ({amp.at}) {site[1].gate[2]} only when {amp.condition}"
+        )
+    return None
+
+
+AMP_ALWAYS = '`amp = "always"` ([tool.npu-migrate])'
+
+# Why neither class alone fits an optimizer whose amp.initialize runs only on some paths.
+_NEITHER_HOME = (
+    "Ascend apex's fused optimizers raise in `step()` without amp, and torch_npu's step stale "
+    "gradients under apex amp (for any optimizer but its own fused ones, Ascend apex's "
+    "`amp.initialize` sets the gradients to None before every backward, which detaches them "
+    "from torch_npu's flat buffer)"
+)
+
+
+def _gated_why(draft: _Draft, gated: GatedPath, amp_always: bool) -> str:
+    """Why the class of an optimizer whose ``amp.initialize`` runs only on some paths."""
+    if amp_always:
+        return (
+            f"{gated.reaches}, and {AMP_ALWAYS} counts that `amp.initialize` as reached (the "
+            "project trains with amp on); on the path without amp its `step()` raises "
+            f'RuntimeError ("apex.optimizers.{draft.target} should be used with AMP")'
+        )
     return (
-        f"`{source.display}` is not rewritten: it goes through `amp.initialize` (line {line}), "
-        f"which {gate.verb} only when {gate.condition}. Under amp it needs "
-        f"`{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
-        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
-        "fits both paths. "
+        f"{gated.reaches}, so the class is picked by the same condition, as Ascend's ModelZoo "
+        f"scripts do: {_NEITHER_HOME}"
+    )
+
+
+def _mixed_callers_refusal(
+    source: Source, target: str, with_amp: Sequence[CallSite], without_amp: Sequence[CallSite]
+) -> str:
+    factory = (with_amp or without_amp)[0].factory
+    reaching = "; ".join(
+        f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
+        for site in with_amp
+    )
+    passed = f" ({reaching})" if reaching else " (and this module)"
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: `{factory}` returns it to calls that "
+        "pass it to "
+        f"`amp.initialize`{passed} and to calls that do not ({_sites_listed(without_amp)}), "
+        f"so no single NPU fused class fits: {_NEITHER_HOME}. "
         + _left_unfused(
             source,
-            "call `amp.initialize` on every path, or pick the class by the same condition: "
-            + gate.choice(target),
+            f"build `{APEX_HOME}.{target}` for the callers that use amp and "
+            f"`{TORCH_NPU_HOME}.{target}` for the others (a parameter of `{factory}`)",
         )
     )
 
 
-def _gated_elsewhere_refusal(source: Source, target: str, site: CallSite, amp: ExternalAmp) -> str:
-    assert amp.gate is not None
-    test, when_true, verb = amp.gate
-    choice = _choice(test, when_true, target)
+def _grad_fix_note(view: FileView, fixes: Sequence[GradFix], unsafe: Mapping[int, str]) -> str:
+    """What the `zero_grad` edits that go with the rewrite do, one part per code as written;
+    ``unsafe``: why the edit of a call (by id) is an unsafe fix."""
+    lines: dict[tuple[str, bool, str | None], list[int]] = {}
+    for fix in fixes:
+        key = (view.written(fix.call), fix.receiver is None, unsafe.get(id(fix.call)))
+        lines.setdefault(key, []).append(fix.line)
+    parts: list[str] = []
+    for (code, own, risk), numbers in lines.items():
+        where = ", ".join(str(n) for n in dict.fromkeys(numbers))
+        quoted = f"`{code}` ({'lines' if ',' in where else 'line'} {where})"
+        if own:
+            parts.append(f"dropped `set_to_none` from {quoted}: the fused optimizers zero in place")
+        elif risk is not None:
+            parts.append(
+                f"passed `set_to_none=False` to `{code}` ({'lines' if ',' in where else 'line'} "
+                f"{where}; an unsafe fix, applied with `--unsafe-fixes`: {risk})"
+            )
+        else:
+            parts.append(
+                f"passed `set_to_none=False` to {quoted}, so that the gradients stay in the fused "
+                "optimizer's flat buffer (every parameter of the module is in this optimizer, "
+                "which updates each parameter it packed at every step, whether its gradient is "
+                "None or zero)"
+            )
+    return "; ".join(parts)
+
+
+def _unsafe_hint(hazards: Sequence[Hazard], risks: Mapping[int, str]) -> str:
+    """What ``--unsafe-fixes`` would do about ``hazards``, and why it is unsafe."""
+    reasons = "; ".join(dict.fromkeys(f"{h.code} (line {h.line}): {risks[id(h)]}" for h in hazards))
     return (
-        f"`{source.display}` is not rewritten: `{site.factory}` returns it to the call at "
-        f"{site.at}, whose `amp.initialize` ({amp.at}) {verb} only when {amp.condition}. Under "
-        f"amp it needs `{APEX_HOME}.{target}`, which raises in `step()` without amp, and "
-        f"`{TORCH_NPU_HOME}.{target}` is meant for training without apex amp, so neither class "
-        "fits both paths. "
+        ". With `--unsafe-fixes` npu-migrate passes `set_to_none=False` there and fuses it; "
+        f"unsafe because {reasons}"
+    )
+
+
+def _gated_refusal(source: Source, target: str, gated: GatedPath, unportable: str) -> str:
+    choice = picked_by("<condition>", True, target)
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: {gated.reaches}, so no single NPU "
+        f"fused class fits: {_NEITHER_HOME}. npu-migrate picks the class by the condition, "
+        f"`{choice}(...)`, only where it can evaluate the condition at the constructor, and here "
+        f"{unportable}. "
         + _left_unfused(
             source,
-            "call `amp.initialize` on every path there, or pick the class by the same "
-            "condition: " + choice,
+            "pick the class by the condition under which `amp.initialize` runs, or call "
+            f"`amp.initialize` on every path, or set {AMP_ALWAYS} if the project always trains "
+            "with amp",
         )
-    )
-
-
-def _gated_elsewhere_warning(draft: _Draft, site: CallSite, amp: ExternalAmp) -> str:
-    assert amp.gate is not None
-    _, _, verb = amp.gate
-    return (
-        f"warning: the `amp.initialize` at {amp.at} (after the call at {site.at}) {verb} only "
-        f"when {amp.condition}; on the other path `{draft.qualified_target}` raises in "
-        "`step()` (NVIDIA's class did not run on Ascend there either)"
-    )
-
-
-def _gated_amp_warning(draft: _Draft, gate: AmpGate) -> str:
-    return (
-        f"this `amp.initialize` {gate.verb} only when {gate.condition}, and the optimizer built "
-        f"at line "
-        f"{line_of(draft.call)} (`{draft.source.display}`, now `{draft.qualified_target}`) steps "
-        "only under amp: on the other path its `step()` raises (NVIDIA's "
-        f"`{draft.source.display.rsplit('.', 1)[1]}` did not run on Ascend there either). Call "
-        "`amp.initialize` on every path, or pick the class by the same condition: "
-        + gate.choice(draft.target)
     )
 
 
@@ -1156,12 +1373,6 @@ def _factory_why(
             f"`{factory}` returns it and every call of it passes it to `amp.initialize` "
             f"({'; '.join(reaching)}): Ascend apex's fused optimizers step only under amp"
         )
-    if reaching:
-        return (
-            f"`{factory}` returns it to calls that pass it to `amp.initialize` "
-            f"({'; '.join(reaching)}) and to calls that do not ({_sites_listed(without_amp)}): "
-            "torch_npu's fused optimizers work with and without amp"
-        )
     return (
         f"`{factory}` returns it to calls where it reaches no enabled `amp.initialize` "
         f"({_sites_listed(without_amp)}): torch_npu's fused optimizers work without amp"
@@ -1187,7 +1398,7 @@ def _fixed_message(draft: _Draft) -> str:
             "work without amp"
         )
     notes = "".join(f"; {note}" for note in draft.notes)
-    return f"replaced `{draft.source.display}` with `{draft.qualified_target}`: {why}{notes}"
+    return f"replaced `{draft.source.display}` with `{draft.callee}`: {why}{notes}"
 
 
 def _sharded_class_message(code: str, name: str, sharder: str) -> str:
@@ -1247,3 +1458,67 @@ _DYNAMIC_LOOKUP_ADVICE = (
     "torch_npu.optim.NpuFusedAdam}` (use `apex.optimizers.NpuFused*` when the optimizer goes "
     "through `amp.initialize`)"
 )
+
+
+# -- conditions read at the constructor ------------------------------------------------------------
+
+_PLAIN_TEST_NODES = (
+    ast.Name, ast.Attribute, ast.Constant, ast.UnaryOp, ast.Not, ast.BoolOp, ast.And, ast.Or,
+    ast.Compare, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Load,
+)  # fmt: skip
+
+
+_REBINDING_CALLS = frozenset({"setattr", "delattr", "exec", "vars"})
+
+
+def _term(test: str, holds: bool) -> str:
+    """``test`` (or its negation) as one operand of ``and``."""
+    expression = _expression(test)
+    simple = isinstance(expression, (ast.Name, ast.Attribute, ast.Constant))
+    operand = test if simple else f"({test})"
+    return operand if holds else f"not {operand}"
+
+
+def _expression(code: str) -> ast.expr | None:
+    try:
+        return ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def _plain_test(test: ast.expr) -> bool:
+    """Names, attributes, constants, `not`, `and`/`or` and comparisons: no call, no subscript,
+    so evaluating it once more, earlier, reads the same values and does nothing else."""
+    return all(isinstance(node, _PLAIN_TEST_NODES) for node in ast.walk(test))
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else "?"
+
+
+def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
+    """Names and dotted attributes that ``scope`` assigns or deletes on lines ``first`` to
+    ``last``, and every name when something there may rebind anything (``setattr``, ``exec``,
+    ``global``/``nonlocal``)."""
+    stored: set[str] = set()
+    for node in ast.walk(scope):
+        line = getattr(node, "lineno", None)
+        if line is None or not first <= line <= last:
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stored.add(node.id)
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            stored.add(_dotted(node))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            stored.update(node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, ast.ExceptHandler):
+            stored.add(node.name or "")
+        elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS:
+            stored.add("*")
+    return stored

@@ -70,6 +70,20 @@ _ZERO_IN_PLACE = (
 
 
 @dataclass(frozen=True)
+class GradFix:
+    """The edit that keeps a ``zero_grad(...)`` call's gradients in the fused optimizer's flat
+    buffer: drop ``set_to_none`` from the optimizer's own call (the fused optimizers zero in
+    place), or pass ``set_to_none=False`` to a module's (``receiver``, as written)."""
+
+    call: ast.Call
+    receiver: str | None = None  # None: the optimizer's own zero_grad, set_to_none dropped
+
+    @property
+    def line(self) -> int:
+        return line_of(self.call)
+
+
+@dataclass(frozen=True)
 class Hazard:
     """One piece of code that breaks the NPU fused optimizer, with what to do about it."""
 
@@ -77,6 +91,7 @@ class Hazard:
     code: str  # the code as quoted in messages, e.g. "`model.zero_grad()`"
     effect: str  # what it does and what breaks, e.g. "sets the gradients to None, which ..."
     remedy: str  # how to make the optimizer fusable
+    fix: GradFix | None = None  # the edit that removes it, when there is one
 
     @property
     def line(self) -> int:
@@ -169,6 +184,8 @@ class FusionHazards:
                 continue  # the fused optimizers default to zeroing in place
             value = literal_value(set_to_none.value)
             written = f"`{self.view.written(call)}`"
+            # Dropping a plain flag or a literal loses nothing; a call may do something else.
+            fix = GradFix(call) if _plain_value(set_to_none.value) else None
             if value is NOT_LITERAL:
                 yield Hazard(
                     call,
@@ -177,6 +194,7 @@ class FusionHazards:
                     f'`{self.view.written(set_to_none.value)}` is true ("set_to_none is not '
                     'supported in fused optimizers")',
                     "call `zero_grad()` without `set_to_none` there",
+                    fix,
                 )
             elif value:
                 yield Hazard(
@@ -186,6 +204,7 @@ class FusionHazards:
                     'not supported in fused optimizers")',
                     "call `zero_grad()` without `set_to_none` there (the fused optimizers zero "
                     "their flat gradient buffer in place)",
+                    fix,
                 )
 
     @cached_property
@@ -226,7 +245,10 @@ class FusionHazards:
                 f"use `optimizer.zero_grad()` (zeroes in place) instead of "
                 f"`{receiver}.zero_grad(...)`, or pass `set_to_none=False`"
             )
-            found.append((self.unit_of(call), Hazard(call, written, effect, remedy)))
+            plain = set_to_none is None or _plain_value(set_to_none.value)
+            model = dotted_name(call.func.value)
+            fix = GradFix(call, model) if plain and model is not None else None
+            found.append((self.unit_of(call), Hazard(call, written, effect, remedy, fix)))
         return found
 
     def _own_method(self, call: ast.Call) -> bool:
@@ -429,6 +451,31 @@ def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
                 if spelled is not None:
                     models.add(spelled)
     return models
+
+
+def exact_model(params: ast.expr | None) -> str | None:
+    """``model`` when an optimizer's params argument is exactly ``model.parameters()``: then
+    every parameter of ``model`` is in that optimizer."""
+    if (
+        isinstance(params, ast.Call)
+        and isinstance(params.func, ast.Attribute)
+        and params.func.attr == "parameters"
+        and not params.args
+        and not params.keywords
+    ):
+        return dotted_name(params.func.value)
+    return None
+
+
+def overlaps(model: str, other: str) -> bool:
+    """``model`` and ``other`` may share parameters: the same spelling, or one a part of the
+    other (``model`` and ``model.head``)."""
+    return model == other or model.startswith(other + ".") or other.startswith(model + ".")
+
+
+def _plain_value(node: ast.expr) -> bool:
+    """A literal, a name or an attribute of names: removing or replacing it does nothing else."""
+    return isinstance(node, ast.Constant) or dotted_name(node) is not None
 
 
 def describe(hazards: list[Hazard]) -> str:

@@ -21,14 +21,17 @@ from migrator.rules.optimizers._plans import AddedAmp, Fp16Rewrites
 from migrator.rules.optimizers._tables import APEX_HOME, TORCH_NPU_HOME
 
 
-def picked_by(switch: str, target: str) -> str:
-    """The class ``target`` from Ascend apex when ``switch`` enables amp, from torch_npu
-    otherwise: ``(apex.optimizers.X if switch else torch_npu.optim.X)``, an expression to call.
+def picked_by(test: str, amp_when_true: bool, target: str) -> str:
+    """The class ``target`` from Ascend apex on the path where amp runs (``test`` holds, or is
+    false when not ``amp_when_true``), from torch_npu on the other: ``(apex.optimizers.X if
+    test else torch_npu.optim.X)``, an expression to call.
 
-    Where the ``amp.initialize`` has ``combine_grad=True`` (NPU105's always does), torch_npu's
-    class is refused under amp and apex's raises in ``step()`` without it: only this fits both
-    paths."""
-    return f"({APEX_HOME}.{target} if {switch} else {TORCH_NPU_HOME}.{target})"
+    Neither class fits both paths: apex's raises in ``step()`` without amp, and torch_npu's
+    steps stale gradients under apex amp (which sets the gradients of any other optimizer to
+    None before each backward) and is refused with ``combine_grad=True``."""
+    apex, torch_npu = f"{APEX_HOME}.{target}", f"{TORCH_NPU_HOME}.{target}"
+    first, second = (apex, torch_npu) if amp_when_true else (torch_npu, apex)
+    return f"({first} if {test} else {second})"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from migrator.analysis.calls import Argument
 from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
+from migrator.callargs import argument as find_argument
 from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
@@ -22,6 +23,7 @@ from migrator.rules.optimizers._fused_planner import (
     Rewrite,
     plan_fused,
 )
+from migrator.rules.optimizers._hazards import GradFix
 from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
     AddedAmp,
@@ -34,65 +36,80 @@ from migrator.rules.optimizers._plans import (
     switched_level,
 )
 from migrator.rules.optimizers._tables import OPTIMIZER_TRIGGER, TORCH_NPU_HOME
-from migrator.settings import Settings
+from migrator.settings import AmpPolicy, Settings
 
 
 class NpuFusedOptimizer(OptimizerFactories, Rule):
     """
     ## What it does
     Replaces `torch.optim.SGD/Adam/AdamW/Adadelta/RMSprop` and apex `FusedSGD/FusedAdam`
-    constructors with the NPU fused optimizers. An optimizer that reaches `amp.initialize` in the
-    same module (following assignments in program order: only those that run before the call
+    constructors with the NPU fused optimizers. An optimizer that reaches `amp.initialize` in
+    the same module (following assignments in program order: only those that run before the call
     count) becomes `apex.optimizers.NpuFused*` (Ascend apex); any other, and one that reaches
     only `amp.initialize(..., enabled=False)`, becomes `torch_npu.optim.NpuFused*`, which works
-    without amp. An optimizer that reaches an `amp.initialize` whose literal `opt_level` is O0 or
-    O3, or O2 with `master_weights=False`, is reported and left unfused: Ascend apex refuses NPU
-    fused optimizers of either home there. A level computed in the module is read over every arm
-    it shows (`'O1' if use_mixed_precision else 'O0'`, an `if`/`else`, a dict of levels, the
+    without amp. An optimizer that reaches an `amp.initialize` whose literal `opt_level` is O0
+    or O3, or O2 with `master_weights=False`, is reported and left unfused: Ascend apex refuses
+    NPU fused optimizers of either home there. A level computed in the module is read over every
+    arm it shows (`'O1' if use_mixed_precision else 'O0'`, an `if`/`else`, a dict of levels, the
     default of an `--opt-level` option): one O0 or O3 arm counts as that literal level, since
     that path must keep running. A level, master-weights flag or `enabled` computed at run time
     otherwise is named in the message as a requirement, and NPU102's `opt-level` switch counts
-    when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test)
-    is left as it is: the fused optimizers pack on the NPU only. A constructor that a function
-    returns to other modules of the run (`create_optimizer(args, model)` called from
-    `train.py`) is placed by every call site of that function there: `apex.optimizers` when
-    all of them pass it to `amp.initialize`, `torch_npu.optim` when some do not, reported when
-    one would be refused; the message names the calls and their `amp.initialize`; a call whose
-    `amp.initialize` runs only under a condition (`if args.fp16:`) keeps a `torch.optim`
-    constructor unfused, as in the module itself. Arguments are mapped: apex FusedAdam's
+    when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test) is
+    left as it is: the fused optimizers pack on the NPU only. A constructor that a function
+    returns to other modules of the run (`create_optimizer(args, model)` called from `train.py`)
+    is placed by every call site of that function there: `apex.optimizers` when all of them pass
+    it to `amp.initialize`, `torch_npu.optim` when none does, reported when some do and some do
+    not or when one would be refused; the message names the calls and their `amp.initialize`. An
+    optimizer whose `amp.initialize` runs, or enables amp, only under a condition that does not
+    also guard its construction (`if args.amp: model, optimizer = amp.initialize(...)`, the
+    shape of Ascend's ModelZoo scripts; `enabled=args.amp`) gets the class picked by that
+    condition, `(apex.optimizers.NpuFusedSGD if args.amp else
+    torch_npu.optim.NpuFusedSGD)(...)`, as ModelZoo's engineers migrated such scripts: apex's
+    raises in `step()` without amp, and torch_npu's steps stale gradients under apex amp (which
+    sets the gradients of any other optimizer to None before each backward). That is done where
+    the condition reads the same at the constructor (same function, one condition, names and
+    attributes not assigned in between); otherwise, and for a factory whose callers gate amp or
+    whose callers differ (some with amp, some without), the constructor is reported. With `amp =
+    "always"` in [tool.npu-migrate] (or `--amp always`: the project trains with amp on) such an
+    `amp.initialize` counts as reached: `apex.optimizers.NpuFused*`, and the path without amp
+    raises at its first step, which the message says. Arguments are mapped: apex FusedAdam's
     `adam_w_mode` picks `NpuFusedAdamW` or `NpuFusedAdam`, and `weight_decay=0.0` is passed
     explicitly when FusedAdam relied on its default; performance-only switches (`foreach`,
-    `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped.
-    Reported for manual migration, never rewritten: arguments that change the update and have no
-    NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
-    `bias_correction=False`, FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`,
-    `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`,
-    subclasses of these optimizers and `FP16_Optimizer` wrappers that NPU106 does not rewrite
-    (and the optimizer they wrap, at its own line); an optimizer whose surrounding code breaks a
-    fused one (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16
-    casts of its model, sparse embeddings; where these are looked for:
-    docs/rules-optimizers.md); an
-    optimizer whose parameters are re-allocated while it is in use, which breaks the contract
-    of every NPU fused optimizer (the line that breaks it is named): a move away from the
-    device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
-    `.half()`, `.bfloat16()`, `.double()`, `._apply(fn)`), a store to a parameter or its
-    `.data`, `setattr` / `register_parameter` / `del` on the model, wherever one may run
-    between two of its steps (an epoch-end `model.cpu()` checkpoint, directly or in a function
-    of the module it calls), and parameters owned by a sharding or partitioning layer, in any
-    order: FSDP (`FullyShardedDataParallel`, `fully_shard`), tensor and sequence parallelism
-    (`parallelize_module`, DTensor parameters), DeepSpeed (`deepspeed.initialize` given the
-    model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
-    when another file of the run starts them); a
-    `torch.optim` optimizer whose `amp.initialize` runs only on some paths (`if args.fp16:`,
-    `enabled=args.amp`), since neither home fits both paths (an apex `Fused*` one, which fails on
-    Ascend anyway, is rewritten for the amp path and the other path is reported at the
-    `amp.initialize` line); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
+    `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped. Reported
+    for manual migration, never rewritten: arguments that change the update and have no NPU
+    equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam `bias_correction=False`,
+    FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`, `FusedNovoGrad`, `FusedAdagrad`,
+    `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`, subclasses of these optimizers and
+    `FP16_Optimizer` wrappers (and the optimizer they wrap, at its own line); an optimizer whose
+    surrounding code breaks a fused one (`p.grad = None`, bf16 casts of its model, sparse
+    embeddings, `model.zero_grad()` that cannot be fixed; where these are looked for:
+    docs/rules-optimizers.md); an optimizer whose parameters are
+    re-allocated while it is in use, which breaks the contract of every NPU fused optimizer (the
+    line that breaks it is named): a move away from the device or a cast of its model or of a
+    submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`, `.half()`, `.bfloat16()`, `.double()`,
+    `._apply(fn)`), a store to a parameter or its `.data`, `setattr` / `register_parameter` /
+    `del` on the model, wherever one may run between two of its steps (an epoch-end
+    `model.cpu()` checkpoint, directly or in a function of the module it calls), and parameters
+    owned by a sharding or partitioning layer, in any order: FSDP (`FullyShardedDataParallel`,
+    `fully_shard`), tensor and sequence parallelism (`parallelize_module`, DTensor parameters),
+    DeepSpeed (`deepspeed.initialize` given the model or the optimizer),
+    `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also when another file of the
+    run starts them); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
+
+    Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
+    them from the fused optimizer's flat buffer: `optimizer.zero_grad(set_to_none=True)` (or a
+    plain flag) on the optimizer itself loses the argument, and `model.zero_grad()` gets
+    `set_to_none=False` when the optimizer is built from exactly `model.parameters()` and no
+    other optimizer in scope may hold them (each fused optimizer steps every parameter it packed,
+    None or zero, so nothing else could see the zeros); otherwise that is an unsafe fix, applied
+    with `--unsafe-fixes` and reported with the reason without it.
 
     The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
     were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
-    through amp O2 with master weights (on the paths its wrappers cover); one NPU105 puts under
-    amp goes through NPU105's level with `combine_grad=True`, and under NPU105's `--amp` switch
-    the class is picked by it, `(apex.optimizers.X if args.amp else torch_npu.optim.X)(...)`.
+    through amp O2 with master weights (on the paths its wrappers cover; the class is picked
+    by the condition of the others); one NPU105 puts under amp goes through NPU105's level with
+    `combine_grad=True`, and under NPU105's `--amp` switch the class is picked by it,
+    `(apex.optimizers.X if args.amp else torch_npu.optim.X)(...)`.
 
     ## Why
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
@@ -122,7 +139,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     ## Fix safety
     Safe: the NPU fused optimizers compute the same update as the optimizers they replace, and
     any argument that would make them differ blocks the rewrite, as does an `amp.initialize`
-    that would refuse them. Optimizer checkpoints keep their
+    that would refuse them. `model.zero_grad(set_to_none=False)` where another optimizer may
+    hold the module's parameters is an unsafe fix (`--unsafe-fixes`): that optimizer would see
+    zeros where it skipped None gradients. Optimizer checkpoints keep their
     per-parameter state keys.
     """
 
@@ -150,6 +169,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             factories=factory_facts(self),
             suppressions=self.context.suppressions,
             shared=shared_workers(self),
+            amp_always=self.settings.amp is AmpPolicy.ALWAYS,
+            unsafe_fixes=self.settings.unsafe_fixes,
             planned_amp=PlannedAmp(self.read_plan(Fp16Rewrites), self.read_plan(AddedAmp)),
         )
         for finding in decisions.findings:
@@ -161,17 +182,13 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             edits = [self._call_edit(rewrite)]
             if rewrite.import_rewrite is not None:
                 edits.append(self._import_edit(rewrite.import_rewrite))
+            edits += [self._grad_fix_edit(fix) for fix in rewrite.grad_fixes]
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
-            if rewrite.gate is not None and rewrite.gate_warning is not None:
-                self.report(rewrite.gate.amp_call, rewrite.gate_warning)
-            if rewrite.switch is not None:  # both classes, picked at run time
-                self.add_import("torch_npu", after="torch")
-                self.add_import("apex", after="apex")
-            elif rewrite.func_style == "dotted":
-                if rewrite.home == TORCH_NPU_HOME:
+            if rewrite.func_style == "dotted":
+                if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
                     self.add_import("torch_npu", after="torch")
-                else:
+                if rewrite.home != TORCH_NPU_HOME:
                     self.add_import("apex", after="apex")  # next to the file's other apex imports
             published[id(rewrite.call)] = self._published(rewrite)
         self.publish(FusedPlans(published))
@@ -194,6 +211,22 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
 
         return self.replace(rewrite.statement, cst.ImportFrom, rewrite_import)
 
+    def _grad_fix_edit(self, fix: GradFix) -> NodeEdit:
+        """``optimizer.zero_grad(set_to_none=...)`` -> ``optimizer.zero_grad()``;
+        ``model.zero_grad(...)`` -> ``model.zero_grad(set_to_none=False)``."""
+
+        def edit(node: cst.Call) -> cst.Call:
+            written = find_argument(node, "set_to_none", 0)
+            if fix.receiver is None:
+                return remove_arg_objects(node, [written]) if written is not None else node
+            false = cst.Name("False")
+            if written is None:
+                return append_arg(node, keyword("set_to_none", false))
+            args = [arg.with_changes(value=false) if arg is written else arg for arg in node.args]
+            return node.with_changes(args=args)
+
+        return self.replace(fix.call, cst.Call, edit)
+
     def _shift(self, rewrite: Rewrite) -> int:
         """How many characters longer the callee gets (what follows it on its line moves)."""
         func = rewrite.call.func
@@ -201,9 +234,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             return 0
         if rewrite.func_style == "attr" and isinstance(func, ast.Attribute):
             return len(rewrite.target) - len(func.attr)
-        new = rewrite.target if rewrite.func_style == "rename" else rewrite.qualified_target
-        if rewrite.spelling is not None:
-            new = rewrite.spelling
+        new = rewrite.target if rewrite.func_style == "rename" else rewrite.callee
         return len(new) - len(self.view.written(func))
 
     def _call_edit(self, rewrite: Rewrite) -> NodeEdit:
@@ -214,8 +245,11 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         groups, a device rule's `.cuda()`): only argument positions are relied on here.
         """
         shift = self._shift(rewrite)
-        style, target = rewrite.func_style, rewrite.target
-        qualified_target = rewrite.spelling or rewrite.qualified_target
+        style, target, qualified_target = (
+            rewrite.func_style,
+            rewrite.target,
+            rewrite.callee,
+        )
         to_keyword = dict(rewrite.edits.to_keyword)
         dropped = sorted(rewrite.edits.dropped)
         added = list(rewrite.edits.added)

@@ -32,6 +32,7 @@ from migrator.rules.optimizers._tables import (
     FUSED_LEVELS,
     KNOWN_OPTIMIZERS,
     NPU1_ROOTS,
+    TORCH_NPU_HOME,
     requested_opt_level,
 )
 from migrator.settings import Settings
@@ -41,12 +42,17 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     """
     ## What it does
     Adds `combine_grad=True` to `apex.amp.initialize(...)` calls (any alias; keyword, positional
-    or list-form optimizers; `amp_inits = amp.initialize(...)`) whose optimizers are all NPU fused
-    optimizers (`apex.optimizers.NpuFused*`, `torch_npu.optim.NpuFused*`), built in the same
+    or list-form optimizers; `amp_inits = amp.initialize(...)`) whose optimizers are all Ascend
+    apex's NPU fused optimizers (`apex.optimizers.NpuFused*`), built in the same
     module (in program order: `model, optimizer = amp_inits` after the call does not count) or
     returned by a function of another module of the run (`create_optimizer(args, model)` from
     `utils/optim.py`, which NPU101 rewrites there; the message names it). An
-    explicit `combine_grad=` is kept as written. Not added, and reported, when the literal
+    explicit `combine_grad=` is kept as written. Reported, not added, for
+    `torch_npu.optim.NpuFused*` optimizers: they pack their gradients into a flat buffer of
+    their own at their first step, and Ascend apex's amp sets the gradients of any optimizer but
+    its own fused ones to None before each backward, so under apex amp they step stale
+    gradients (NPU101 picks `apex.optimizers` or the class by amp's condition instead). Not
+    added, and reported, when the literal
     `opt_level` is O0 or O3 or when O2 is combined with `master_weights=False`, which Ascend apex
     rejects, and when one arm of a level computed in the module is O0 or O3 (`'O1' if fp16 else
     'O0'`: the default run must keep working); added with a note when `opt_level` is not a
@@ -188,6 +194,9 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             return
         if not self._all_fused(sink):
             return
+        if self.standalone:
+            self.report(call, _standalone_message(self.standalone))
+            return
         options = amp_options(self.view, call, switched_level(self))
         if options.disabled:
             self.report(
@@ -217,18 +226,27 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         unfused: list[ast.expr] = []
         unknown: list[ast.expr] = []
         self.factories: list[str] = []  # why optimizers from other modules count as fused
+        self.standalone: list[str] = []  # the torch_npu.optim ones, as quoted in messages
         traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
         for origin in self.flow.origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
                 continue  # built only on the path where this amp.initialize does not run
             verdict = factory_verdict(self, origin) if isinstance(origin, ast.Call) else None
-            if isinstance(origin, ast.Call) and fused_name(self.view, planned(self), origin):
+            name = (
+                fused_name(self.view, planned(self), origin)
+                if isinstance(origin, ast.Call)
+                else None
+            )
+            if name is not None:
                 fused.append(origin)
+                if name.startswith(TORCH_NPU_HOME + "."):
+                    self.standalone.append(f"`{name}` (line {line_of(origin)})")
             elif isinstance(origin, ast.Call) and self._known_optimizer(origin):
                 unfused.append(origin)
             elif verdict is not None and verdict.fused:
                 fused.append(origin)
                 self.factories.append(verdict.why)
+                self.standalone.extend(verdict.standalone)
             else:
                 unknown.append(origin)
                 if verdict is not None:
@@ -321,6 +339,19 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                     f"`{options.master_code}` must not be False at run time"
                 )
         return False, ""
+
+
+def _standalone_message(standalone: list[str]) -> str:
+    """Why a torch_npu fused optimizer under apex amp gets no `combine_grad=True`, and a report."""
+    return (
+        f"`combine_grad=True` not added: {', '.join(dict.fromkeys(standalone))} is torch_npu's "
+        "fused optimizer, which packs its gradients into a flat buffer of its own at its first "
+        "step, and Ascend apex's `amp.initialize` sets the gradients of every optimizer but its "
+        "own fused ones to None before each backward, so from the second step on it would step "
+        "stale gradients (with `combine_grad=True` too: amp's buffers would lose them). Under "
+        "apex amp use `apex.optimizers.NpuFused*` (then add `combine_grad=True`); on paths "
+        "without amp, torch_npu's"
+    )
 
 
 def _set_opt_level(level: str) -> Change:

@@ -695,7 +695,7 @@ class _Writer:
                         continue
                     new = f"{APEX_HOME}.{short}"
                 else:
-                    new = picked_by(self.switch, short)
+                    new = picked_by(self.switch, True, short)
                     rule.add_import("torch_npu", after="torch")
                 rule.add_import("apex", after="apex")
                 edits.append(

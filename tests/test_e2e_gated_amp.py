@@ -1,0 +1,95 @@
+"""End to end: an `amp.initialize` that runs only under `--amp` (fixtures/e2e/gated_amp, in the
+shape of Ascend ModelZoo's scripts), migrated by the real command line and run by
+``npu-migrate verify`` on both paths.
+
+As written, NPU101 picks the class by the same condition, `(apex.optimizers.NpuFusedSGD if
+args.amp else torch_npu.optim.NpuFusedSGD)`, and NPU102 adds `combine_grad=True`: with and
+without `--amp` the migrated program computes what the original computes. With
+`--amp always` the optimizer is apex's on every path: the amp path still agrees, and the path
+without amp fails loudly at its first step, never silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
+TIMEOUT_S = 180
+VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def migrated_copy(tmp_path: Path, name: str, *options: str) -> Path:
+    copy = tmp_path / name
+    shutil.copytree(PROGRAM, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run(
+        [sys.executable, "-m", "migrator", "--no-cache", "-q", *options, str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr  # 1: the file was changed
+    return copy / "train.py"
+
+
+def start_verify(original: Path, migrated: Path, *program_args: str) -> subprocess.Popen[str]:
+    command = ["verify", "--steps", "6", "--timeout", str(TIMEOUT_S), str(original)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "migrator", *command, str(migrated), "--", *program_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **VERIFY_ENV},
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    stdout, stderr = process.communicate(timeout=3 * TIMEOUT_S)
+    return process.returncode, stdout + stderr
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp_path = tmp_path_factory.mktemp("gated_amp")
+    original = tmp_path / "original"
+    shutil.copytree(PROGRAM, original, ignore=shutil.ignore_patterns("__pycache__"))
+    return {
+        "original": original / "train.py",
+        "as-written": migrated_copy(tmp_path, "as-written"),
+        "always": migrated_copy(tmp_path, "always", "--amp", "always"),
+    }
+
+
+def test_the_class_follows_the_amp_condition(programs: dict[str, Path]) -> None:
+    text = programs["as-written"].read_text()
+    assert "(apex.optimizers.NpuFusedSGD if args.amp else torch_npu.optim.NpuFusedSGD)(" in text
+    assert "combine_grad=True" in text
+    always = programs["always"].read_text()
+    assert "= apex.optimizers.NpuFusedSGD(" in always and "combine_grad=True" in always
+
+
+def test_both_paths_compute_the_same_and_always_fails_loudly_without_amp(
+    programs: dict[str, Path],
+) -> None:
+    original = programs["original"]
+    runs = {
+        "as-written, fp32": start_verify(original, programs["as-written"]),
+        "as-written, amp": start_verify(original, programs["as-written"], "--amp"),
+        "always, fp32": start_verify(original, programs["always"]),
+    }
+    results = {name: finish(process) for name, process in runs.items()}
+    for name in ("as-written, fp32", "as-written, amp"):
+        code, output = results[name]
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
+    assert "(fp32: no mixed precision)" in results["as-written, fp32"][1]
+    assert "(amp: amp O1" in results["as-written, amp"][1]
+    code, output = results["always, fp32"]
+    assert code == 2, output  # the migrated side cannot run: a loud error, not other numbers
+    assert "apex.optimizers.NpuFusedSGD should be used with AMP" in output, output
