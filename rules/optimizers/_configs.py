@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.analysis.calls import NOT_LITERAL, literal_value
+from migrator.analysis.calls import literal_value
 from migrator.analysis.index import ModuleIndex, line_of
 
 OPTIMIZER_KEY = "optimizer"  # mmcv 1.x
@@ -57,7 +57,7 @@ SAFE_HOOKS = frozenset({"OptimizerHook", "GradientCumulativeOptimizerHook"})
 # mmengine optimizer wrappers that call `optimizer.zero_grad()` and `step()` plainly
 # (AmpOptimWrapper adds a GradScaler, which unscales the gradients in place).
 SAFE_WRAPPERS = frozenset({"OptimWrapper", "AmpOptimWrapper"})
-APEX_WRAPPER = "ApexOptimWrapper"  # mmengine's apex.amp wrapper: opt_level O1 by default
+APEX_WRAPPER = "ApexOptimWrapper"  # mmengine's apex.amp wrapper
 REGISTRY_CALL = re.compile(rb"Registry\(\s*['\"]optimizer['\"]")
 
 
@@ -241,14 +241,12 @@ def _wrapper_problem(wrapper: ConfigDict) -> str | None:
     if kind is None or kind in SAFE_WRAPPERS:
         return None
     if kind == APEX_WRAPPER:
-        level_entry = wrapper.get("opt_level")
-        level = literal_value(level_entry.value) if level_entry is not None else "O1"
-        if level in ("O1", "O2"):
-            return None
-        shown = level if level is not NOT_LITERAL else "computed at run time"
         return (
-            f"`ApexOptimWrapper` hands the optimizer to `apex.amp.initialize` with opt_level "
-            f"{shown}, and Ascend apex accepts NPU fused optimizers only with O1 or O2"
+            "`ApexOptimWrapper` hands the optimizer to `apex.amp.initialize`, and the NPU fused "
+            "classes the registry holds are `torch_npu.optim`'s, which step stale gradients "
+            "under Ascend apex's amp (it sets their gradients to None before every backward): "
+            "register `apex.optimizers.NpuFused*` in the repository's optimizer registry, as "
+            "Ascend's mmcv fork does, or keep the torch optimizer"
         )
     return (
         f"the optimizer wrapper `{kind}` is not one npu-migrate knows to step and zero the "

@@ -83,7 +83,8 @@ class ConfigOptimizerType(Rule):
     (`Fp16OptimizerHook` calls `runner.model.zero_grad()`, which with torch >= 2.0 detaches the
     gradients from the fused optimizer's flat buffers), an `optimizer_config` hook other than
     `OptimizerHook` / `GradientCumulativeOptimizerHook`, an mmengine `optim_wrapper` type other
-    than `OptimWrapper` / `AmpOptimWrapper` / `ApexOptimWrapper` with opt_level O1 or O2; and a
+    than `OptimWrapper` / `AmpOptimWrapper` (`ApexOptimWrapper` hands torch_npu's class to apex
+    amp, which steps stale gradients with it); and a
     repository that defines its own `Registry('optimizer')` without a parent (a copy of mmcv's
     builder): the name must be registered there, as Ascend's mmcv fork does.
 

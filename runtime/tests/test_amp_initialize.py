@@ -253,34 +253,44 @@ def test_npu_fused_optimizers_are_accepted_with_o1_and_o2(opt_level):
     assert hasattr(optimizer, "_amp_stash")
 
 
-@pytest.mark.parametrize("opt_level", ["O0", "O1", "O2", "O3"])
-def test_torch_npu_fused_optimizers_are_plain_optimizers_to_amp(opt_level):
-    """torch_npu.optim's classes are no "npu fused optimizer" to Ascend's amp (they set
-    `is_fused_optimizer`, not `is_npu_fused_optimizer`): accepted at every level, and they step
-    without amp's combined buffers."""
+@pytest.mark.parametrize(
+    ("opt_level", "combine_grad"),
+    [("O0", None), ("O1", None), ("O1", True), ("O2", None), ("O2", True), ("O3", None)],
+)
+def test_torch_npu_fused_optimizers_are_refused_by_amp(opt_level, combine_grad):
+    """On Ascend, amp sets the gradients of torch_npu.optim's classes to None before every
+    backward while they step the buffers packed at their first step: stale gradients, silently.
+    Refused here, at every level, before anything is changed."""
     model = small_model()
     optimizer = optimizers.standalone.NpuFusedSGD(model.parameters(), lr=0.1)
     master_weights = True if opt_level == "O2" else None
-    model, optimizer = amp.initialize(
-        model, optimizer, opt_level=opt_level, master_weights=master_weights, verbosity=0
-    )
+    with pytest.raises(
+        RuntimeError, match=r"NpuFusedSGD \(torch_npu.optim\) cannot be used with amp"
+    ):
+        amp.initialize(
+            model,
+            optimizer,
+            opt_level=opt_level,
+            master_weights=master_weights,
+            combine_grad=combine_grad,
+            verbosity=0,
+        )
+    assert not hasattr(optimizer, "_amp_stash")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_torch_npu_fused_optimizers_work_when_amp_is_disabled():
+    """`enabled=False` (a `--amp` flag left off) makes amp.initialize return its arguments."""
+    model = small_model()
+    optimizer = optimizers.standalone.NpuFusedSGD(model.parameters(), lr=0.1)
+    model, same = amp.initialize(model, optimizer, enabled=False, verbosity=0)
+    assert same is optimizer
     before = [p.detach().clone() for p in model.parameters()]
-    loss = model(torch.ones(2, 4, dtype=next(model.parameters()).dtype)).float().sum()
-    with amp.scale_loss(loss, optimizer) as scaled:
-        scaled.backward()
+    model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
     assert any(
         not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters(), strict=True)
     )
-
-
-def test_combine_grad_with_a_torch_npu_fused_optimizer_is_refused():
-    """Both would pack the gradients: stricter than Ascend, which lets amp unscale a stale copy."""
-    model = small_model()
-    optimizer = optimizers.standalone.NpuFusedSGD(model.parameters(), lr=0.1)
-    with pytest.raises(RuntimeError, match="combine_grad=True cannot be used with it"):
-        amp.initialize(model, optimizer, opt_level="O1", combine_grad=True, verbosity=0)
-    assert not hasattr(optimizer, "_amp_stash")
 
 
 def test_hard_override_turns_option_errors_into_warnings(capsys):

@@ -188,17 +188,18 @@ def _check_optimizers_against_options(
 ) -> None:
     for optimizer in optimizers:
         fused = bool(getattr(optimizer, "is_npu_fused_optimizer", False))
-        if (
-            properties.combine_grad
-            and not fused
-            and getattr(optimizer, "is_fused_optimizer", False)
-        ):
-            # Stricter than Ascend, which lets both pack the gradients: amp's flat buffers would
-            # lose the gradients at the optimizer's first step, and amp would unscale stale ones.
+        if not fused and getattr(optimizer, "is_fused_optimizer", False):
+            # Stricter than Ascend, which accepts it and trains wrongly: before every backward
+            # Ascend's amp sets the gradients of any optimizer but apex's own fused ones to None
+            # (prepare_backward_*), and torch_npu's classes step the gradient buffers they packed
+            # at their first step, so from the second step on they step stale gradients.
+            name = type(optimizer).__name__
             raise RuntimeError(
-                f"{type(optimizer).__name__} (torch_npu.optim) packs its gradients itself: "
-                "combine_grad=True cannot be used with it; use the apex.optimizers class of the "
-                "same name with amp, or leave combine_grad out"
+                f"{name} (torch_npu.optim) cannot be used with amp: Ascend apex's amp sets the "
+                "gradients of an optimizer that is not its own fused one to None before every "
+                "backward, which detaches them from the buffers this optimizer packed at its "
+                f"first step (on an NPU it would silently step stale gradients); use "
+                f"apex.optimizers.{name} with amp, and torch_npu.optim.{name} without"
             )
         if fused and properties.opt_level not in ("O1", "O2"):
             raise RuntimeError(
