@@ -16,10 +16,8 @@ importing them all, as before: slower, never different.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
-import pkgutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -59,6 +57,8 @@ def all_rules() -> tuple[type[Rule], ...]:
 def rule_modules() -> Iterator[ModuleType]:
     """The modules of ``rules/`` (``migrator.rules``) that hold rules: every module of every
     family package, except the shared ones, whose names start with ``_``."""
+    import pkgutil  # only where every rule is imported
+
     package = importlib.import_module(RULES_PACKAGE)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         if info.ispkg or info.name.rpartition(".")[2].startswith("_"):
@@ -186,9 +186,8 @@ class RuleEntry:
 
 def rules_sources() -> dict[str, int]:
     """The size of every source file of ``rules/`` by path relative to it: what the manifest
-    was made from. Found without importing the package."""
-    spec = importlib.util.find_spec(RULES_PACKAGE)
-    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+    was made from (the package is imported, none of its modules)."""
+    folders = list(importlib.import_module(RULES_PACKAGE).__path__)
     sizes: dict[str, int] = {}
     for folder in folders:
         pending = [Path(folder)]
