@@ -201,7 +201,9 @@ class Rule:
     def triggers(cls, settings: Settings) -> tuple[str, ...]:
         """The strings a file must contain for the rule to run on it: ``TRIGGER``, unless they
         depend on the run (a rule about the names that other files define derives them from
-        ``settings.project``)."""
+        ``settings.project``). An override may read only ``settings.project``, and must give
+        ``triggers(Settings())`` when the run has no project facts: that is what the registry's
+        manifest records, and a run without facts never imports the rule to ask."""
         return cls.TRIGGER
 
     @classmethod
