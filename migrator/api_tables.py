@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 STATUSES = ("unsupported", "supported-with-note")
@@ -88,8 +87,10 @@ def npu_spellings(name: str) -> tuple[str, ...]:
 # -- the packaged tables -------------------------------------------------------------------------
 
 
-def _data_folder() -> Any:
-    return resources.files("migrator") / "data" / "torch_npu"
+def _data_folder() -> Path:
+    # A folder of the installed package (never a zip): read without importlib.resources, which
+    # costs a run that reads no table more than the rest of this module.
+    return Path(__file__).resolve().parent / "data" / "torch_npu"
 
 
 @cache
@@ -132,6 +133,8 @@ def packaged_table(release: str) -> ApiTable:
     """The table shipped for one release line, validated."""
     item = _data_folder() / f"{release}.toml"
     where = f"migrator/data/torch_npu/{release}.toml"
+    import tomllib  # only a run whose files reach NPU930 or NPU931 reads a table
+
     try:
         document = tomllib.loads(item.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as error:

@@ -19,17 +19,24 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 import migrator
-from migrator import adopt, api_tables, formats, report
-from migrator.baseline import Baseline, BaselineError
+from migrator import api_tables, report
 from migrator.config import ConfigError, FileConfig, common_folder, find_pyproject, load_config
 from migrator.diagnostics import Severity
 from migrator.originals import Originals
-from migrator.registry import UnknownRuleError, all_rules, rule_by_code, select_rules
+from migrator.registry import (
+    RuleEntry,
+    UnknownRuleError,
+    all_rules,
+    rule_by_code,
+    rule_entries,
+    rule_names,
+    select_codes,
+)
 from migrator.results import Status
 from migrator.rule import Rule
 from migrator.runner import (
@@ -49,6 +56,10 @@ from migrator.shell import DEFAULT_PATTERNS as DEFAULT_SHELL_PATTERNS
 from migrator.shell import shell_scripts
 from migrator.statistics import statistic_lines, statistics
 
+if TYPE_CHECKING:  # imported where the options ask for them (a clean --check needs none)
+    from migrator.baseline import Baseline
+    from migrator.formats import ProjectPaths
+
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 HTML_REPORT_DIR = Path("npu-migrate-report")  # --format html without --report-dir
 HTML_REPORT_NAME = "index.html"
@@ -63,7 +74,20 @@ class RuleLoadError(Exception):
     """A module under rules/ cannot be imported: no run can be trusted, so none starts."""
 
 
-def load_rules() -> tuple[type[Rule], ...]:
+# The report formats (migrator.formats.FORMATS), named here so that --help and a run that
+# asks for none do not import them; tests/test_cli.py checks the two lists agree.
+REPORT_FORMATS = ("sarif", "github", "csv", "html")
+
+
+def load_rules() -> tuple[RuleEntry, ...]:
+    """Every rule's entry (the registry's manifest; every rule imported where it is stale)."""
+    try:
+        return rule_entries()
+    except Exception as error:
+        raise RuleLoadError(f"cannot load the rules: {type(error).__name__}: {error}") from error
+
+
+def load_rule_classes() -> tuple[type[Rule], ...]:
     try:
         return all_rules()
     except Exception as error:
@@ -103,7 +127,7 @@ def split_codes(values: Sequence[str]) -> tuple[str, ...]:
 @click.option(
     "--format",
     "output_format",
-    type=click.Choice(["text", "json", *formats.FORMATS]),
+    type=click.Choice(["text", "json", *REPORT_FORMATS]),
     default="text",
     show_default=True,
     help="json: one document on stdout (schema in docs/cli.md); sarif: a SARIF 2.1.0 log on "
@@ -336,21 +360,24 @@ def execute(options: Options) -> int:
         with progress_bar(options, len(discovery.tasks)) as advance:
             return run_tasks(discovery, job, options.jobs, cache, advance)
 
-    paths = formats.ProjectPaths.at(config.root)
     suppressed = None
     if options.add_suppressions:
+        from migrator import adopt
+
         result, suppressed = adopt.add_suppressions(run_once)
     else:
         result = run_once()
     baselined = None
     if baseline_file is not None and baseline is not None:
+        from migrator import adopt
+
         try:
             baselined = adopt.apply_baseline(
                 result,
                 baseline,
                 baseline_file,
                 options.write_baseline,
-                paths,
+                project_paths(config.root),
                 originals,
                 options.paths,
                 job.codes,
@@ -362,9 +389,17 @@ def execute(options: Options) -> int:
     if suppressed is not None and suppressed.failures:
         exit_code = EXIT_ERROR
     if html_file is not None:
+        from migrator import adopt, formats
+
         destinations = {task.path: task.destination for task in discovery.tasks if task.destination}
         page = adopt.html_page(
-            result, mode, formats.rule_infos(job.codes), paths, options.paths, exit_code, baselined
+            result,
+            mode,
+            formats.rule_infos(job.codes),
+            project_paths(config.root),
+            options.paths,
+            exit_code,
+            baselined,
         )
         try:
             listed = adopt.write_html(html_file, page, run_mode, originals, destinations)
@@ -386,7 +421,7 @@ def execute(options: Options) -> int:
         from migrator.formats import msfmk_csv
 
         try:
-            lists = msfmk_csv.write_lists(folder, result, paths)
+            lists = msfmk_csv.write_lists(folder, result, project_paths(config.root))
         except OSError as error:
             click.echo(f"error: cannot write the CSV lists into {folder}: {error}", err=True)
             exit_code = EXIT_ERROR
@@ -394,7 +429,7 @@ def execute(options: Options) -> int:
     if baselined is not None:
         extra["baseline"] = baselined.to_json()
     if suppressed is not None:
-        extra["suppressions"] = suppressed.to_json(paths)
+        extra["suppressions"] = suppressed.to_json(project_paths(config.root))
     if options.report_file is not None:
         try:
             with open(options.report_file, "w") as stream:
@@ -414,9 +449,13 @@ def execute(options: Options) -> int:
         for line in report.error_lines(result):
             click.echo(line, err=True)
     elif options.output_format in ("sarif", "github"):
-        print_for_tools(result, mode, job, paths, exit_code, options.output_format)
+        print_for_tools(
+            result, mode, job, project_paths(config.root), exit_code, options.output_format
+        )
     else:
         if suppressed is not None and not options.quiet:
+            from migrator import adopt
+
             for line in adopt.suppression_lines(suppressed, options.verbose):
                 click.echo(line)
         if options.show_statistics:
@@ -463,6 +502,9 @@ def baseline_path(options: Options, config: FileConfig) -> Path | None:
 def load_baseline(file: Path | None, writing: bool) -> Baseline | None:
     if file is None:
         return None
+    from migrator import adopt
+    from migrator.baseline import BaselineError
+
     try:
         return adopt.read_baseline(file, writing)
     except BaselineError as error:
@@ -477,10 +519,6 @@ def html_path(options: Options) -> Path | None:
     if options.output_format == "html":
         return (options.report_dir or HTML_REPORT_DIR) / HTML_REPORT_NAME
     return None
-
-
-def rule_names() -> dict[str, str]:
-    return {rule.CODE: rule.NAME for rule in all_rules()}
 
 
 def print_statistics(result: RunResult, mode: Mode, options: Options) -> None:
@@ -507,9 +545,10 @@ def csv_folder(options: Options) -> Path | None:
 
 
 def print_for_tools(
-    result: RunResult, mode: Mode, job: Job, paths: formats.ProjectPaths, exit_code: int, kind: str
+    result: RunResult, mode: Mode, job: Job, paths: ProjectPaths, exit_code: int, kind: str
 ) -> None:
     """``--format sarif`` / ``github``: only the document on stdout; errors also on stderr."""
+    from migrator import formats
     from migrator.formats import github, sarif
 
     rules = formats.rule_infos(job.codes)
@@ -535,7 +574,7 @@ def make_job(options: Options, config: FileConfig, mode: Mode) -> Job:
     select = split_codes(options.select) if options.select else config.select or ()
     ignore = split_codes(options.ignore) if options.ignore else config.ignore or ()
     try:
-        rules = select_rules(load_rules(), select, ignore)
+        codes = select_codes(load_rules(), select, ignore)
     except UnknownRuleError as error:
         raise UsageError(str(error)) from None
     target = Target(options.target) if options.target else config.target or Target.NPU
@@ -553,7 +592,7 @@ def make_job(options: Options, config: FileConfig, mode: Mode) -> Job:
         torch_npu_api=config.torch_npu_api,
         amp=AmpPolicy(options.amp) if options.amp else config.amp or AmpPolicy.AS_WRITTEN,
     )
-    return Job(mode, tuple(rule.CODE for rule in rules), settings)
+    return Job(mode, codes, settings)
 
 
 def find_files(options: Options, config: FileConfig) -> Discovery:
@@ -618,8 +657,14 @@ def print_text(result: RunResult, mode: Mode, options: Options) -> None:
     if options.verbose and summary.cached:
         click.echo(f"{summary.cached} file(s) answered from the cache", err=to_stderr)
     stream = sys.stderr if to_stderr else sys.stdout
-    names = {rule.CODE: rule.NAME for rule in all_rules()}
+    names = rule_names()
     report.print_summary(summary, mode, names, stream, color)
+
+
+def project_paths(root: Path) -> ProjectPaths:
+    from migrator.formats import ProjectPaths
+
+    return ProjectPaths.at(root)
 
 
 def progress_bar(options: Options, total: int) -> Any:
@@ -659,7 +704,7 @@ class _ProgressBar:
 
 
 def list_rules(output_format: str) -> int:
-    rules = load_rules()
+    rules = load_rule_classes()
     if output_format == "json":
         entries = [
             {"code": r.CODE, "name": r.NAME, "summary": r.SUMMARY, "fix_safety": str(r.FIX_SAFETY)}

@@ -3,10 +3,12 @@
 The cost of a file follows what it needs:
 
 1. every file: decode, read suppression comments, and look for the selected rules' ``TRIGGER``
-   strings in the text; a file that mentions none of them is done;
+   strings in the text (read from the registry's manifest: no rule is imported for this); a
+   file that mentions none of them is done;
 2. a file that passes: ``ast.parse`` and one :class:`~migrator.analysis.index.ModuleIndex`
-   walk, then every rule's ``check`` in code order, each seeing the fixes planned by the rules
-   before it.
+   walk, then the ``check`` of every rule whose triggers it holds, in code order (providers of
+   plans first), each seeing the fixes planned by the rules before it. A rule's module is
+   imported on the first file that triggers it.
    ``--check`` stops here, and so does any file without a fix: report-only findings need no
    concrete tree;
 3. a file with fixes: libcst parses only the slices of it that change (:mod:`migrator.slices`),
@@ -36,8 +38,9 @@ from migrator.analysis.parse import ParseError, parse_index
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.edits import EditError
+from migrator.registry import RuleEntry, entries_of
 from migrator.results import ERROR_CODE, FileResult, Status
-from migrator.rule import FileContext, Rule, chain_order, run_plans
+from migrator.rule import FileContext, Rule, plan_order, run_plans
 from migrator.settings import Settings
 from migrator.source import decode, source_encoding
 from migrator.suppressions import Suppressions
@@ -70,20 +73,43 @@ class Engine:
     force_rewrite: bool = False
 
     @functools.cached_property
+    def entries(self) -> tuple[RuleEntry, ...]:
+        """What the pre-scan and the chain need of each rule (the registry's manifest for
+        :func:`~migrator.registry.lazy_rules`, whose modules are imported as files need them)."""
+        return entries_of(self.rules)
+
+    @functools.cached_property
     def trigger(self) -> tuple[str, ...]:
         """Every selected rule's trigger strings, each once (one substring search per string
         and file)."""
-        words = (word for rule in self.rules for word in rule.triggers(self.settings))
+        words = (word for entry in self.entries for word in entry.triggers(self.settings))
         return tuple(dict.fromkeys(words))
 
     @functools.cached_property
-    def chain(self) -> tuple[type[Rule], ...]:
+    def chain(self) -> tuple[RuleEntry, ...]:
         """The rules in the order their checks run (providers of plans before readers)."""
-        return chain_order(self.rules)
+        return plan_order(self.entries, lambda entry: (entry.code, entry.provides, entry.reads))
 
     @functools.cached_property
-    def run_plans(self) -> dict[type, object]:
-        return run_plans(self.rules, self.settings)
+    def shell_rules(self) -> tuple[type[Rule], ...]:
+        """The selected rules that report on shell scripts, in code order."""
+        return tuple(entry.load() for entry in self.entries if entry.scans_shell)
+
+    def run_plans(self, running: Sequence[RuleEntry]) -> dict[type, object]:
+        """The run plans that the ``running`` rules read (no other rule can see one), from
+        every selected rule that gives one of their types, in code order."""
+        wanted = {name for entry in running for name in entry.reads}
+        providers = tuple(entry for entry in self.entries if wanted & set(entry.run_plans))
+        found = self._run_plans.get(providers)
+        if found is None:
+            found = self._run_plans[providers] = run_plans(
+                [entry.load() for entry in providers], self.settings
+            )
+        return found
+
+    @functools.cached_property
+    def _run_plans(self) -> dict[tuple[RuleEntry, ...], dict[type, object]]:
+        return {}
 
     def migrate(self, source: bytes, path: str, *, apply: bool = True) -> FileResult:
         """Run the rules over ``source``; ``apply=False`` (``--check``) writes no edit."""
@@ -143,17 +169,28 @@ class Engine:
 
     def analyse(self, index: ModuleIndex, path: str, suppressions: Suppressions) -> FileContext:
         """Every selected rule's ``check``, in chain order, over one shared context."""
+        trigger_text = index.source.text
+        running = [
+            entry
+            for entry in self.chain
+            if not self.fast or entry.triggered_by(trigger_text, self.settings)
+        ]
+        rules = []
+        for entry in running:
+            try:
+                rules.append(entry.load())
+            except Exception as error:  # a rule that cannot be imported fails its files
+                raise RuleChainError(
+                    f"cannot load {entry.code}: {type(error).__name__}: {error}"
+                ) from error
         context = FileContext(
             path,
             self.settings,
             suppressions,
             FileView(index, fast=self.fast),
-            plans=dict(self.run_plans),
+            plans=dict(self.run_plans(running)),
         )
-        trigger_text = index.source.text
-        for rule in self.chain:
-            if self.fast and not rule.triggered_by(trigger_text, self.settings):
-                continue
+        for rule in rules:
             try:
                 rule(context).check()
             except Exception as error:  # a bug in one rule must not stop the run

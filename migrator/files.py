@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
-import secrets
 import shutil
 
 from migrator.notebooks import is_notebook, notebook_diff
@@ -26,7 +24,7 @@ def write_atomic(path: str, data: bytes, mode_bits: int) -> None:
         # The name is chosen before the file exists, so a Ctrl-C that lands right after the
         # file is created (inside ``open``, before its result is stored) still knows what to
         # remove; ``tempfile.mkstemp`` gives the name only once the file exists.
-        temporary = os.path.join(folder or ".", f".{name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        temporary = os.path.join(folder or ".", f".{name}.{os.urandom(6).hex()}{TEMP_SUFFIX}")
         try:
             try:
                 descriptor = os.open(temporary, _CREATE_NEW, 0o600)
@@ -58,6 +56,8 @@ def file_diff(path: str, before: bytes, after: bytes) -> str:
 
 def unified_diff(path: str, before: bytes, after: bytes) -> str:
     """A unified diff that ``patch -p0`` applies; marks a missing final newline as diff does."""
+    import difflib  # only --diff (and the HTML page) show diffs
+
     lines = difflib.unified_diff(
         decode(before).splitlines(keepends=True),
         decode(after).splitlines(keepends=True),

@@ -4,10 +4,11 @@ process boundaries (the CLI builds a :class:`Job`; workers send back :class:`Out
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from migrator.diagnostics import Diagnostic, Severity
-from migrator.registry import all_rules, select_rules
+from migrator.registry import lazy_rules
 from migrator.results import ERROR_CODE, Status
 from migrator.rule import Rule
 from migrator.settings import Settings
@@ -63,8 +64,9 @@ class Job:
     settings: Settings
     timeout: float | None = DEFAULT_TIMEOUT  # seconds per file; None: no limit
 
-    def rules(self) -> tuple[type[Rule], ...]:
-        return select_rules(all_rules(), self.codes) if self.codes else ()
+    def rules(self) -> Sequence[type[Rule]]:
+        """The job's rules, in code order; each module is imported when a file needs it."""
+        return lazy_rules(self.codes)
 
 
 def reason_of(status: Status, diagnostics: list[Diagnostic]) -> str | None:

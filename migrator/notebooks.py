@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ast
 import codecs
-import difflib
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -441,6 +440,8 @@ def notebook_diff(path: str, before: bytes, after: bytes) -> str:
     old_cells = json.loads(before.decode("utf-8-sig"))["cells"]
     new_cells = json.loads(after.decode("utf-8-sig"))["cells"]
     out: list[str] = []
+    import difflib  # only --diff (and the HTML page) show diffs
+
     for number, (old, new) in enumerate(zip(old_cells, new_cells, strict=True), start=1):
         old_text, new_text = cell_source(old), cell_source(new)
         if old_text == new_text:

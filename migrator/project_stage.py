@@ -6,8 +6,9 @@ describes the facts; this module drives the rules that produce them).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from migrator.analysis.parse import index_of_bytes
@@ -19,6 +20,7 @@ from migrator.analysis.project import (
     module_name,
     read_python,
 )
+from migrator.registry import RuleEntry, entries_of
 from migrator.rule import Linking, Rule, run_plans
 from migrator.settings import Settings
 
@@ -27,7 +29,7 @@ from migrator.settings import Settings
 class ProjectBuilder:
     """Collects facts file by file while the runner reads the run's files."""
 
-    rules: tuple[type[Rule], ...]
+    rules: Sequence[type[Rule]]
     modules: list[Module] = field(default_factory=list)
     python: dict[str, dict[str, Facts]] = field(default_factory=dict)
     native: dict[str, dict[str, Facts]] = field(default_factory=dict)
@@ -38,19 +40,25 @@ class ProjectBuilder:
     remembered: Mapping[str, Any] = field(default_factory=dict)
     learned: dict[str, Any] = field(default_factory=dict)
 
+    @cached_property
+    def entries(self) -> tuple[RuleEntry, ...]:
+        """The rules' entries: a rule is imported only for a file that holds one of its
+        project trigger strings (:meth:`~migrator.registry.RuleEntry.wants_summary`)."""
+        return entries_of(self.rules)
+
     @property
     def wanted(self) -> bool:
         """Does any selected rule use project facts at all?"""
-        return any(rule.PROJECT_TRIGGER or rule.NATIVE_TRIGGER for rule in self.rules)
+        return any(entry.project_trigger or entry.native_trigger for entry in self.entries)
 
     def add_python(self, path: str, source: bytes, digest: str | None = None) -> None:
         """Summarise one Python file for every rule whose ``PROJECT_TRIGGER`` it contains
         (once per shared key); ``digest`` (its content hash) lets a summary be remembered."""
         self.paths.append(path)
         interested: dict[str, Any] = {}
-        for rule in self.rules:
-            if rule.PROJECT_TRIGGER and rule.wants_summary(source):
-                interested.setdefault(rule.project_key(), rule)
+        for entry in self.entries:
+            if entry.project_trigger and entry.wants_summary(source):
+                interested.setdefault(entry.project_key, entry.load())
         if not interested:
             return
         module = Module(path, module_name(path))
@@ -83,11 +91,7 @@ class ProjectBuilder:
     def add_native(self, path: str, data: bytes) -> None:
         """Summarise one C, C++ or CUDA source for every rule whose ``NATIVE_TRIGGER`` it
         contains; undecodable bytes are replaced (scanners look for ASCII patterns only)."""
-        interested = [
-            rule
-            for rule in self.rules
-            if any(word.encode() in data for word in rule.NATIVE_TRIGGER)
-        ]
+        interested = [entry.load() for entry in self.entries if entry.wants_native(data)]
         if not interested:
             return
         text = data.decode("utf-8", errors="replace")
@@ -113,15 +117,17 @@ class ProjectBuilder:
         self, facts: ProjectFacts, settings: Settings | None, read: Callable[[str], bytes | None]
     ) -> dict[str, dict[str, Facts]]:
         linkers: dict[str, Any] = {}
-        for rule in self.rules:
-            if rule.PROJECT_TRIGGER and facts.summaries(rule.project_key()):
-                linkers.setdefault(rule.project_key(), rule)
+        for entry in self.entries:
+            if entry.project_trigger and facts.summaries(entry.project_key):
+                linkers.setdefault(entry.project_key, entry.load())
         if not linkers:
             return {}
         if settings is None:
             settings = Settings()
         files = ProjectFiles(self.paths, read)
-        linking = Linking(facts, files, settings, run_plans(self.rules, settings))
+        # A link may read any run plan: every rule that gives one is imported.
+        planners = [entry.load() for entry in self.entries if entry.run_plans]
+        linking = Linking(facts, files, settings, run_plans(planners, settings))
         linked: dict[str, dict[str, Facts]] = {}
         try:
             for key, rule in sorted(linkers.items()):

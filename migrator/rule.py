@@ -201,7 +201,9 @@ class Rule:
     def triggers(cls, settings: Settings) -> tuple[str, ...]:
         """The strings a file must contain for the rule to run on it: ``TRIGGER``, unless they
         depend on the run (a rule about the names that other files define derives them from
-        ``settings.project``)."""
+        ``settings.project``). An override may read only ``settings.project``, and must give
+        ``triggers(Settings())`` when the run has no project facts: that is what the registry's
+        manifest records, and a run without facts never imports the rule to ask."""
         return cls.TRIGGER
 
     @classmethod
@@ -418,21 +420,34 @@ def chain_order(rules: Sequence[type[Rule]]) -> tuple[type[Rule], ...]:
     """``rules`` in the order their checks run: every rule after the rules that publish a plan
     it reads (``PROVIDES`` / ``READS``), in code order otherwise. A cycle is a programming error.
     """
-    pending = sorted(rules, key=lambda rule: rule.CODE)
-    ordered: list[type[Rule]] = []
+    return plan_order(rules, lambda rule: (rule.CODE, rule.PROVIDES, rule.READS))
+
+
+ItemT = TypeVar("ItemT")
+
+
+def plan_order(
+    items: Sequence[ItemT], header: Callable[[ItemT], tuple[str, Collection[Any], Collection[Any]]]
+) -> tuple[ItemT, ...]:
+    """:func:`chain_order` of anything that describes a rule: ``header`` gives its code, the
+    plans it provides and those it reads (types, or their names in the registry's manifest)."""
+    headers = {id(item): header(item) for item in items}
+    pending = sorted(items, key=lambda item: headers[id(item)][0])
+    ordered: list[ItemT] = []
     while pending:
-        for rule in pending:
+        for item in pending:
+            reads = set(headers[id(item)][2])
             waiting = [
                 other
                 for other in pending
-                if other is not rule and set(other.PROVIDES) & set(rule.READS)
+                if other is not item and set(headers[id(other)][1]) & reads
             ]
             if not waiting:
-                ordered.append(rule)
-                pending.remove(rule)
+                ordered.append(item)
+                pending.remove(item)
                 break
         else:
-            codes = ", ".join(rule.CODE for rule in pending)
+            codes = ", ".join(headers[id(item)][0] for item in pending)
             raise RuntimeError(f"the plans of {codes} depend on each other in a cycle")
     return tuple(ordered)
 

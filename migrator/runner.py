@@ -452,7 +452,7 @@ def _migrate(engine: Engine, source: bytes, path: str, apply: bool) -> FileResul
     if is_notebook(path):
         return migrate_notebook(engine, source, path, apply=apply)
     if is_shell_script(path):  # only reported on, never rewritten
-        return scan_shell(source, path, engine.rules)
+        return scan_shell(source, path, engine.shell_rules)
     return engine.migrate(source, path, apply=apply)
 
 

@@ -10,6 +10,7 @@ asked for. No timing is asserted; the benchmark (bench/bench_startup.py) measure
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +36,10 @@ NOT_FOR_A_CLEAN_RUN = (
     "migrator.formats.github",
     "migrator.formats.msfmk_csv",
     "migrator.verify",
+    "migrator.adopt",  # --add-suppressions, baselines, the HTML page
+    "migrator.baseline",
+    "migrator.suppress_writer",
+    "migrator.formats",  # every report format, and the project paths they show
 )
 
 
@@ -125,3 +130,45 @@ def test_a_rule_module_imports_without_libcst(module: str, tmp_path: Path) -> No
 def test_the_cli_module_imports_neither_libcst_nor_rich(tmp_path: Path) -> None:
     modules = imported_modules("-c", "import migrator.cli", cwd=tmp_path)
     assert not loaded(modules, "libcst") and not loaded(modules, "rich")
+
+
+def modules_after_a_run(*arguments: str, cwd: Path) -> set[str]:
+    """``sys.modules`` once a run of the command (in a fresh interpreter) is over."""
+    program = (
+        "import json, sys\n"
+        "from migrator.cli import main\n"
+        f"code = main({list(arguments)!r})\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+        "sys.exit(code)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert completed.returncode in (0, 1), completed.stderr[-3000:]
+    return set(json.loads(completed.stdout.splitlines()[-1]))
+
+
+def test_a_clean_check_imports_no_rule(project: Path) -> None:
+    """No rule module, nor a module they share, for a file that holds no rule's trigger: the
+    pre-scan reads the triggers from the registry's manifest."""
+    modules = modules_after_a_run("--check", "--no-cache", "-q", "clean.py", cwd=project)
+    assert "migrator.engine" in modules
+    assert sorted(name for name in modules if name.startswith("migrator.rules.")) == []
+
+
+def test_a_file_imports_only_the_rules_it_triggers(project: Path) -> None:
+    """A file that holds only NPU924's trigger (``nvtx``) imports that rule's module and no
+    other rule's."""
+    (project / "profiling.py").write_text("RANGES = ['nvtx']\n")
+    modules = modules_after_a_run("--check", "--no-cache", "-q", "profiling.py", cwd=project)
+    rules = {
+        name.rpartition(".")[2]
+        for name in modules
+        if name.startswith("migrator.rules.") and name.count(".") == 3
+    }
+    assert {name for name in rules if not name.startswith("_")} == {"npu924_nvtx"}
