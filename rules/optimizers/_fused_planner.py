@@ -30,6 +30,7 @@ from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard
 from migrator.rules.optimizers._hazards import describe as describe_hazards
+from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_keys
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
     FP16_OPTIMIZERS,
@@ -100,6 +101,8 @@ class ArgumentEdits:
     dropped: frozenset[int] = frozenset()
     to_keyword: Mapping[int, str] = field(default_factory=dict)  # positional index -> its name
     added: tuple[tuple[str, str], ...] = ()  # (keyword, value code)
+    # `**mapping` argument index -> the code that replaces the mapping (defaults pinned first)
+    pinned: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,9 @@ class Rewrite:
     # amp.initialize runs only under a condition: said at its line, as a finding of its own.
     gate: AmpGate | None = None
     gate_warning: str | None = None
+    # Performance-only keys dropped from the dicts forwarded with `**` (each carried by the first
+    # call that forwards its dict).
+    key_drops: tuple[KeyDrop, ...] = ()
 
     @property
     def qualified_target(self) -> str:
@@ -238,6 +244,9 @@ class _Draft:
     disabled_amp_line: int | None = None  # the `amp.initialize(..., enabled=False)` it reaches
     why: str | None = None  # the reason for the home, when other files' calls decide it
     gate: AmpGate | None = None  # amp.initialize runs only under a condition
+    key_drops: list[KeyDrop] = field(default_factory=list)
+    # The `**mapping` arguments: (argument index, what the flow shows of their keys).
+    forwarded: list[tuple[int, ForwardedKeys]] = field(default_factory=list)
 
     @property
     def qualified_target(self) -> str:
@@ -398,6 +407,8 @@ class _Planner:
                 return False
             if isinstance(parent.func, ast.Name) and parent.func.id in _TYPE_TESTS:
                 return False
+            if self.view.qualified_name(parent.func) in _INTROSPECTION:
+                return False  # `inspect.signature(torch.optim.AdamW)` builds no optimizer
         if isinstance(parent, ast.Tuple):
             grandparent = self.index.parent(parent)
             if isinstance(grandparent, ast.Call) and isinstance(grandparent.func, ast.Name):
@@ -653,7 +664,7 @@ class _Planner:
 
     def _map_arguments(self, draft: _Draft, names: list[str]) -> list[str]:
         """Set the draft's argument edits (and their notes); the problems that block it."""
-        problems: list[str] = []
+        problems = self._read_forwarded(draft)
         dropped: set[int] = set()
         dropped_notes: list[str] = []
         for index, (arg, name) in enumerate(zip(draft.arguments, names, strict=True)):
@@ -682,14 +693,35 @@ class _Planner:
         to_keyword = _reposition(draft.target, draft.arguments, names, dropped)
         added: list[tuple[str, str]] = []
         present = set(names)
+        forwarded = draft.forwarded
+        maybe = {reading.key for _, keys in forwarded for reading in keys.keys}
+        if any(not keys.complete for _, keys in forwarded):
+            maybe |= {"weight_decay", "lr"}  # any key may come
+        present |= {key for _, keys in forwarded for key in keys.in_every_arm}
+        pinned: dict[int, str] = {}
         fused_adam_default = draft.source.target is None and draft.target == "NpuFusedAdamW"
-        if fused_adam_default and "weight_decay" not in present:
+        if fused_adam_default and "weight_decay" not in present and "weight_decay" in maybe:
+            # A keyword next to `**mapping` would collide with the mapping's own weight_decay.
+            if len(forwarded) > 1:
+                return [_MAPPINGS_WEIGHT_DECAY]
+            [(index, keys)] = forwarded
+            pinned[index] = f'{{"weight_decay": 0.0, **{keys.code}}}'
+            draft.notes.append(
+                f"set `weight_decay` to FusedAdam's default 0.0 ahead of `**{keys.code}`, which "
+                "still overrides it (NpuFusedAdamW's default is 1e-2)"
+            )
+        elif fused_adam_default and "weight_decay" not in present:
             added.append(("weight_decay", "0.0"))
             draft.notes.append(
                 "added `weight_decay=0.0`: FusedAdam's default is 0.0, NpuFusedAdamW's is 1e-2"
             )
         torch_sgd = draft.source.unfused_replacement is None  # apex FusedSGD's lr is required
-        if draft.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
+        if draft.target == "NpuFusedSGD" and "lr" not in present and "lr" in maybe:
+            draft.notes.append(
+                "NpuFusedSGD requires `lr`: where none comes through `**`, it raises ValueError "
+                "at construction"
+            )
+        elif draft.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
             added.append(("lr", TORCH_SGD_DEFAULT_LR))
             draft.notes.append(
                 f"added `lr={TORCH_SGD_DEFAULT_LR}`, torch's default, which NpuFusedSGD requires"
@@ -701,8 +733,54 @@ class _Planner:
             )
         if dropped_notes:
             draft.notes.append(f"dropped {', '.join(dropped_notes)} (no effect on the update)")
-        draft.edits = ArgumentEdits(frozenset(dropped), to_keyword, tuple(added))
+        draft.edits = ArgumentEdits(frozenset(dropped), to_keyword, tuple(added), pinned)
         return []
+
+    def _read_forwarded(self, draft: _Draft) -> list[str]:
+        """Read the keys of each ``**mapping`` argument of the draft's call: the performance-only
+        switches the NPU class does not take are dropped where the dict is built; a key that
+        changes the update, or one that cannot be dropped, blocks the rewrite (the problems).
+
+        A key the flow cannot show is left to the NPU class's signature: every key it takes
+        means what it means to the source class (``SOURCES``), and any other one raises
+        TypeError at construction.
+        """
+        problems: list[str] = []
+        for arg in draft.arguments:
+            if arg.star != "**":
+                continue
+            keys = forwarded_keys(self.view, arg.value, draft.call)
+            draft.forwarded.append((arg.index, keys))
+            dropped: list[str] = []
+            for reading in keys.keys:
+                problem, drop = _forwarded_key(self.view, draft, keys, reading.key, reading.value)
+                if problem is not None:
+                    problems.append(f"{problem} (`{keys.code}`, line {reading.line})")
+                elif drop:
+                    if reading.drop is None:
+                        problems.append(
+                            f"`{reading.key}` (line {reading.line}) would have to be dropped from "
+                            f"`{keys.code}`, and npu-migrate cannot remove it where it is written"
+                        )
+                    elif keys.other_use is not None:
+                        problems.append(
+                            f"`{reading.key}` (line {reading.line}) would have to be dropped from "
+                            f"`{keys.code}`, which is also used at line {line_of(keys.other_use)}"
+                        )
+                    else:
+                        draft.key_drops.append(reading.drop)
+                        dropped.append(f"`{reading.key}={self.view.written(reading.value)}`")
+            if dropped:
+                draft.notes.append(
+                    f"dropped {', '.join(dict.fromkeys(dropped))} from `{keys.code}` (no effect on "
+                    "the update)"
+                )
+            if not keys.complete:
+                draft.notes.append(
+                    f"`**{keys.code}` is passed on: every key `{draft.target}` takes means what it "
+                    f"means to `{draft.source.display}`, and any other raises TypeError there"
+                )
+        return problems
 
     # -- spelling the new class ------------------------------------------------------------------
 
@@ -805,7 +883,13 @@ class _Planner:
             for key, draft in self.import_rewrites.items()
         }
         rewrites: list[Rewrite] = []
+        carried_drops: set[tuple[int, int]] = set()  # a dict forwarded to several calls
         for draft in self.drafts:
+            drops = []
+            for drop in draft.key_drops:
+                if (id(drop.node), drop.index) not in carried_drops:
+                    carried_drops.add((id(drop.node), drop.index))
+                    drops.append(drop)
             statement = self._rewritten_import(draft)
             carried = pending.pop(id(statement), None) if statement is not None else None
             warning = _gated_amp_warning(draft, draft.gate) if draft.gate is not None else None
@@ -822,6 +906,7 @@ class _Planner:
                     carried,
                     draft.gate,
                     warning,
+                    tuple(drops),
                 )
             )
         return tuple(rewrites)
@@ -855,7 +940,7 @@ def _reposition(
     aligned = True
     for arg in args:
         index = arg.index
-        if arg.keyword is not None or index in dropped:
+        if arg.keyword is not None or arg.star == "**" or index in dropped:
             if arg.keyword is None:
                 aligned = False
             continue
@@ -872,12 +957,15 @@ def _reposition(
 
 
 def _bind(view: FileView, args: list[Argument], source: Source) -> tuple[list[str], list[str]]:
-    """The parameter name of each argument, by the source's signature, and binding problems."""
+    """The parameter name of each argument, by the source's signature, and binding problems.
+    ``**mapping`` gets no name: its keys are read by :meth:`_Planner._read_forwarded`."""
     names: list[str] = []
     problems: list[str] = []
     position = 0
     for arg in args:
-        if arg.star:
+        if arg.star == "**":
+            names.append("")
+        elif arg.star:
             problems.append(
                 f"arguments passed as `{arg.star}{view.written(arg.value)}` cannot be checked"
             )
@@ -911,6 +999,40 @@ def _fused_adam_target(
             "choose between NpuFusedAdamW (True) and NpuFusedAdam (False)"
         )
     return ("NpuFusedAdamW" if value else "NpuFusedAdam"), None
+
+
+def _forwarded_key(
+    view: FileView, draft: _Draft, keys: ForwardedKeys, key: str, value: ast.expr
+) -> tuple[str | None, bool]:
+    """What a key forwarded with ``**`` needs: (the problem that blocks the rewrite, or None;
+    whether it must be dropped)."""
+    code = f"`{key}={view.written(value)}`"
+    if key == "adam_w_mode" and draft.source.target is None:
+        return (
+            f"{code} in a forwarded dict: npu-migrate reads `adam_w_mode` only in the call",
+            False,
+        )
+    if key in PERFORMANCE_ONLY:
+        return None, key not in TARGET_PARAMETERS[draft.target]
+    if key in NEUTRAL_AT:
+        neutral, reason = NEUTRAL_AT[key]
+        literal = literal_value(value)
+        if literal is NOT_LITERAL:
+            return (
+                f"{code} is not a literal, so npu-migrate cannot tell if it changes the update",
+                False,
+            )
+        if literal != neutral:
+            return reason, False
+        return None, key not in KEPT_WHEN_NEUTRAL
+    return None, False
+
+
+_MAPPINGS_WEIGHT_DECAY = (
+    "FusedAdam's default `weight_decay` (0.0) must be passed to NpuFusedAdamW (default 1e-2), "
+    "and with more than one `**` argument npu-migrate cannot place it where each of them still "
+    "overrides it"
+)
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -1187,6 +1309,7 @@ def _class_value_message(code: str, name: str) -> str:
 
 
 _TYPE_TESTS = frozenset({"isinstance", "issubclass", "type"})
+_INTROSPECTION = frozenset({"inspect.signature", "inspect.getfullargspec", "inspect.getsource"})
 # The last part of every optimizer class name (dotted uses end with one of them).
 OPTIMIZER_CLASS_NAMES = sorted({name.rpartition(".")[2] for name in KNOWN_OPTIMIZERS})
 

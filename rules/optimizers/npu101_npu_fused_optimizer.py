@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from migrator.analysis.calls import Argument
 from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
@@ -22,6 +22,7 @@ from migrator.rules.optimizers._fused_planner import (
     Rewrite,
     plan_fused,
 )
+from migrator.rules.optimizers._kwargs import KeyDrop, alone_in_block
 from migrator.rules.optimizers._plans import (
     FusedPlan,
     FusedPlans,
@@ -148,6 +149,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             edits = [self._call_edit(rewrite)]
             if rewrite.import_rewrite is not None:
                 edits.append(self._import_edit(rewrite.import_rewrite))
+            edits.extend(self._key_drop_edits(rewrite.key_drops))
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
             if rewrite.gate is not None and rewrite.gate_warning is not None:
@@ -202,6 +204,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             rewrite.qualified_target,
         )
         to_keyword = dict(rewrite.edits.to_keyword)
+        pinned = dict(rewrite.edits.pinned)
         dropped = sorted(rewrite.edits.dropped)
         added = list(rewrite.edits.added)
         realign = self._realigned_arguments(rewrite) if shift else []
@@ -212,6 +215,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 args[index] = args[index].with_changes(
                     keyword=cst.Name(name), equal=no_space_equal()
                 )
+            for index, code in pinned.items():
+                args[index] = args[index].with_changes(value=cst.parse_expression(code))
             call = node.with_changes(args=args)
             call = remove_arg_objects(call, [args[index] for index in dropped])
             for name, value in added:
@@ -220,6 +225,25 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
 
         return self.replace(rewrite.call, cst.Call, edit)
+
+    def _key_drop_edits(self, drops: Sequence[KeyDrop]) -> list[NodeEdit]:
+        """Edits that remove forwarded keys where their dict is built: one per node."""
+        by_node: dict[int, list[KeyDrop]] = {}
+        for drop in drops:
+            by_node.setdefault(id(drop.node), []).append(drop)
+        edits: list[NodeEdit] = []
+        for same_node in by_node.values():
+            node, kind = same_node[0].node, same_node[0].kind
+            doomed = {drop.index for drop in same_node}
+            if kind == "item":
+                edits.append(self.replace(node, cst.Dict, _without_items(doomed)))
+            elif kind == "keyword":
+                edits.append(self.replace(node, cst.Call, _without_args(doomed)))
+            else:
+                assert isinstance(node, ast.stmt)
+                alone = alone_in_block(self.index.parent(node), node)
+                edits.append(self.replace_statement(node, _removed_statement(alone)))
+        return edits
 
     def _realigned_arguments(self, rewrite: Rewrite) -> list[bool]:
         """For each argument of the rewritten call after the first: whether it starts a line
@@ -291,6 +315,35 @@ def _new_func(
     if style == "attr" and isinstance(func, cst.Attribute):
         return func.with_changes(attr=cst.Name(target))
     return cst.parse_expression(qualified_target)
+
+
+def _without_items(doomed: set[int]) -> Callable[[cst.Dict], cst.Dict]:
+    def edit(node: cst.Dict) -> cst.Dict:
+        elements = list(node.elements)
+        kept = [element for index, element in enumerate(elements) if index not in doomed]
+        if kept and len(kept) < len(elements) and kept[-1] is not elements[-1]:
+            kept[-1] = kept[-1].with_changes(comma=elements[-1].comma)
+        return node.with_changes(elements=kept)
+
+    return edit
+
+
+def _without_args(doomed: set[int]) -> Callable[[cst.Call], cst.Call]:
+    def edit(node: cst.Call) -> cst.Call:
+        return remove_arg_objects(node, [arg for i, arg in enumerate(node.args) if i in doomed])
+
+    return edit
+
+
+def _removed_statement(alone: bool) -> Callable[[cst.SimpleStatementLine], object]:
+    """The statement goes; ``pass`` takes its place when it was alone in its block."""
+
+    def edit(node: cst.SimpleStatementLine) -> object:
+        if alone:
+            return node.with_changes(body=[cst.Pass()])
+        return cst.RemovalSentinel.REMOVE
+
+    return edit
 
 
 def _realign(call: cst.Call, moves: Sequence[bool], shift: int) -> cst.Call:
