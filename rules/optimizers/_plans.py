@@ -9,6 +9,8 @@
   ``amp.initialize``, which NPU101 must plan for.
 - :class:`RemovedWraps` (NPU104): the DDP wraps NPU104 removes, which NPU203 must not move
   optimizers ahead of.
+- :class:`DroppedKeys` (NPU101): the ``fused=`` / ``"fused"`` keys NPU101 drops from the dicts
+  an optimizer gets through ``**``, so that NPU303 no longer keeps a device test for them.
 """
 
 from __future__ import annotations
@@ -69,6 +71,20 @@ class RemovedWraps:
     """NPU104's plan for a file: the DDP wrap calls it removes, by id."""
 
     calls: frozenset[int]
+
+
+@dataclass(frozen=True)
+class DroppedKeys:
+    """NPU101's plan for a file: the keys it drops from forwarded dicts (ids of the
+    ``ast.keyword`` nodes and of the dict displays' key nodes)."""
+
+    nodes: frozenset[int]
+
+
+def dropped_keys(rule: Rule) -> frozenset[int]:
+    """The keys NPU101 drops in the file ``rule`` checks (empty when NPU101 does not run)."""
+    plan = rule.read_plan(DroppedKeys)
+    return plan.nodes if plan is not None else frozenset()
 
 
 def planned(rule: Rule) -> Mapping[int, FusedPlan]:

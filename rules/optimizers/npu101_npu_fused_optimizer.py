@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Sequence
 
-from migrator.analysis.calls import Argument
+from migrator.analysis.calls import Argument, arguments
 from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
 from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
@@ -24,6 +24,7 @@ from migrator.rules.optimizers._fused_planner import (
 )
 from migrator.rules.optimizers._kwargs import KeyDrop, alone_in_block
 from migrator.rules.optimizers._plans import (
+    DroppedKeys,
     FusedPlan,
     FusedPlans,
     FusedSwaps,
@@ -121,7 +122,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
-    PROVIDES = (FusedPlans,)
+    PROVIDES = (FusedPlans, DroppedKeys)
     RUN_PLANS = (FusedSwaps,)
     # NPU102's opt-level switch decides which amp levels the optimizers will run with.
     READS = (OptLevelSwitch,)
@@ -145,6 +146,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         for released in decisions.released_imports:
             self.remove_import_if_unused(released.module, released.obj, released.asname)
         published: dict[int, FusedPlan] = {}
+        dropped: set[int] = set()
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
             if rewrite.import_rewrite is not None:
@@ -160,7 +162,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 else:
                     self.add_import("apex", after="apex")  # next to the file's other apex imports
             published[id(rewrite.call)] = self._published(rewrite)
+            dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
         self.publish(FusedPlans(published))
+        self.publish(DroppedKeys(frozenset(dropped)))
 
     # -- edits -----------------------------------------------------------------------------------
 
@@ -315,6 +319,19 @@ def _new_func(
     if style == "attr" and isinstance(func, cst.Attribute):
         return func.with_changes(attr=cst.Name(target))
     return cst.parse_expression(qualified_target)
+
+
+def _key_nodes(drops: Sequence[KeyDrop]) -> list[ast.AST]:
+    """The key nodes the drops remove: a dict display's key, a keyword argument."""
+    nodes: list[ast.AST] = []
+    for drop in drops:
+        if drop.kind == "item" and isinstance(drop.node, ast.Dict):
+            key = drop.node.keys[drop.index]
+            if key is not None:
+                nodes.append(key)
+        elif drop.kind == "keyword" and isinstance(drop.node, ast.Call):
+            nodes.append(arguments(drop.node)[drop.index].node)
+    return nodes
 
 
 def _without_items(doomed: set[int]) -> Callable[[cst.Dict], cst.Dict]:
