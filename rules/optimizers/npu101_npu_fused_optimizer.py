@@ -61,9 +61,19 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `adam_w_mode` picks `NpuFusedAdamW` or `NpuFusedAdam`, and `weight_decay=0.0` is passed
     explicitly when FusedAdam relied on its default; performance-only switches (`foreach`,
     `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped.
+    Keyword arguments forwarded with `**` are read where the function builds the dict (`{...}`,
+    `dict(...)`, `a if c else b`, `kw["x"] = ...`, `kw.update(...)`, `kw.setdefault(...)`):
+    the performance-only keys are removed there (`dict(fused=True) if use_fused else dict()`
+    becomes `dict() if use_fused else dict()`) unless the dict also serves something else; a
+    mapping the module does not show (`**kwargs`, `**self.optimizer_config`) is passed on, since
+    every key the NPU class takes means the same as for the class it replaces and any other key
+    raises TypeError when the optimizer is built. FusedAdam's default `weight_decay` is pinned
+    ahead of such a mapping, which still overrides it:
+    `NpuFusedAdamW(params, **{"weight_decay": 0.0, **self.optimizer_config})`.
     Reported for manual migration, never rewritten: arguments that change the update and have no
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
-    `bias_correction=False`, FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`,
+    `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
+    and performance-only keys that cannot be dropped where the dict is built, apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`,
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
     at its own line); an optimizer whose surrounding code breaks a fused one
