@@ -88,7 +88,8 @@ TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD require
 # How a rewritten call spells the new class: the whole dotted name, only its last attribute
 # (`apex_optimizers.FusedAdam` -> `apex_optimizers.NpuFusedAdamW`), the unchanged alias of a
 # rewritten `from ... import X as A`, or the new name of a rewritten `from ... import X`.
-FuncStyle = Literal["dotted", "attr", "alias", "rename"]
+# A `getattr(torch.optim, name)` lookup becomes a mapping of the fusable names ("lookup").
+FuncStyle = Literal["dotted", "attr", "alias", "rename", "lookup"]
 
 
 # -- the decisions -------------------------------------------------------------------------------
@@ -160,6 +161,8 @@ class Rewrite:
     # Performance-only keys dropped from the dicts forwarded with `**` (each carried by the first
     # call that forwards its dict).
     key_drops: tuple[KeyDrop, ...] = ()
+    # The callee's new code, for the "lookup" style.
+    func_code: str | None = None
 
     @property
     def qualified_target(self) -> str:
@@ -247,6 +250,7 @@ class _Draft:
     key_drops: list[KeyDrop] = field(default_factory=list)
     # The `**mapping` arguments: (argument index, what the flow shows of their keys).
     forwarded: list[tuple[int, ForwardedKeys]] = field(default_factory=list)
+    lookup: _Lookup | None = None  # a `getattr(torch.optim, name)(...)` construction
 
     @property
     def qualified_target(self) -> str:
@@ -278,8 +282,8 @@ class _Planner:
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
         for call in self._dynamic_lookups():
-            if id(call) not in wrapped:
-                self._report(call, _DYNAMIC_LOOKUP_ADVICE)
+            if id(call) not in wrapped and not self._suppressed(call):
+                self._plan_lookup(call)
         for call in self.flow.candidates:
             if id(call) not in wrapped:
                 self._examine_call(call)
@@ -437,9 +441,26 @@ class _Planner:
         found: list[ast.Call] = []
         for lookup in self._getattr_lookups():
             call = self.index.parent(lookup)
-            if not (isinstance(call, ast.Call) and call.func is lookup):
+            called = isinstance(call, ast.Call) and call.func is lookup
+            if not called and not self._mapped_default(lookup):
                 found.append(lookup)
         return found
+
+    def _mapped_default(self, lookup: ast.Call) -> bool:
+        """``{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, <lookup>)``: the mapping NPU101
+        writes, whose other names keep torch's class."""
+        get = self.index.parent(lookup)
+        if not (
+            isinstance(get, ast.Call)
+            and isinstance(get.func, ast.Attribute)
+            and get.func.attr == "get"
+            and isinstance(get.func.value, ast.Dict)
+            and len(get.args) == 2
+            and get.args[1] is lookup
+        ):
+            return False
+        values = get.func.value.values
+        return bool(values) and all(npu_fused_name(self.view, value) for value in values)
 
     def _getattr_lookups(self) -> list[ast.Call]:
         """``getattr(<torch.optim or apex.optimizers>, ...)`` calls."""
@@ -782,6 +803,85 @@ class _Planner:
                 )
         return problems
 
+    # -- getattr(torch.optim, name)(...) ------------------------------------------------------
+
+    def _plan_lookup(self, call: ast.Call) -> None:
+        """``getattr(torch.optim, name)(args)``: the names whose class takes these arguments as
+        its NPU fused class does (no edit needed) go to that class through a mapping next to the
+        lookup, ``{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, getattr(torch.optim,
+        name))``; any other name keeps torch's class. The home, the amp levels and the code
+        around the optimizer are checked once, as for a direct constructor."""
+        lookup = call.func
+        assert isinstance(lookup, ast.Call)
+        module, name = arguments(lookup)[0], arguments(lookup)[1:2]
+        reason = None
+        if self.view.qualified_name(module.value) != "torch.optim":
+            reason = "only `torch.optim` lookups are mapped"
+        elif not name or name[0].keyword is not None or not _pure(name[0].value):
+            reason = "the name is not a plain name, attribute or literal that can be read twice"
+        fitting = [] if reason else self._fitting_sources(call)
+        if not fitting:
+            reason = reason or "no fusable class of `torch.optim` takes these arguments unchanged"
+            self._report(call, f"{_DYNAMIC_LOOKUP_ADVICE} ({reason})")
+            return
+        before = len(self.drafts)
+        self._plan(call, fitting[0])
+        if len(self.drafts) == before:
+            return  # reported: what holds for one fused class holds for all of them
+        draft = self.drafts[-1]
+        draft.func_style = "lookup"
+        draft.lookup = _Lookup(
+            tuple((source.display.rpartition(".")[2], source.target or "") for source in fitting),
+            self.view.written(name[0].value),
+            self.view.written(lookup),
+            self._indentation(lookup),
+        )
+
+    def _indentation(self, node: ast.AST) -> str:
+        """The leading whitespace of the line where ``node`` starts."""
+        source = self.view.source
+        start = source.line_starts[line_of(node) - 1]
+        line = source.text[start : source.text.find("\n", start) % (len(source.text) + 1)]
+        return line[: len(line) - len(line.lstrip())]
+
+    def _fitting_sources(self, call: ast.Call) -> list[Source]:
+        """The torch.optim classes that take ``call``'s arguments exactly as their NPU fused
+        class does: same names, no argument to drop, add or move."""
+        args = arguments(call)
+        fitting: list[Source] = []
+        for display in _LOOKUP_SOURCES:
+            source = SOURCES[display]
+            assert source.target is not None
+            names, problems = _bind(self.view, args, source)
+            if problems or (source.target == "NpuFusedSGD" and "lr" not in names):
+                continue
+            target_parameters = TARGET_PARAMETERS[source.target]
+            if any(name and name not in target_parameters for name in names):
+                continue  # `foreach=`, `maximize=`: the NPU class would raise TypeError
+            if (
+                "amsgrad" in names
+                and literal_value(args[names.index("amsgrad")].value) is not False
+            ):
+                continue
+            if _reposition(source.target, args, names, set()):
+                continue
+            if not all(self._forwarded_fits(arg, call, source) for arg in args if arg.star == "**"):
+                continue
+            fitting.append(source)
+        return fitting
+
+    def _forwarded_fits(self, arg: Argument, call: ast.Call, source: Source) -> bool:
+        """A ``**mapping`` that needs no edit for ``source``'s NPU fused class."""
+        assert source.target is not None
+        keys = forwarded_keys(self.view, arg.value, call)
+        target_parameters = TARGET_PARAMETERS[source.target]
+        for reading in keys.keys:
+            if reading.key not in target_parameters:
+                return False
+            if reading.key == "amsgrad" and literal_value(reading.value) is not False:
+                return False
+        return True
+
     # -- spelling the new class ------------------------------------------------------------------
 
     def _plan_call_names(self) -> None:
@@ -907,6 +1007,7 @@ class _Planner:
                     draft.gate,
                     warning,
                     tuple(drops),
+                    draft.lookup.code(draft.home) if draft.lookup is not None else None,
                 )
             )
         return tuple(rewrites)
@@ -917,6 +1018,42 @@ class _Planner:
         binding = self._from_import_binding(draft.call.func)
         statement = binding.node if binding is not None else None
         return statement if isinstance(statement, ast.ImportFrom) else None
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """The fusable names of a ``getattr(torch.optim, name)`` lookup: (name, NPU fused class)."""
+
+    mapped: tuple[tuple[str, str], ...]
+    name: str  # the name expression, as written
+    lookup: str  # the `getattr(...)` call, as written
+    indent: str  # of the line where the lookup starts
+
+    def code(self, home: str) -> str:
+        """``{"SGD": <home>.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))``, one
+        entry a line."""
+        inner = self.indent + "    "
+        entries = "".join(f'{inner}"{name}": {home}.{target},\n' for name, target in self.mapped)
+        return f"{{\n{entries}{self.indent}}}.get({self.name}, {self.lookup})"
+
+
+# torch.optim's classes a name lookup may map, in the order of the mapping.
+_LOOKUP_SOURCES = (
+    "torch.optim.SGD",
+    "torch.optim.Adam",
+    "torch.optim.AdamW",
+    "torch.optim.Adadelta",
+    "torch.optim.RMSprop",
+)
+
+
+def _pure(node: ast.expr) -> bool:
+    """A name, attribute chain or literal: reading it twice gives the same value."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            return False
+        node = node.value
+    return isinstance(node, (ast.Name, ast.Constant))
 
 
 @dataclass
@@ -1265,6 +1402,13 @@ def _fixed_message(draft: _Draft) -> str:
             "work without amp"
         )
     notes = "".join(f"; {note}" for note in draft.notes)
+    if draft.lookup is not None:
+        mapped = ", ".join(f"{name} -> {target}" for name, target in draft.lookup.mapped)
+        return (
+            f"mapped the names of `{draft.lookup.lookup}` that have an NPU fused class to "
+            f"`{draft.home}` ({mapped}; any other name keeps torch's class, and these arguments "
+            f"fit each mapped class as written): {why}{notes}"
+        )
     return f"replaced `{draft.source.display}` with `{draft.qualified_target}`: {why}{notes}"
 
 

@@ -70,11 +70,15 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     raises TypeError when the optimizer is built. FusedAdam's default `weight_decay` is pinned
     ahead of such a mapping, which still overrides it:
     `NpuFusedAdamW(params, **{"weight_decay": 0.0, **self.optimizer_config})`.
+    `getattr(torch.optim, name)(args)` gets a mapping next to the lookup,
+    `{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))`, for the
+    names whose NPU fused class takes `args` exactly as written; other names keep torch's class.
     Reported for manual migration, never rewritten: arguments that change the update and have no
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
     and performance-only keys that cannot be dropped where the dict is built, apex `FusedLAMB`,
-    `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`,
+    `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, name lookups that stay dynamic
+    (`getattr(torch.optim, args.name.upper())`, `getattr(apex.optimizers, name)`),
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
     at its own line); an optimizer whose surrounding code breaks a fused one
     (`zero_grad(set_to_none=True)` on it, `model.zero_grad()`, `p.grad = None`, bf16 casts of its
@@ -166,6 +170,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 continue
             if rewrite.gate is not None and rewrite.gate_warning is not None:
                 self.report(rewrite.gate.amp_call, rewrite.gate_warning)
+            if rewrite.func_style == "lookup":
+                self._add_home_import(rewrite.home)
+                continue  # the class depends on a name at run time: nothing to publish
             if rewrite.func_style == "dotted":
                 if rewrite.home == TORCH_NPU_HOME:
                     self.add_import("torch_npu", after="torch")
@@ -175,6 +182,12 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))
+
+    def _add_home_import(self, home: str) -> None:
+        if home == TORCH_NPU_HOME:
+            self.add_import("torch_npu", after="torch")
+        else:
+            self.add_import("apex", after="apex")
 
     # -- edits -----------------------------------------------------------------------------------
 
@@ -199,6 +212,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         func = rewrite.call.func
         if rewrite.func_style == "alias":
             return 0
+        if rewrite.func_style == "lookup":
+            assert rewrite.func_code is not None
+            return len(rewrite.func_code) - len(self.view.written(func))
         if rewrite.func_style == "attr" and isinstance(func, ast.Attribute):
             return len(rewrite.target) - len(func.attr)
         new = rewrite.target if rewrite.func_style == "rename" else rewrite.qualified_target
@@ -217,6 +233,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             rewrite.target,
             rewrite.qualified_target,
         )
+        func_code = rewrite.func_code
         to_keyword = dict(rewrite.edits.to_keyword)
         pinned = dict(rewrite.edits.pinned)
         dropped = sorted(rewrite.edits.dropped)
@@ -236,6 +253,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             for name, value in added:
                 call = append_arg(call, keyword(name, cst.parse_expression(value)))
             call = _realign(call, realign, shift)
+            if func_code is not None:
+                return call.with_changes(func=cst.parse_expression(func_code))
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
 
         return self.replace(rewrite.call, cst.Call, edit)
