@@ -278,6 +278,7 @@ class _Planner:
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
         self.released: list[ReleasedImport] = []
+        self._mapped_values: set[int] = set()  # class values whose call NPU101 maps
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -289,6 +290,7 @@ class _Planner:
                 self._examine_call(call)
         for class_def in self.index.nodes(ast.ClassDef):
             self._examine_subclass(class_def)
+        self._plan_class_value_calls()
         self._report_class_values()
         self._plan_call_names()
         return FusedDecisions(tuple(self.findings), self._rewrites(), tuple(self.released))
@@ -341,7 +343,7 @@ class _Planner:
         for node in self._class_value_candidates():
             if self._suppressed(node) or not self._used_as_value(node):
                 continue
-            if self._alias_called_here(node):
+            if self._alias_called_here(node) or id(node) in self._mapped_values:
                 continue  # the call of the alias is reported (a value alias is ambiguous)
             name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
             if isinstance(name, str):
@@ -396,9 +398,27 @@ class _Planner:
             assert isinstance(target, ast.Name)
             for read in self.index.names(target.id):
                 call = self.index.parent(read)
-                if isinstance(call, ast.Call) and call.func is read:
+                if isinstance(call, ast.Call) and (call.func is read or self._mapped_get(call)):
                     return True
         return False
+
+    def _mapping_keys(self, call: ast.Call) -> set[str]:
+        """The classes a ``{torch.optim.SGD: torch_npu.optim.NpuFusedSGD}.get(...)`` maps."""
+        if not self._mapped_get(call):
+            return set()
+        assert isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Dict)
+        keys = (self.view.qualified_name(key) for key in call.func.value.keys if key is not None)
+        return {SOURCES[key].display for key in keys if isinstance(key, str) and key in SOURCES}
+
+    def _mapped_get(self, call: ast.Call) -> bool:
+        """``{<class>: <NPU fused class>, ...}.get(...)``: a mapping NPU101 wrote."""
+        func = call.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == "get"
+            and isinstance(func.value, ast.Dict)
+            and self._fused_mapping(func.value)
+        )
 
     def _used_as_value(self, node: ast.expr) -> bool:
         """Not called, not part of a longer dotted name, not a type test (``isinstance``,
@@ -419,6 +439,12 @@ class _Planner:
                 return grandparent.func.id not in _TYPE_TESTS  # isinstance(x, (SGD, Adam))
         if isinstance(parent, (ast.Compare, ast.ClassDef)):
             return False
+        if (
+            isinstance(parent, ast.Dict)
+            and any(node is key for key in parent.keys)
+            and self._fused_mapping(parent)
+        ):
+            return False  # `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD}`: NPU101's mapping
         return not self._in_annotation(node)
 
     def _in_annotation(self, node: ast.expr) -> bool:
@@ -459,7 +485,11 @@ class _Planner:
             and get.args[1] is lookup
         ):
             return False
-        values = get.func.value.values
+        return self._fused_mapping(get.func.value)
+
+    def _fused_mapping(self, mapping: ast.Dict) -> bool:
+        """A dict display whose values are all NPU fused classes (the mappings NPU101 writes)."""
+        values = mapping.values
         return bool(values) and all(npu_fused_name(self.view, value) for value in values)
 
     def _getattr_lookups(self) -> list[ast.Call]:
@@ -493,7 +523,8 @@ class _Planner:
         self._check_apex_home(call)
         name = self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
         if isinstance(name, Ambiguous):
-            self._report(call, self._ambiguous_message(call, name))
+            if self._suppressed(call) or not self._plan_class_value(call):
+                self._report(call, self._ambiguous_message(call, name))
         elif name in UNSUPPORTED:
             self._report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
         elif name in SOURCES and not self._suppressed(call):
@@ -844,12 +875,104 @@ class _Planner:
         line = source.text[start : source.text.find("\n", start) % (len(source.text) + 1)]
         return line[: len(line) - len(line.lstrip())]
 
-    def _fitting_sources(self, call: ast.Call) -> list[Source]:
+    def _plan_class_value(self, call: ast.Call) -> bool:
+        """``Optimizer(args)`` where ``Optimizer`` holds one of several classes (a value alias
+        assigned on more than one path): the torch.optim classes among them whose NPU fused
+        class takes ``args`` as written are mapped by identity at the call,
+        ``{torch.optim.SGD: torch_npu.optim.NpuFusedSGD, ...}.get(Optimizer, Optimizer)``;
+        any other value is called as before. False when nothing can be mapped."""
+        if not _pure(call.func) or not self._torch_bound():
+            return False
+        displays = []
+        for origin in self.flow.origins(call.func):
+            name = self.view.qualified_name_in(origin, KNOWN_OPTIMIZERS)
+            if isinstance(name, str) and name in SOURCES:
+                display = SOURCES[name].display
+                if display in _LOOKUP_SOURCES and display not in displays:
+                    displays.append(display)
+        fitting = self._fitting_sources(call, [d for d in _LOOKUP_SOURCES if d in displays])
+        if not fitting:
+            return False
+        before = len(self.drafts)
+        self._plan(call, fitting[0])
+        if len(self.drafts) > before:
+            draft = self.drafts[-1]
+            draft.func_style = "lookup"
+            callee = self.view.written(call.func)
+            draft.lookup = _Lookup(
+                tuple((source.display, source.target or "") for source in fitting),
+                callee,
+                callee,
+                self._indentation(call),
+            )
+        return True
+
+    def _plan_class_value_calls(self) -> None:
+        """Calls of a name assigned a choice of classes (``cls = O.AdamW if c else O.SGD``,
+        ``cls = {"sgd": torch.optim.SGD, ...}[name]``) that the resolution of names leaves
+        alone (it resolves a name to one origin, or calls it ambiguous)."""
+        seen = {id(draft.call) for draft in self.drafts} | {
+            id(finding.node) for finding in self.findings
+        }
+        mapped: dict[int, set[str]] = {}  # id(call) -> the classes mapped there
+        for node in self._class_value_candidates():
+            target = self._chosen_into(node)
+            if target is None:
+                continue
+            for read in self.index.names(target.id):
+                call = self.index.parent(read)
+                if not isinstance(call, ast.Call):
+                    continue
+                if call.func is read and id(call) not in seen and not self._suppressed(call):
+                    seen.add(id(call))
+                    if self._plan_class_value(call):
+                        draft = self.drafts[-1]
+                        assert draft.lookup is not None
+                        mapped[id(call)] = {name for name, _ in draft.lookup.mapped}
+                classes = mapped.get(id(call)) or self._mapping_keys(call)
+                name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
+                if isinstance(name, str) and name in SOURCES and SOURCES[name].display in classes:
+                    self._mapped_values.add(id(node))  # mapped at the call
+
+    def _chosen_into(self, node: ast.expr) -> ast.Name | None:
+        """The name a class expression is assigned to as one of several choices: through a
+        conditional expression, or a dict display indexed on the spot."""
+        child: ast.AST = node
+        parent = self.index.parent(node)
+        chosen = False
+        while isinstance(parent, (ast.IfExp, ast.Dict, ast.Subscript)):
+            if isinstance(parent, ast.IfExp) and child is parent.test:
+                return None
+            if isinstance(parent, ast.Dict) and not any(child is v for v in parent.values):
+                return None
+            if isinstance(parent, ast.Subscript) and child is not parent.value:
+                return None
+            chosen = True
+            child, parent = parent, self.index.parent(parent)
+        if not chosen or not isinstance(parent, ast.Assign) or parent.value is not child:
+            return None
+        if len(parent.targets) != 1 or not isinstance(parent.targets[0], ast.Name):
+            return None
+        return parent.targets[0]
+
+    def _torch_bound(self) -> bool:
+        """``torch`` names the torch package everywhere in the module (a module-level
+        ``import torch``, never rebound), so ``torch.optim.SGD`` can be written."""
+        imported = any(
+            isinstance(statement, ast.Import)
+            and any(alias.name == "torch" and alias.asname is None for alias in statement.names)
+            for statement in self.index.tree.body
+        )
+        return imported and not any(_rebinds_torch(node) for node in ast.walk(self.index.tree))
+
+    def _fitting_sources(
+        self, call: ast.Call, displays: Sequence[str] | None = None
+    ) -> list[Source]:
         """The torch.optim classes that take ``call``'s arguments exactly as their NPU fused
         class does: same names, no argument to drop, add or move."""
         args = arguments(call)
         fitting: list[Source] = []
-        for display in _LOOKUP_SOURCES:
+        for display in _LOOKUP_SOURCES if displays is None else displays:
             source = SOURCES[display]
             assert source.target is not None
             names, problems = _bind(self.view, args, source)
@@ -1029,12 +1152,40 @@ class _Lookup:
     lookup: str  # the `getattr(...)` call, as written
     indent: str  # of the line where the lookup starts
 
+    @property
+    def by_class(self) -> bool:
+        """Keyed by the classes themselves (a class value), not by their names."""
+        return "." in self.mapped[0][0]
+
     def code(self, home: str) -> str:
         """``{"SGD": <home>.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))``, one
-        entry a line."""
+        entry a line; by class, ``{torch.optim.SGD: <home>.NpuFusedSGD, ...}.get(cls, cls)``."""
         inner = self.indent + "    "
-        entries = "".join(f'{inner}"{name}": {home}.{target},\n' for name, target in self.mapped)
+        entries = "".join(
+            f"{inner}{_key(name)}: {home}.{target},\n" for name, target in self.mapped
+        )
         return f"{{\n{entries}{self.indent}}}.get({self.name}, {self.lookup})"
+
+
+def _rebinds_torch(node: ast.AST) -> bool:
+    """A binding of the name ``torch`` to anything but the torch package."""
+    if isinstance(node, ast.Name):
+        return node.id == "torch" and not isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.alias):
+        bound = node.asname or node.name.split(".")[0]
+        return bound == "torch" and (node.asname is not None or node.name.split(".")[0] != "torch")
+    if isinstance(node, ast.ImportFrom):
+        return any(alias.asname is None and alias.name == "torch" for alias in node.names)
+    if isinstance(node, ast.arg):
+        return node.arg == "torch"
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == "torch"
+    return False
+
+
+def _key(name: str) -> str:
+    """A mapping key: the class itself (``torch.optim.SGD``), or its name as a string."""
+    return name if "." in name else f'"{name}"'
 
 
 # torch.optim's classes a name lookup may map, in the order of the mapping.
@@ -1402,6 +1553,13 @@ def _fixed_message(draft: _Draft) -> str:
             "work without amp"
         )
     notes = "".join(f"; {note}" for note in draft.notes)
+    if draft.lookup is not None and draft.lookup.by_class:
+        mapped = ", ".join(f"{name} -> {target}" for name, target in draft.lookup.mapped)
+        return (
+            f"mapped the torch.optim classes `{draft.lookup.name}` may hold to `{draft.home}` "
+            f"({mapped}; any other value is called as before, and these arguments fit each "
+            f"mapped class as written): {why}{notes}"
+        )
     if draft.lookup is not None:
         mapped = ", ".join(f"{name} -> {target}" for name, target in draft.lookup.mapped)
         return (
