@@ -855,8 +855,9 @@ class _Planner:
             reason = reason or "no fusable class of `torch.optim` takes these arguments unchanged"
             self._report(call, f"{_DYNAMIC_LOOKUP_ADVICE} ({reason})")
             return
-        before = len(self.drafts)
+        before, reported = len(self.drafts), len(self.findings)
         self._plan(call, fitting[0])
+        self._restate(reported, lookup, fitting[0])
         if len(self.drafts) == before:
             return  # reported: what holds for one fused class holds for all of them
         draft = self.drafts[-1]
@@ -893,8 +894,9 @@ class _Planner:
         fitting = self._fitting_sources(call, [d for d in _LOOKUP_SOURCES if d in displays])
         if not fitting:
             return False
-        before = len(self.drafts)
+        before, reported = len(self.drafts), len(self.findings)
         self._plan(call, fitting[0])
+        self._restate(reported, call.func, fitting[0])
         if len(self.drafts) > before:
             draft = self.drafts[-1]
             draft.func_style = "lookup"
@@ -906,6 +908,16 @@ class _Planner:
                 self._indentation(call),
             )
         return True
+
+    def _restate(self, first: int, callee: ast.expr, source: Source) -> None:
+        """Findings from ``first`` on were made for ``source``, standing for every class the
+        callee may give: say so."""
+        display = f"`{source.display}`"
+        stand_in = f"`{self.view.written(callee)}` (when it gives {display})"
+        for index in range(first, len(self.findings)):
+            finding = self.findings[index]
+            message = finding.message.replace(display, stand_in, 1)
+            self.findings[index] = Finding(finding.node, message, finding.severity)
 
     def _plan_class_value_calls(self) -> None:
         """Calls of a name assigned a choice of classes (``cls = O.AdamW if c else O.SGD``,

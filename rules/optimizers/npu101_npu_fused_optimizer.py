@@ -73,6 +73,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `getattr(torch.optim, name)(args)` gets a mapping next to the lookup,
     `{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))`, for the
     names whose NPU fused class takes `args` exactly as written; other names keep torch's class.
+    A name holding one of several classes when called (`Optimizer = torch.optim.SGD` or
+    `torch.optim.AdamW`, `cls = O.AdamW if c else O.SGD`, `{"adamw": AdamW, ...}[name]`) is
+    mapped by identity at the call, `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD,
+    ...}.get(cls, cls)(...)`; any other value is called as before.
     Reported for manual migration, never rewritten: arguments that change the update and have no
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
