@@ -937,10 +937,10 @@ class _Planner:
                     continue
                 if call.func is read and id(call) not in seen and not self._suppressed(call):
                     seen.add(id(call))
-                    if self._plan_class_value(call):
-                        draft = self.drafts[-1]
-                        assert draft.lookup is not None
-                        mapped[id(call)] = {name for name, _ in draft.lookup.mapped}
+                    drafted = len(self.drafts)
+                    self._plan_class_value(call)  # a finding of its own when it is not mapped
+                    if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
+                        mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
                 classes = mapped.get(id(call)) or self._mapping_keys(call)
                 name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
                 if isinstance(name, str) and name in SOURCES and SOURCES[name].display in classes:
