@@ -102,8 +102,9 @@ class ArgumentEdits:
     dropped: frozenset[int] = frozenset()
     to_keyword: Mapping[int, str] = field(default_factory=dict)  # positional index -> its name
     added: tuple[tuple[str, str], ...] = ()  # (keyword, value code)
-    # `**mapping` argument index -> the code that replaces the mapping (defaults pinned first)
-    pinned: Mapping[int, str] = field(default_factory=dict)
+    # `**mapping` argument index -> defaults (keyword, value code) pinned ahead of the mapping:
+    # `**{"weight_decay": 0.0, **mapping}`
+    pinned: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -750,14 +751,14 @@ class _Planner:
         if any(not keys.complete for _, keys in forwarded):
             maybe |= {"weight_decay", "lr"}  # any key may come
         present |= {key for _, keys in forwarded for key in keys.in_every_arm}
-        pinned: dict[int, str] = {}
+        pinned: dict[int, tuple[tuple[str, str], ...]] = {}
         fused_adam_default = draft.source.target is None and draft.target == "NpuFusedAdamW"
         if fused_adam_default and "weight_decay" not in present and "weight_decay" in maybe:
             # A keyword next to `**mapping` would collide with the mapping's own weight_decay.
             if len(forwarded) > 1:
                 return [_MAPPINGS_WEIGHT_DECAY]
             [(index, keys)] = forwarded
-            pinned[index] = f'{{"weight_decay": 0.0, **{keys.code}}}'
+            pinned[index] = (("weight_decay", "0.0"),)
             draft.notes.append(
                 f"set `weight_decay` to FusedAdam's default 0.0 ahead of `**{keys.code}`, which "
                 "still overrides it (NpuFusedAdamW's default is 1e-2)"

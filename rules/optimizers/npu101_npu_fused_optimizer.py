@@ -250,8 +250,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 args[index] = args[index].with_changes(
                     keyword=cst.Name(name), equal=no_space_equal()
                 )
-            for index, code in pinned.items():
-                args[index] = args[index].with_changes(value=cst.parse_expression(code))
+            for index, defaults in pinned.items():
+                args[index] = args[index].with_changes(value=_pinned(args[index].value, defaults))
             call = node.with_changes(args=args)
             call = remove_arg_objects(call, [args[index] for index in dropped])
             for name, value in added:
@@ -352,6 +352,17 @@ def _new_func(
     if style == "attr" and isinstance(func, cst.Attribute):
         return func.with_changes(attr=cst.Name(target))
     return cst.parse_expression(qualified_target)
+
+
+def _pinned(mapping: cst.BaseExpression, defaults: Sequence[tuple[str, str]]) -> cst.BaseExpression:
+    """``{"weight_decay": 0.0, **mapping}``: the defaults first, so the mapping overrides them
+    (``mapping`` as the other edits left it)."""
+    elements: list[cst.BaseDictElement] = [
+        cst.DictElement(cst.SimpleString(f'"{key}"'), cst.parse_expression(value))
+        for key, value in defaults
+    ]
+    elements.append(cst.StarredDictElement(mapping))
+    return cst.Dict(elements)
 
 
 def _key_nodes(drops: Sequence[KeyDrop]) -> list[ast.AST]:
