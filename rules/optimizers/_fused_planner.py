@@ -609,6 +609,10 @@ class _Planner:
         if target is None or problems:
             self._report(call, _blocked_message(source, target, problems))
             return
+        method = self._returned_by_method(call)
+        if method is not None:
+            self._report(call, _method_message(source, target, method))
+            return
         params = args[names.index("params")].value if "params" in names else None
         hazards = self.hazards.of(call, params)
         if hazards:
@@ -919,6 +923,24 @@ class _Planner:
             finding = self.findings[index]
             message = finding.message.replace(display, stand_in, 1)
             self.findings[index] = Finding(finding.node, message, finding.severity)
+
+    def _returned_by_method(self, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The method of a class whose ``return`` hands the optimizer ``call`` builds to its
+        callers: the code that steps and zeroes it there is out of sight (the link stage
+        follows top-level functions only)."""
+        for function in self.index.nodes(ast.FunctionDef) + self.index.nodes(ast.AsyncFunctionDef):
+            if not isinstance(self.index.parent(function), ast.ClassDef):
+                continue
+            for statement in self.index.walk(function):
+                if self._returns(statement, call):
+                    return function
+        return None
+
+    def _returns(self, statement: ast.AST, call: ast.Call) -> bool:
+        """``return <value>`` whose value may be what ``call`` builds."""
+        if not isinstance(statement, ast.Return) or statement.value is None:
+            return False
+        return any(origin is call for origin in self.flow.origins(statement.value))
 
     def _plan_class_value_calls(self) -> None:
         """Calls of a name assigned a choice of classes (``cls = O.AdamW if c else O.SGD``,
@@ -1581,6 +1603,22 @@ def _fixed_message(draft: _Draft) -> str:
             f"fit each mapped class as written): {why}{notes}"
         )
     return f"replaced `{draft.source.display}` with `{draft.qualified_target}`: {why}{notes}"
+
+
+def _method_message(
+    source: Source, target: str, method: ast.FunctionDef | ast.AsyncFunctionDef
+) -> str:
+    to_fuse = (
+        f"check that no caller of `{method.name}` calls `zero_grad(set_to_none=True)`, sets "
+        f"gradients to None or re-allocates the parameters, then use `{target}`"
+    )
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: the method `{method.name}` (line "
+        f"{method.lineno}) returns it to callers npu-migrate does not follow, where the code that "
+        "zeroes and steps it may break an NPU fused optimizer (nanoGPT's training loop calls "
+        "`zero_grad(set_to_none=True)`, which NPU fused optimizers refuse). "
+        + _left_unfused(source, to_fuse)
+    )
 
 
 def _sharded_class_message(code: str, name: str, sharder: str) -> str:
