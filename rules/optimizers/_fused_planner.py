@@ -609,7 +609,12 @@ class _Planner:
         if target is None or problems:
             self._report(call, _blocked_message(source, target, problems))
             return
-        method = self._returned_by_method(call)
+        # Only for the shapes this issue made rewritable (issue 19): a direct constructor
+        # returned by a method keeps its earlier behaviour until the lead decides (see docs).
+        newly = any(arg.star == "**" for arg in args) or not isinstance(
+            self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str
+        )
+        method = self._returned_by_method(call) if newly else None
         if method is not None:
             self._report(call, _method_message(source, target, method))
             return
