@@ -80,7 +80,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     Reported for manual migration, never rewritten: arguments that change the update and have no
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
-    and performance-only keys that cannot be dropped where the dict is built, apex `FusedLAMB`,
+    and performance-only keys that cannot be dropped where the dict is built; an optimizer built
+    through `**`, a name lookup or a class value that a method returns to callers npu-migrate
+    does not follow (nanoGPT's `configure_optimizers`); apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, name lookups that stay dynamic
     (`getattr(torch.optim, args.name.upper())`, `getattr(apex.optimizers, name)`),
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
