@@ -24,7 +24,7 @@ import ast
 import enum
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -512,10 +512,12 @@ def default_of(
 FUSED = "fused"
 
 
-def fused_choice(view: FileView, test: DeviceTest) -> ast.AST | None:
+def fused_choice(
+    view: FileView, test: DeviceTest, dropped: Container[int] = frozenset()
+) -> ast.AST | None:
     """The ``fused=`` argument (or ``"fused"`` key) whose value the test decides: in the
     test's own statement, or where a name the statement assigns is read (two names deep),
-    in the same function."""
+    in the same function. Those in ``dropped`` (ids: NPU101 removes them) do not count."""
     statement = view.index.statement_of(test.at)
     if statement is None:
         return None
@@ -524,7 +526,7 @@ def fused_choice(view: FileView, test: DeviceTest) -> ast.AST | None:
     for _ in range(3):
         following: list[ast.stmt] = []
         for current in pending:
-            found = _fused_in(current)
+            found = _fused_in(current, dropped)
             if found is not None:
                 return found
             for target in _assigned_names(current):
@@ -538,13 +540,13 @@ def fused_choice(view: FileView, test: DeviceTest) -> ast.AST | None:
     return None
 
 
-def _fused_in(statement: ast.stmt) -> ast.AST | None:
+def _fused_in(statement: ast.stmt, dropped: Container[int]) -> ast.AST | None:
     for node in ast.walk(statement):
-        if isinstance(node, ast.keyword) and node.arg == FUSED:
+        if isinstance(node, ast.keyword) and node.arg == FUSED and id(node) not in dropped:
             return node
         if isinstance(node, ast.Dict):
             for key in node.keys:
-                if isinstance(key, ast.Constant) and key.value == FUSED:
+                if isinstance(key, ast.Constant) and key.value == FUSED and id(key) not in dropped:
                     return key
     return None
 

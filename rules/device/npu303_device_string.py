@@ -30,6 +30,7 @@ from migrator.rules.device._common import (
 )
 from migrator.rules.device._guards import held_guards, held_message
 from migrator.rules.device._target import DeviceTarget, device_target
+from migrator.rules.optimizers._plans import DroppedKeys, dropped_keys
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ class DeviceString(Rule):
     # Files with a test of a device string on a parameter: the link stage finds what the calls
     # of its function in the other modules pass (rules/device/_tests.py).
     PROJECT_TRIGGER = ('"cuda', "'cuda")
+    # NPU101's dropped `fused` keys: a device test that decided only those is rewritten.
+    READS = (DroppedKeys,)
 
     @classmethod
     def wants_summary(cls, source: bytes) -> bool:
@@ -182,10 +185,11 @@ class DeviceString(Rule):
                 )
         moved = moved_device_literals(self.view)
         device_tests = tests.device_tests(self.view)
+        dropped = dropped_keys(self)  # NPU101 removes these `fused` keys
         fused = {
             id(literal): (test, choice)
             for test in device_tests
-            if (choice := tests.fused_choice(self.view, test)) is not None
+            if (choice := tests.fused_choice(self.view, test, dropped)) is not None
             for literal in test.literals
         }
         held = held_guards(self.view, self.project, self.context.path)

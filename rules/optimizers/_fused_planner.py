@@ -38,6 +38,7 @@ from migrator.rules.optimizers._hazards import (
     overlaps,
 )
 from migrator.rules.optimizers._hazards import describe as describe_hazards
+from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_keys
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
@@ -96,7 +97,8 @@ TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD require
 # How a rewritten call spells the new class: the whole dotted name, only its last attribute
 # (`apex_optimizers.FusedAdam` -> `apex_optimizers.NpuFusedAdamW`), the unchanged alias of a
 # rewritten `from ... import X as A`, or the new name of a rewritten `from ... import X`.
-FuncStyle = Literal["dotted", "attr", "alias", "rename"]
+# A `getattr(torch.optim, name)` lookup becomes a mapping of the fusable names ("lookup").
+FuncStyle = Literal["dotted", "attr", "alias", "rename", "lookup"]
 
 
 # -- the decisions -------------------------------------------------------------------------------
@@ -109,6 +111,9 @@ class ArgumentEdits:
     dropped: frozenset[int] = frozenset()
     to_keyword: Mapping[int, str] = field(default_factory=dict)  # positional index -> its name
     added: tuple[tuple[str, str], ...] = ()  # (keyword, value code)
+    # `**mapping` argument index -> defaults (keyword, value code) pinned ahead of the mapping:
+    # `**{"weight_decay": 0.0, **mapping}`
+    pinned: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,11 @@ class Rewrite:
     # `zero_grad(...)` calls edited along with this call so that its gradients stay in the
     # fused optimizer's flat buffer (each carried by the first rewrite that needs it).
     grad_fixes: tuple[GradFix, ...] = ()
+    # Performance-only keys dropped from the dicts forwarded with `**` (each carried by the first
+    # call that forwards its dict).
+    key_drops: tuple[KeyDrop, ...] = ()
+    # The callee's new code, for the "lookup" style.
+    func_code: str | None = None
 
     @property
     def qualified_target(self) -> str:
@@ -260,6 +270,10 @@ class _Draft:
     why: str | None = None  # the reason for the home, when other files' calls decide it
     choice: tuple[str, bool] | None = None  # see Rewrite.choice
     grad_fixes: tuple[GradFix, ...] = ()  # see Rewrite.grad_fixes
+    key_drops: list[KeyDrop] = field(default_factory=list)
+    # The `**mapping` arguments: (argument index, what the flow shows of their keys).
+    forwarded: list[tuple[int, ForwardedKeys]] = field(default_factory=list)
+    lookup: _Lookup | None = None  # a `getattr(torch.optim, name)(...)` construction
 
     @property
     def qualified_target(self) -> str:
@@ -297,17 +311,19 @@ class _Planner:
         self.unsafe_fixes = False  # --unsafe-fixes: apply zero_grad edits that are not provable
         self.assumed_fused: set[int] | None = None  # constructors assumed fused (None: all)
         self.relied_on: set[int] = set()  # constructors whose being fused a safe edit assumes
+        self._mapped_values: set[int] = set()  # class values whose call NPU101 maps
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
         for call in self._dynamic_lookups():
-            if id(call) not in wrapped:
-                self._report(call, _DYNAMIC_LOOKUP_ADVICE)
+            if id(call) not in wrapped and not self._suppressed(call):
+                self._plan_lookup(call)
         for call in self.flow.candidates:
             if id(call) not in wrapped:
                 self._examine_call(call)
         for class_def in self.index.nodes(ast.ClassDef):
             self._examine_subclass(class_def)
+        self._plan_class_value_calls()
         self._report_class_values()
         self._plan_call_names()
         return FusedDecisions(tuple(self.findings), self._rewrites(), tuple(self.released))
@@ -360,7 +376,7 @@ class _Planner:
         for node in self._class_value_candidates():
             if self._suppressed(node) or not self._used_as_value(node):
                 continue
-            if self._alias_called_here(node):
+            if self._alias_called_here(node) or id(node) in self._mapped_values:
                 continue  # the call of the alias is reported (a value alias is ambiguous)
             name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
             if isinstance(name, str):
@@ -415,9 +431,27 @@ class _Planner:
             assert isinstance(target, ast.Name)
             for read in self.index.names(target.id):
                 call = self.index.parent(read)
-                if isinstance(call, ast.Call) and call.func is read:
+                if isinstance(call, ast.Call) and (call.func is read or self._mapped_get(call)):
                     return True
         return False
+
+    def _mapping_keys(self, call: ast.Call) -> set[str]:
+        """The classes a ``{torch.optim.SGD: torch_npu.optim.NpuFusedSGD}.get(...)`` maps."""
+        if not self._mapped_get(call):
+            return set()
+        assert isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Dict)
+        keys = (self.view.qualified_name(key) for key in call.func.value.keys if key is not None)
+        return {SOURCES[key].display for key in keys if isinstance(key, str) and key in SOURCES}
+
+    def _mapped_get(self, call: ast.Call) -> bool:
+        """``{<class>: <NPU fused class>, ...}.get(...)``: a mapping NPU101 wrote."""
+        func = call.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == "get"
+            and isinstance(func.value, ast.Dict)
+            and self._fused_mapping(func.value)
+        )
 
     def _used_as_value(self, node: ast.expr) -> bool:
         """Not called, not part of a longer dotted name, not a type test (``isinstance``,
@@ -430,12 +464,20 @@ class _Planner:
                 return False
             if isinstance(parent.func, ast.Name) and parent.func.id in _TYPE_TESTS:
                 return False
+            if self.view.qualified_name(parent.func) in _INTROSPECTION:
+                return False  # `inspect.signature(torch.optim.AdamW)` builds no optimizer
         if isinstance(parent, ast.Tuple):
             grandparent = self.index.parent(parent)
             if isinstance(grandparent, ast.Call) and isinstance(grandparent.func, ast.Name):
                 return grandparent.func.id not in _TYPE_TESTS  # isinstance(x, (SGD, Adam))
         if isinstance(parent, (ast.Compare, ast.ClassDef)):
             return False
+        if (
+            isinstance(parent, ast.Dict)
+            and any(node is key for key in parent.keys)
+            and self._fused_mapping(parent)
+        ):
+            return False  # `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD}`: NPU101's mapping
         return not self._in_annotation(node)
 
     def _in_annotation(self, node: ast.expr) -> bool:
@@ -458,9 +500,30 @@ class _Planner:
         found: list[ast.Call] = []
         for lookup in self._getattr_lookups():
             call = self.index.parent(lookup)
-            if not (isinstance(call, ast.Call) and call.func is lookup):
+            called = isinstance(call, ast.Call) and call.func is lookup
+            if not called and not self._mapped_default(lookup):
                 found.append(lookup)
         return found
+
+    def _mapped_default(self, lookup: ast.Call) -> bool:
+        """``{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, <lookup>)``: the mapping NPU101
+        writes, whose other names keep torch's class."""
+        get = self.index.parent(lookup)
+        if not (
+            isinstance(get, ast.Call)
+            and isinstance(get.func, ast.Attribute)
+            and get.func.attr == "get"
+            and isinstance(get.func.value, ast.Dict)
+            and len(get.args) == 2
+            and get.args[1] is lookup
+        ):
+            return False
+        return self._fused_mapping(get.func.value)
+
+    def _fused_mapping(self, mapping: ast.Dict) -> bool:
+        """A dict display whose values are all NPU fused classes (the mappings NPU101 writes)."""
+        values = mapping.values
+        return bool(values) and all(npu_fused_name(self.view, value) for value in values)
 
     def _getattr_lookups(self) -> list[ast.Call]:
         """``getattr(<torch.optim or apex.optimizers>, ...)`` calls."""
@@ -493,7 +556,8 @@ class _Planner:
         self._check_apex_home(call)
         name = self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
         if isinstance(name, Ambiguous):
-            self._report(call, self._ambiguous_message(call, name))
+            if self._suppressed(call) or not self._plan_class_value(call):
+                self._report(call, self._ambiguous_message(call, name))
         elif name in UNSUPPORTED:
             self._report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
         elif name in SOURCES and not self._suppressed(call):
@@ -579,6 +643,15 @@ class _Planner:
                 problems.append(problem)
         if target is None or problems:
             self._report(call, _blocked_message(source, target, problems))
+            return
+        # Only for the shapes this issue made rewritable (issue 19): a direct constructor
+        # returned by a method keeps its earlier behaviour until the lead decides (see docs).
+        newly = any(arg.star == "**" for arg in args) or not isinstance(
+            self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str
+        )
+        method = self._returned_by_method(call) if newly else None
+        if method is not None:
+            self._report(call, _method_message(source, target, method))
             return
         params = args[names.index("params")].value if "params" in names else None
         hazards = self.hazards.of(call, params)
@@ -834,7 +907,7 @@ class _Planner:
 
     def _map_arguments(self, draft: _Draft, names: list[str]) -> list[str]:
         """Set the draft's argument edits (and their notes); the problems that block it."""
-        problems: list[str] = []
+        problems = self._read_forwarded(draft)
         dropped: set[int] = set()
         dropped_notes: list[str] = []
         for index, (arg, name) in enumerate(zip(draft.arguments, names, strict=True)):
@@ -863,14 +936,35 @@ class _Planner:
         to_keyword = _reposition(draft.target, draft.arguments, names, dropped)
         added: list[tuple[str, str]] = []
         present = set(names)
+        forwarded = draft.forwarded
+        maybe = {reading.key for _, keys in forwarded for reading in keys.keys}
+        if any(not keys.complete for _, keys in forwarded):
+            maybe |= {"weight_decay", "lr"}  # any key may come
+        present |= {key for _, keys in forwarded for key in keys.in_every_arm}
+        pinned: dict[int, tuple[tuple[str, str], ...]] = {}
         fused_adam_default = draft.source.target is None and draft.target == "NpuFusedAdamW"
-        if fused_adam_default and "weight_decay" not in present:
+        if fused_adam_default and "weight_decay" not in present and "weight_decay" in maybe:
+            # A keyword next to `**mapping` would collide with the mapping's own weight_decay.
+            if len(forwarded) > 1:
+                return [_MAPPINGS_WEIGHT_DECAY]
+            [(index, keys)] = forwarded
+            pinned[index] = (("weight_decay", "0.0"),)
+            draft.notes.append(
+                f"set `weight_decay` to FusedAdam's default 0.0 ahead of `**{keys.code}`, which "
+                "still overrides it (NpuFusedAdamW's default is 1e-2)"
+            )
+        elif fused_adam_default and "weight_decay" not in present:
             added.append(("weight_decay", "0.0"))
             draft.notes.append(
                 "added `weight_decay=0.0`: FusedAdam's default is 0.0, NpuFusedAdamW's is 1e-2"
             )
         torch_sgd = draft.source.unfused_replacement is None  # apex FusedSGD's lr is required
-        if draft.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
+        if draft.target == "NpuFusedSGD" and "lr" not in present and "lr" in maybe:
+            draft.notes.append(
+                "NpuFusedSGD requires `lr`: where none comes through `**`, it raises ValueError "
+                "at construction"
+            )
+        elif draft.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
             added.append(("lr", TORCH_SGD_DEFAULT_LR))
             draft.notes.append(
                 f"added `lr={TORCH_SGD_DEFAULT_LR}`, torch's default, which NpuFusedSGD requires"
@@ -882,8 +976,276 @@ class _Planner:
             )
         if dropped_notes:
             draft.notes.append(f"dropped {', '.join(dropped_notes)} (no effect on the update)")
-        draft.edits = ArgumentEdits(frozenset(dropped), to_keyword, tuple(added))
+        draft.edits = ArgumentEdits(frozenset(dropped), to_keyword, tuple(added), pinned)
         return []
+
+    def _read_forwarded(self, draft: _Draft) -> list[str]:
+        """Read the keys of each ``**mapping`` argument of the draft's call: the performance-only
+        switches the NPU class does not take are dropped where the dict is built; a key that
+        changes the update, or one that cannot be dropped, blocks the rewrite (the problems).
+
+        A key the flow cannot show is left to the NPU class's signature: every key it takes
+        means what it means to the source class (``SOURCES``), and any other one raises
+        TypeError at construction.
+        """
+        problems: list[str] = []
+        for arg in draft.arguments:
+            if arg.star != "**":
+                continue
+            keys = forwarded_keys(self.view, arg.value, draft.call)
+            draft.forwarded.append((arg.index, keys))
+            dropped: list[str] = []
+            for reading in keys.keys:
+                problem, drop = _forwarded_key(self.view, draft, keys, reading.key, reading.value)
+                if problem is not None:
+                    problems.append(f"{problem} (`{keys.code}`, line {reading.line})")
+                elif drop:
+                    if reading.drop is None:
+                        problems.append(
+                            f"`{reading.key}` (line {reading.line}) would have to be dropped from "
+                            f"`{keys.code}`, and npu-migrate cannot remove it where it is written"
+                        )
+                    elif keys.other_use is not None:
+                        problems.append(
+                            f"`{reading.key}` (line {reading.line}) would have to be dropped from "
+                            f"`{keys.code}`, which is also used at line {line_of(keys.other_use)}"
+                        )
+                    else:
+                        draft.key_drops.append(reading.drop)
+                        dropped.append(f"`{reading.key}={self.view.written(reading.value)}`")
+            if dropped:
+                draft.notes.append(
+                    f"dropped {', '.join(dict.fromkeys(dropped))} from `{keys.code}` (no effect on "
+                    "the update)"
+                )
+            if not keys.complete:
+                draft.notes.append(
+                    f"`**{keys.code}` is passed on: every key `{draft.target}` takes means what it "
+                    f"means to `{draft.source.display}`, and any other raises TypeError there"
+                )
+        return problems
+
+    # -- getattr(torch.optim, name)(...) ------------------------------------------------------
+
+    def _plan_lookup(self, call: ast.Call) -> None:
+        """``getattr(torch.optim, name)(args)``: the names whose class takes these arguments as
+        its NPU fused class does (no edit needed) go to that class through a mapping next to the
+        lookup, ``{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, getattr(torch.optim,
+        name))``; any other name keeps torch's class. The home, the amp levels and the code
+        around the optimizer are checked once, as for a direct constructor."""
+        lookup = call.func
+        assert isinstance(lookup, ast.Call)
+        module, name = arguments(lookup)[0], arguments(lookup)[1:2]
+        reason = None
+        if self.view.qualified_name(module.value) != "torch.optim":
+            reason = "only `torch.optim` lookups are mapped"
+        elif not name or name[0].keyword is not None or not _pure(name[0].value):
+            reason = "the name is not a plain name, attribute or literal that can be read twice"
+        fitting = [] if reason else self._fitting_sources(call)
+        if not fitting:
+            reason = reason or "no fusable class of `torch.optim` takes these arguments unchanged"
+            self._report(call, f"{_DYNAMIC_LOOKUP_ADVICE} ({reason})")
+            return
+        before, reported = len(self.drafts), len(self.findings)
+        self._plan(call, fitting[0])
+        self._restate(reported, lookup, fitting[0])
+        if len(self.drafts) == before:
+            return  # reported: what holds for one fused class holds for all of them
+        draft = self.drafts[-1]
+        if draft.choice is not None:
+            self._refuse_gated_lookup(call, lookup, draft)
+            return
+        draft.func_style = "lookup"
+        draft.lookup = _Lookup(
+            tuple((source.display.rpartition(".")[2], source.target or "") for source in fitting),
+            self.view.written(name[0].value),
+            self.view.written(lookup),
+            self._indentation(lookup),
+        )
+
+    def _refuse_gated_lookup(self, call: ast.Call, callee: ast.expr, draft: _Draft) -> None:
+        """A class looked up or held in a value whose ``amp.initialize`` runs on some paths
+        only: the mapping would give every path one home. Reported, with the expression that
+        picks each class by the condition."""
+        self.drafts.remove(draft)
+        assert draft.choice is not None
+        test, amp_when_true = draft.choice
+        when = f"`{test}` holds" if amp_when_true else f"`{test}` is false"
+        self._report(
+            call,
+            f"`{self.view.written(callee)}` is not mapped to NPU fused classes: the optimizer goes "
+            f"through `amp.initialize` only when {when}, and a mapping next to a lookup gives "
+            "every path one class; pick each class by that condition by hand, "
+            f"`{picked_by(test, amp_when_true, draft.target)}` for `{draft.source.display}`",
+        )
+
+    def _indentation(self, node: ast.AST) -> str:
+        """The leading whitespace of the line where ``node`` starts."""
+        source = self.view.source
+        start = source.line_starts[line_of(node) - 1]
+        line = source.text[start : source.text.find("\n", start) % (len(source.text) + 1)]
+        return line[: len(line) - len(line.lstrip())]
+
+    def _plan_class_value(self, call: ast.Call) -> bool:
+        """``Optimizer(args)`` where ``Optimizer`` holds one of several classes (a value alias
+        assigned on more than one path): the torch.optim classes among them whose NPU fused
+        class takes ``args`` as written are mapped by identity at the call,
+        ``{torch.optim.SGD: torch_npu.optim.NpuFusedSGD, ...}.get(Optimizer, Optimizer)``;
+        any other value is called as before. False when nothing can be mapped."""
+        if not _pure(call.func) or not self._torch_bound():
+            return False
+        displays = []
+        for origin in self.flow.origins(call.func):
+            name = self.view.qualified_name_in(origin, KNOWN_OPTIMIZERS)
+            if isinstance(name, str) and name in SOURCES:
+                display = SOURCES[name].display
+                if display in _LOOKUP_SOURCES and display not in displays:
+                    displays.append(display)
+        fitting = self._fitting_sources(call, [d for d in _LOOKUP_SOURCES if d in displays])
+        if not fitting:
+            return False
+        before, reported = len(self.drafts), len(self.findings)
+        self._plan(call, fitting[0])
+        self._restate(reported, call.func, fitting[0])
+        if len(self.drafts) > before and self.drafts[-1].choice is not None:
+            self._refuse_gated_lookup(call, call.func, self.drafts[-1])
+        elif len(self.drafts) > before:
+            draft = self.drafts[-1]
+            draft.func_style = "lookup"
+            callee = self.view.written(call.func)
+            draft.lookup = _Lookup(
+                tuple((source.display, source.target or "") for source in fitting),
+                callee,
+                callee,
+                self._indentation(call),
+            )
+        return True
+
+    def _restate(self, first: int, callee: ast.expr, source: Source) -> None:
+        """Findings from ``first`` on were made for ``source``, standing for every class the
+        callee may give: say so."""
+        display = f"`{source.display}`"
+        stand_in = f"`{self.view.written(callee)}` (when it gives {display})"
+        for index in range(first, len(self.findings)):
+            finding = self.findings[index]
+            message = finding.message.replace(display, stand_in, 1)
+            self.findings[index] = Finding(finding.node, message, finding.severity)
+
+    def _returned_by_method(self, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The method of a class whose ``return`` hands the optimizer ``call`` builds to its
+        callers: the code that steps and zeroes it there is out of sight (the link stage
+        follows top-level functions only)."""
+        for function in self.index.nodes(ast.FunctionDef) + self.index.nodes(ast.AsyncFunctionDef):
+            if not isinstance(self.index.parent(function), ast.ClassDef):
+                continue
+            for statement in self.index.walk(function):
+                if self._returns(statement, call):
+                    return function
+        return None
+
+    def _returns(self, statement: ast.AST, call: ast.Call) -> bool:
+        """``return <value>`` whose value may be what ``call`` builds."""
+        if not isinstance(statement, ast.Return) or statement.value is None:
+            return False
+        return any(origin is call for origin in self.flow.origins(statement.value))
+
+    def _plan_class_value_calls(self) -> None:
+        """Calls of a name assigned a choice of classes (``cls = O.AdamW if c else O.SGD``,
+        ``cls = {"sgd": torch.optim.SGD, ...}[name]``) that the resolution of names leaves
+        alone (it resolves a name to one origin, or calls it ambiguous)."""
+        seen = {id(draft.call) for draft in self.drafts} | {
+            id(finding.node) for finding in self.findings
+        }
+        mapped: dict[int, set[str]] = {}  # id(call) -> the classes mapped there
+        for node in self._class_value_candidates():
+            target = self._chosen_into(node)
+            if target is None:
+                continue
+            for read in self.index.names(target.id):
+                call = self.index.parent(read)
+                if not isinstance(call, ast.Call):
+                    continue
+                if call.func is read and id(call) not in seen and not self._suppressed(call):
+                    seen.add(id(call))
+                    drafted = len(self.drafts)
+                    self._plan_class_value(call)  # a finding of its own when it is not mapped
+                    if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
+                        mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
+                classes = mapped.get(id(call)) or self._mapping_keys(call)
+                name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
+                if isinstance(name, str) and name in SOURCES and SOURCES[name].display in classes:
+                    self._mapped_values.add(id(node))  # mapped at the call
+
+    def _chosen_into(self, node: ast.expr) -> ast.Name | None:
+        """The name a class expression is assigned to as one of several choices: through a
+        conditional expression, or a dict display indexed on the spot."""
+        child: ast.AST = node
+        parent = self.index.parent(node)
+        chosen = False
+        while isinstance(parent, (ast.IfExp, ast.Dict, ast.Subscript)):
+            if isinstance(parent, ast.IfExp) and child is parent.test:
+                return None
+            if isinstance(parent, ast.Dict) and not any(child is v for v in parent.values):
+                return None
+            if isinstance(parent, ast.Subscript) and child is not parent.value:
+                return None
+            chosen = True
+            child, parent = parent, self.index.parent(parent)
+        if not chosen or not isinstance(parent, ast.Assign) or parent.value is not child:
+            return None
+        if len(parent.targets) != 1 or not isinstance(parent.targets[0], ast.Name):
+            return None
+        return parent.targets[0]
+
+    def _torch_bound(self) -> bool:
+        """``torch`` names the torch package everywhere in the module (a module-level
+        ``import torch``, never rebound), so ``torch.optim.SGD`` can be written."""
+        imported = any(
+            isinstance(statement, ast.Import)
+            and any(alias.name == "torch" and alias.asname is None for alias in statement.names)
+            for statement in self.index.tree.body
+        )
+        return imported and not any(_rebinds_torch(node) for node in ast.walk(self.index.tree))
+
+    def _fitting_sources(
+        self, call: ast.Call, displays: Sequence[str] | None = None
+    ) -> list[Source]:
+        """The torch.optim classes that take ``call``'s arguments exactly as their NPU fused
+        class does: same names, no argument to drop, add or move."""
+        args = arguments(call)
+        fitting: list[Source] = []
+        for display in _LOOKUP_SOURCES if displays is None else displays:
+            source = SOURCES[display]
+            assert source.target is not None
+            names, problems = _bind(self.view, args, source)
+            if problems or (source.target == "NpuFusedSGD" and "lr" not in names):
+                continue
+            target_parameters = TARGET_PARAMETERS[source.target]
+            if any(name and name not in target_parameters for name in names):
+                continue  # `foreach=`, `maximize=`: the NPU class would raise TypeError
+            if (
+                "amsgrad" in names
+                and literal_value(args[names.index("amsgrad")].value) is not False
+            ):
+                continue
+            if _reposition(source.target, args, names, set()):
+                continue
+            if not all(self._forwarded_fits(arg, call, source) for arg in args if arg.star == "**"):
+                continue
+            fitting.append(source)
+        return fitting
+
+    def _forwarded_fits(self, arg: Argument, call: ast.Call, source: Source) -> bool:
+        """A ``**mapping`` that needs no edit for ``source``'s NPU fused class."""
+        assert source.target is not None
+        keys = forwarded_keys(self.view, arg.value, call)
+        target_parameters = TARGET_PARAMETERS[source.target]
+        for reading in keys.keys:
+            if reading.key not in target_parameters:
+                return False
+            if reading.key == "amsgrad" and literal_value(reading.value) is not False:
+                return False
+        return True
 
     # -- spelling the new class ------------------------------------------------------------------
 
@@ -990,7 +1352,13 @@ class _Planner:
         }
         rewrites: list[Rewrite] = []
         carried_fixes: set[int] = set()  # each zero_grad call is edited once
+        carried_drops: set[tuple[int, int]] = set()  # a dict forwarded to several calls
         for draft in self.drafts:
+            drops = []
+            for drop in draft.key_drops:
+                if (id(drop.node), drop.index) not in carried_drops:
+                    carried_drops.add((id(drop.node), drop.index))
+                    drops.append(drop)
             statement = self._rewritten_import(draft)
             carried = pending.pop(id(statement), None) if statement is not None else None
             rewrites.append(
@@ -1004,8 +1372,12 @@ class _Planner:
                     draft.func_style,
                     _fixed_message(draft),
                     carried,
-                    draft.choice,
-                    tuple(f for f in draft.grad_fixes if self._first_carrier(f, carried_fixes)),
+                    choice=draft.choice,
+                    grad_fixes=tuple(
+                        f for f in draft.grad_fixes if self._first_carrier(f, carried_fixes)
+                    ),
+                    key_drops=tuple(drops),
+                    func_code=draft.lookup.code(draft.home) if draft.lookup is not None else None,
                 )
             )
         return tuple(rewrites)
@@ -1023,6 +1395,70 @@ class _Planner:
         binding = self._from_import_binding(draft.call.func)
         statement = binding.node if binding is not None else None
         return statement if isinstance(statement, ast.ImportFrom) else None
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """The fusable names of a ``getattr(torch.optim, name)`` lookup: (name, NPU fused class)."""
+
+    mapped: tuple[tuple[str, str], ...]
+    name: str  # the name expression, as written
+    lookup: str  # the `getattr(...)` call, as written
+    indent: str  # of the line where the lookup starts
+
+    @property
+    def by_class(self) -> bool:
+        """Keyed by the classes themselves (a class value), not by their names."""
+        return "." in self.mapped[0][0]
+
+    def code(self, home: str) -> str:
+        """``{"SGD": <home>.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))``, one
+        entry a line; by class, ``{torch.optim.SGD: <home>.NpuFusedSGD, ...}.get(cls, cls)``."""
+        inner = self.indent + "    "
+        entries = "".join(
+            f"{inner}{_key(name)}: {home}.{target},\n" for name, target in self.mapped
+        )
+        return f"{{\n{entries}{self.indent}}}.get({self.name}, {self.lookup})"
+
+
+def _rebinds_torch(node: ast.AST) -> bool:
+    """A binding of the name ``torch`` to anything but the torch package."""
+    if isinstance(node, ast.Name):
+        return node.id == "torch" and not isinstance(node.ctx, ast.Load)
+    if isinstance(node, ast.alias):
+        bound = node.asname or node.name.split(".")[0]
+        return bound == "torch" and (node.asname is not None or node.name.split(".")[0] != "torch")
+    if isinstance(node, ast.ImportFrom):
+        return any(alias.asname is None and alias.name == "torch" for alias in node.names)
+    if isinstance(node, ast.arg):
+        return node.arg == "torch"
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == "torch"
+    return False
+
+
+def _key(name: str) -> str:
+    """A mapping key: the class itself (``torch.optim.SGD``), or its name as a string."""
+    return name if "." in name else f'"{name}"'
+
+
+# torch.optim's classes a name lookup may map, in the order of the mapping.
+_LOOKUP_SOURCES = (
+    "torch.optim.SGD",
+    "torch.optim.Adam",
+    "torch.optim.AdamW",
+    "torch.optim.Adadelta",
+    "torch.optim.RMSprop",
+)
+
+
+def _pure(node: ast.expr) -> bool:
+    """A name, attribute chain or literal: reading it twice gives the same value."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            return False
+        node = node.value
+    return isinstance(node, (ast.Name, ast.Constant))
 
 
 @dataclass
@@ -1046,7 +1482,7 @@ def _reposition(
     aligned = True
     for arg in args:
         index = arg.index
-        if arg.keyword is not None or index in dropped:
+        if arg.keyword is not None or arg.star == "**" or index in dropped:
             if arg.keyword is None:
                 aligned = False
             continue
@@ -1063,12 +1499,15 @@ def _reposition(
 
 
 def _bind(view: FileView, args: list[Argument], source: Source) -> tuple[list[str], list[str]]:
-    """The parameter name of each argument, by the source's signature, and binding problems."""
+    """The parameter name of each argument, by the source's signature, and binding problems.
+    ``**mapping`` gets no name: its keys are read by :meth:`_Planner._read_forwarded`."""
     names: list[str] = []
     problems: list[str] = []
     position = 0
     for arg in args:
-        if arg.star:
+        if arg.star == "**":
+            names.append("")
+        elif arg.star:
             problems.append(
                 f"arguments passed as `{arg.star}{view.written(arg.value)}` cannot be checked"
             )
@@ -1102,6 +1541,40 @@ def _fused_adam_target(
             "choose between NpuFusedAdamW (True) and NpuFusedAdam (False)"
         )
     return ("NpuFusedAdamW" if value else "NpuFusedAdam"), None
+
+
+def _forwarded_key(
+    view: FileView, draft: _Draft, keys: ForwardedKeys, key: str, value: ast.expr
+) -> tuple[str | None, bool]:
+    """What a key forwarded with ``**`` needs: (the problem that blocks the rewrite, or None;
+    whether it must be dropped)."""
+    code = f"`{key}={view.written(value)}`"
+    if key == "adam_w_mode" and draft.source.target is None:
+        return (
+            f"{code} in a forwarded dict: npu-migrate reads `adam_w_mode` only in the call",
+            False,
+        )
+    if key in PERFORMANCE_ONLY:
+        return None, key not in TARGET_PARAMETERS[draft.target]
+    if key in NEUTRAL_AT:
+        neutral, reason = NEUTRAL_AT[key]
+        literal = literal_value(value)
+        if literal is NOT_LITERAL:
+            return (
+                f"{code} is not a literal, so npu-migrate cannot tell if it changes the update",
+                False,
+            )
+        if literal != neutral:
+            return reason, False
+        return None, key not in KEPT_WHEN_NEUTRAL
+    return None, False
+
+
+_MAPPINGS_WEIGHT_DECAY = (
+    "FusedAdam's default `weight_decay` (0.0) must be passed to NpuFusedAdamW (default 1e-2), "
+    "and with more than one `**` argument npu-migrate cannot place it where each of them still "
+    "overrides it"
+)
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -1398,7 +1871,37 @@ def _fixed_message(draft: _Draft) -> str:
             "work without amp"
         )
     notes = "".join(f"; {note}" for note in draft.notes)
+    if draft.lookup is not None and draft.lookup.by_class:
+        mapped = ", ".join(f"{name} -> {target}" for name, target in draft.lookup.mapped)
+        return (
+            f"mapped the torch.optim classes `{draft.lookup.name}` may hold to `{draft.home}` "
+            f"({mapped}; any other value is called as before, and these arguments fit each "
+            f"mapped class as written): {why}{notes}"
+        )
+    if draft.lookup is not None:
+        mapped = ", ".join(f"{name} -> {target}" for name, target in draft.lookup.mapped)
+        return (
+            f"mapped the names of `{draft.lookup.lookup}` that have an NPU fused class to "
+            f"`{draft.home}` ({mapped}; any other name keeps torch's class, and these arguments "
+            f"fit each mapped class as written): {why}{notes}"
+        )
     return f"replaced `{draft.source.display}` with `{draft.callee}`: {why}{notes}"
+
+
+def _method_message(
+    source: Source, target: str, method: ast.FunctionDef | ast.AsyncFunctionDef
+) -> str:
+    to_fuse = (
+        f"check that no caller of `{method.name}` calls `zero_grad(set_to_none=True)`, sets "
+        f"gradients to None or re-allocates the parameters, then use `{target}`"
+    )
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: the method `{method.name}` (line "
+        f"{method.lineno}) returns it to callers npu-migrate does not follow, where the code that "
+        "zeroes and steps it may break an NPU fused optimizer (nanoGPT's training loop calls "
+        "`zero_grad(set_to_none=True)`, which NPU fused optimizers refuse). "
+        + _left_unfused(source, to_fuse)
+    )
 
 
 def _sharded_class_message(code: str, name: str, sharder: str) -> str:
@@ -1442,6 +1945,7 @@ def _class_value_message(code: str, name: str) -> str:
 
 
 _TYPE_TESTS = frozenset({"isinstance", "issubclass", "type"})
+_INTROSPECTION = frozenset({"inspect.signature", "inspect.getfullargspec", "inspect.getsource"})
 # The last part of every optimizer class name (dotted uses end with one of them).
 OPTIMIZER_CLASS_NAMES = sorted({name.rpartition(".")[2] for name in KNOWN_OPTIMIZERS})
 

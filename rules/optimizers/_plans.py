@@ -19,6 +19,8 @@
 - :class:`Fp16Aware` (NPU101, for the run): NPU101 reads :class:`Fp16Rewrites`. NPU106 does not
   rewrite in a chain with an NPU101 that does not (NPU101 would rewrite the wrapped optimizer on
   the second pass, which fails the file).
+- :class:`DroppedKeys` (NPU101): the ``fused=`` / ``"fused"`` keys NPU101 drops from the dicts
+  an optimizer gets through ``**``, so that NPU303 no longer keeps a device test for them.
 """
 
 from __future__ import annotations
@@ -112,6 +114,20 @@ class Fp16Rewrites:
 @dataclass(frozen=True)
 class Fp16Aware:
     """NPU101 runs and plans the optimizers of NPU106's :class:`Fp16Rewrites`."""
+
+
+@dataclass(frozen=True)
+class DroppedKeys:
+    """NPU101's plan for a file: the keys it drops from forwarded dicts (ids of the
+    ``ast.keyword`` nodes and of the dict displays' key nodes)."""
+
+    nodes: frozenset[int]
+
+
+def dropped_keys(rule: Rule) -> frozenset[int]:
+    """The keys NPU101 drops in the file ``rule`` checks (empty when NPU101 does not run)."""
+    plan = rule.read_plan(DroppedKeys)
+    return plan.nodes if plan is not None else frozenset()
 
 
 def planned(rule: Rule) -> Mapping[int, FusedPlan]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from migrator.analysis.calls import Argument
+from migrator.analysis.calls import Argument, arguments
 from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
 from migrator.callargs import argument as find_argument
 from migrator.edits import NodeEdit
@@ -24,9 +24,11 @@ from migrator.rules.optimizers._fused_planner import (
     plan_fused,
 )
 from migrator.rules.optimizers._hazards import GradFix
+from migrator.rules.optimizers._kwargs import KeyDrop, alone_in_block
 from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
     AddedAmp,
+    DroppedKeys,
     Fp16Aware,
     Fp16Rewrites,
     FusedPlan,
@@ -75,26 +77,47 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     raises at its first step, which the message says. Arguments are mapped: apex FusedAdam's
     `adam_w_mode` picks `NpuFusedAdamW` or `NpuFusedAdam`, and `weight_decay=0.0` is passed
     explicitly when FusedAdam relied on its default; performance-only switches (`foreach`,
-    `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped. Reported
-    for manual migration, never rewritten: arguments that change the update and have no NPU
-    equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam `bias_correction=False`,
-    FusedSGD `wd_after_momentum=True`), apex `FusedLAMB`, `FusedNovoGrad`, `FusedAdagrad`,
-    `FusedMixedPrecisionLamb`, `getattr(torch.optim, name)`, subclasses of these optimizers and
-    `FP16_Optimizer` wrappers (and the optimizer they wrap, at its own line); an optimizer whose
-    surrounding code breaks a fused one (`p.grad = None`, bf16 casts of its model, sparse
-    embeddings, `model.zero_grad()` that cannot be fixed; where these are looked for:
-    docs/rules-optimizers.md); an optimizer whose parameters are
-    re-allocated while it is in use, which breaks the contract of every NPU fused optimizer (the
-    line that breaks it is named): a move away from the device or a cast of its model or of a
-    submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`, `.half()`, `.bfloat16()`, `.double()`,
-    `._apply(fn)`), a store to a parameter or its `.data`, `setattr` / `register_parameter` /
-    `del` on the model, wherever one may run between two of its steps (an epoch-end
-    `model.cpu()` checkpoint, directly or in a function of the module it calls), and parameters
-    owned by a sharding or partitioning layer, in any order: FSDP (`FullyShardedDataParallel`,
-    `fully_shard`), tensor and sequence parallelism (`parallelize_module`, DTensor parameters),
-    DeepSpeed (`deepspeed.initialize` given the model or the optimizer),
-    `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also when another file of the
-    run starts them); optimizer classes used as values (`{"adam": FusedAdam}[name]`).
+    `fused`, `capturable`, `set_grad_none`, `materialize_master_grads`) are dropped.
+    Keyword arguments forwarded with `**` are read where the function builds the dict (`{...}`,
+    `dict(...)`, `a if c else b`, `kw["x"] = ...`, `kw.update(...)`, `kw.setdefault(...)`):
+    the performance-only keys are removed there (`dict(fused=True) if use_fused else dict()`
+    becomes `dict() if use_fused else dict()`) unless the dict also serves something else; a
+    mapping the module does not show (`**kwargs`, `**self.optimizer_config`) is passed on, since
+    every key the NPU class takes means the same as for the class it replaces and any other key
+    raises TypeError when the optimizer is built. FusedAdam's default `weight_decay` is pinned
+    ahead of such a mapping, which still overrides it:
+    `NpuFusedAdamW(params, **{"weight_decay": 0.0, **self.optimizer_config})`.
+    `getattr(torch.optim, name)(args)` gets a mapping next to the lookup,
+    `{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))`, for the
+    names whose NPU fused class takes `args` exactly as written; other names keep torch's class.
+    A name holding one of several classes when called (`Optimizer = torch.optim.SGD` or
+    `torch.optim.AdamW`, `cls = O.AdamW if c else O.SGD`, `{"adamw": AdamW, ...}[name]`) is
+    mapped by identity at the call, `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD,
+    ...}.get(cls, cls)(...)`; any other value is called as before.
+    Reported for manual migration, never rewritten: arguments that change the update and have no
+    NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
+    `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
+    and performance-only keys that cannot be dropped where the dict is built; an optimizer built
+    through `**`, a name lookup or a class value that a method returns to callers npu-migrate
+    does not follow (nanoGPT's `configure_optimizers`); apex `FusedLAMB`,
+    `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, name lookups that stay dynamic
+    (`getattr(torch.optim, args.name.upper())`, `getattr(apex.optimizers, name)`),
+    subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
+    at its own line); an optimizer whose surrounding code breaks a fused one
+    (`p.grad = None`, bf16 casts of its model, sparse embeddings, `model.zero_grad()` that cannot
+    be fixed; where these are looked for: docs/rules-optimizers.md); an
+    optimizer whose parameters are re-allocated while it is in use, which breaks the contract
+    of every NPU fused optimizer (the line that breaks it is named): a move away from the
+    device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
+    `.half()`, `.bfloat16()`, `.double()`, `._apply(fn)`), a store to a parameter or its
+    `.data`, `setattr` / `register_parameter` / `del` on the model, wherever one may run
+    between two of its steps (an epoch-end `model.cpu()` checkpoint, directly or in a function
+    of the module it calls), and parameters owned by a sharding or partitioning layer, in any
+    order: FSDP (`FullyShardedDataParallel`, `fully_shard`), tensor and sequence parallelism
+    (`parallelize_module`, DTensor parameters), DeepSpeed (`deepspeed.initialize` given the
+    model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
+    when another file of the run starts them); optimizer classes used as values that
+    stay dynamic (`{"adam": FusedAdam}[name]`).
 
     Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
     them from the fused optimizer's flat buffer: `optimizer.zero_grad(set_to_none=True)` (or a
@@ -150,7 +173,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
-    PROVIDES = (FusedPlans,)
+    PROVIDES = (FusedPlans, DroppedKeys)
     RUN_PLANS = (FusedSwaps, Fp16Aware)
     # NPU102's opt-level switch decides which amp levels the optimizers will run with; NPU105
     # and NPU106 write `amp.initialize` calls that the optimizers they name go through.
@@ -178,20 +201,33 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         for released in decisions.released_imports:
             self.remove_import_if_unused(released.module, released.obj, released.asname)
         published: dict[int, FusedPlan] = {}
+        dropped: set[int] = set()
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
             if rewrite.import_rewrite is not None:
                 edits.append(self._import_edit(rewrite.import_rewrite))
             edits += [self._grad_fix_edit(fix) for fix in rewrite.grad_fixes]
+            edits.extend(self._key_drop_edits(rewrite.key_drops))
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
+            if rewrite.func_style == "lookup":
+                self._add_home_import(rewrite.home)
+                continue  # the class depends on a name at run time: nothing to publish
             if rewrite.func_style == "dotted":
                 if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
                     self.add_import("torch_npu", after="torch")
                 if rewrite.home != TORCH_NPU_HOME:
                     self.add_import("apex", after="apex")  # next to the file's other apex imports
             published[id(rewrite.call)] = self._published(rewrite)
+            dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
         self.publish(FusedPlans(published))
+        self.publish(DroppedKeys(frozenset(dropped)))
+
+    def _add_home_import(self, home: str) -> None:
+        if home == TORCH_NPU_HOME:
+            self.add_import("torch_npu", after="torch")
+        else:
+            self.add_import("apex", after="apex")
 
     # -- edits -----------------------------------------------------------------------------------
 
@@ -232,6 +268,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         func = rewrite.call.func
         if rewrite.func_style == "alias":
             return 0
+        if rewrite.func_style == "lookup":
+            assert rewrite.func_code is not None
+            return len(rewrite.func_code) - len(self.view.written(func))
         if rewrite.func_style == "attr" and isinstance(func, ast.Attribute):
             return len(rewrite.target) - len(func.attr)
         new = rewrite.target if rewrite.func_style == "rename" else rewrite.callee
@@ -250,7 +289,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             rewrite.target,
             rewrite.callee,
         )
+        func_code = rewrite.func_code
         to_keyword = dict(rewrite.edits.to_keyword)
+        pinned = dict(rewrite.edits.pinned)
         dropped = sorted(rewrite.edits.dropped)
         added = list(rewrite.edits.added)
         realign = self._realigned_arguments(rewrite) if shift else []
@@ -261,14 +302,37 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 args[index] = args[index].with_changes(
                     keyword=cst.Name(name), equal=no_space_equal()
                 )
+            for index, defaults in pinned.items():
+                args[index] = args[index].with_changes(value=_pinned(args[index].value, defaults))
             call = node.with_changes(args=args)
             call = remove_arg_objects(call, [args[index] for index in dropped])
             for name, value in added:
                 call = append_arg(call, keyword(name, cst.parse_expression(value)))
             call = _realign(call, realign, shift)
+            if func_code is not None:
+                return call.with_changes(func=cst.parse_expression(func_code))
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
 
         return self.replace(rewrite.call, cst.Call, edit)
+
+    def _key_drop_edits(self, drops: Sequence[KeyDrop]) -> list[NodeEdit]:
+        """Edits that remove forwarded keys where their dict is built: one per node."""
+        by_node: dict[int, list[KeyDrop]] = {}
+        for drop in drops:
+            by_node.setdefault(id(drop.node), []).append(drop)
+        edits: list[NodeEdit] = []
+        for same_node in by_node.values():
+            node, kind = same_node[0].node, same_node[0].kind
+            doomed = {drop.index for drop in same_node}
+            if kind == "item":
+                edits.append(self.replace(node, cst.Dict, _without_items(doomed)))
+            elif kind == "keyword":
+                edits.append(self.replace(node, cst.Call, _without_args(doomed)))
+            else:
+                assert isinstance(node, ast.stmt)
+                alone = alone_in_block(self.index.parent(node), node)
+                edits.append(self.replace_statement(node, _removed_statement(alone)))
+        return edits
 
     def _realigned_arguments(self, rewrite: Rewrite) -> list[bool]:
         """For each argument of the rewritten call after the first: whether it starts a line
@@ -340,6 +404,59 @@ def _new_func(
     if style == "attr" and isinstance(func, cst.Attribute):
         return func.with_changes(attr=cst.Name(target))
     return cst.parse_expression(qualified_target)
+
+
+def _pinned(mapping: cst.BaseExpression, defaults: Sequence[tuple[str, str]]) -> cst.BaseExpression:
+    """``{"weight_decay": 0.0, **mapping}``: the defaults first, so the mapping overrides them
+    (``mapping`` as the other edits left it)."""
+    elements: list[cst.BaseDictElement] = [
+        cst.DictElement(cst.SimpleString(f'"{key}"'), cst.parse_expression(value))
+        for key, value in defaults
+    ]
+    elements.append(cst.StarredDictElement(mapping))
+    return cst.Dict(elements)
+
+
+def _key_nodes(drops: Sequence[KeyDrop]) -> list[ast.AST]:
+    """The key nodes the drops remove: a dict display's key, a keyword argument."""
+    nodes: list[ast.AST] = []
+    for drop in drops:
+        if drop.kind == "item" and isinstance(drop.node, ast.Dict):
+            key = drop.node.keys[drop.index]
+            if key is not None:
+                nodes.append(key)
+        elif drop.kind == "keyword" and isinstance(drop.node, ast.Call):
+            nodes.append(arguments(drop.node)[drop.index].node)
+    return nodes
+
+
+def _without_items(doomed: set[int]) -> Callable[[cst.Dict], cst.Dict]:
+    def edit(node: cst.Dict) -> cst.Dict:
+        elements = list(node.elements)
+        kept = [element for index, element in enumerate(elements) if index not in doomed]
+        if kept and len(kept) < len(elements) and kept[-1] is not elements[-1]:
+            kept[-1] = kept[-1].with_changes(comma=elements[-1].comma)
+        return node.with_changes(elements=kept)
+
+    return edit
+
+
+def _without_args(doomed: set[int]) -> Callable[[cst.Call], cst.Call]:
+    def edit(node: cst.Call) -> cst.Call:
+        return remove_arg_objects(node, [arg for i, arg in enumerate(node.args) if i in doomed])
+
+    return edit
+
+
+def _removed_statement(alone: bool) -> Callable[[cst.SimpleStatementLine], object]:
+    """The statement goes; ``pass`` takes its place when it was alone in its block."""
+
+    def edit(node: cst.SimpleStatementLine) -> object:
+        if alone:
+            return node.with_changes(body=[cst.Pass()])
+        return cst.RemovalSentinel.REMOVE
+
+    return edit
 
 
 def _realign(call: cst.Call, moves: Sequence[bool], shift: int) -> cst.Call:
