@@ -30,7 +30,9 @@ from pathlib import Path
 
 # Phrases of NPU101's messages for constructions that have no NPU counterpart.
 NO_COUNTERPART = (
-    "is not rewritten: ",  # the UNSUPPORTED table: FusedLAMB, FusedNovoGrad, FusedAdagrad, ...
+    # The UNSUPPORTED table (rules/optimizers/_tables.py), also for those classes used as values.
+    "has no bias correction, clamps the weight norm",  # FusedLAMB, FusedMixedPrecisionLamb
+    "it is a CUDA extension with no NPU version",  # FusedNovoGrad, FusedAdagrad
     "`bias_correction=False` has no NPU equivalent",
     "`maximize",
     "`differentiable",
