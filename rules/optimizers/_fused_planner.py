@@ -1898,8 +1898,8 @@ def _method_message(
     return (
         f"`{source.display}` is not rewritten to `{target}`: the method `{method.name}` (line "
         f"{method.lineno}) returns it to callers npu-migrate does not follow, where the code that "
-        "zeroes and steps it may break an NPU fused optimizer (nanoGPT's training loop calls "
-        "`zero_grad(set_to_none=True)`, which NPU fused optimizers refuse). "
+        "zeroes and steps it may break an NPU fused optimizer (a training loop's "
+        "`zero_grad(set_to_none=True)`, for one, is refused by NPU fused optimizers). "
         + _left_unfused(source, to_fuse)
     )
 
