@@ -684,7 +684,10 @@ class _Planner:
         if reallocated:
             self._report(call, _reallocated_message(source, target, reallocated))
             return
-        on_cpu = self.contract.stays_on_cpu(call, params)
+        # A model NPU105 or NPU106 hands to the amp.initialize they write is on its device, as
+        # one handed to an amp.initialize of the file is (apex needs it there).
+        planned = self.planned_amp.wrappers_of(call) or self.planned_amp.added_for(call)
+        on_cpu = None if planned else self.contract.stays_on_cpu(call, params)
         if on_cpu is not None:
             # torch's optimizer is right on the CPU; NVIDIA apex's does not run on Ascend at all.
             severity = Severity.INFO if source.unfused_replacement is None else Severity.MANUAL
