@@ -249,6 +249,7 @@ class ParameterContract:
         # Functions of the module that another file starts as hogwild workers: where the model
         # they get is put in shared memory.
         self.shared = shared or {}
+        self._names_cache: dict[int, frozenset[str]] = {}
 
     # -- re-allocations between steps ----------------------------------------------------------
 
@@ -262,7 +263,8 @@ class ParameterContract:
         found: list[Break] = []
         for candidate in self._candidates:
             search = _Search(constructor, candidate)
-            if any(_breaks(self._entry(search, entry, paths)) for entry in self._entries):
+            entries = self._entries_reaching(candidate.node)
+            if any(_breaks(self._entry(search, entry, paths)) for entry in entries):
                 function = self._function_of(candidate.node)
                 where = ""
                 if function is not home and isinstance(function, _FUNCTIONS):
@@ -279,6 +281,46 @@ class ParameterContract:
             *self.index.nodes(ast.FunctionDef),
             *self.index.nodes(ast.AsyncFunctionDef),
         ]
+
+    def _entries_reaching(self, node: ast.AST) -> list[ast.AST]:
+        """The entries from which ``node`` may run: the module's code, the functions around it,
+        and, to a fixpoint, every function that names one of those (a call, a method call, a
+        function handed over as a value), a method's class counting as its name. Only these can
+        see ``node`` between two steps; the others' summaries cannot contain it. A method run
+        implicitly (a dunder method, `forward`) may run from anywhere: then every entry."""
+        reaching: dict[int, ast.AST] = {
+            id(a): a for a in self.index.ancestors(node) if isinstance(a, _FUNCTIONS)
+        }
+        names: set[str] = set()
+        pending = list(reaching.values())
+        while pending:
+            function = pending.pop()
+            assert isinstance(function, _FUNCTIONS)
+            if function.name.startswith("__") or function.name == "forward":
+                return self._entries
+            names.add(function.name)
+            owner = self.index.parent(function)
+            if isinstance(owner, ast.ClassDef):
+                names.add(owner.name)
+            for other in self._entries[1:]:
+                if id(other) not in reaching and self._names_in(other) & names:
+                    reaching[id(other)] = other
+                    pending.append(other)
+        return [
+            entry for entry in self._entries if entry is self.index.tree or id(entry) in reaching
+        ]
+
+    def _names_in(self, function: ast.AST) -> frozenset[str]:
+        """The names and attribute names ``function``'s code mentions."""
+        known = self._names_cache.get(id(function))
+        if known is None:
+            known = frozenset(
+                node.id if isinstance(node, ast.Name) else node.attr
+                for node in ast.walk(function)
+                if isinstance(node, ast.Name | ast.Attribute)
+            )
+            self._names_cache[id(function)] = known
+        return known
 
     def _entry(self, search: _Search, entry: ast.AST, models: frozenset[Path]) -> Transfer:
         return self._summary(search, _Context(entry, models))
