@@ -1,0 +1,64 @@
+"""tools/migration_rates.py on a small repository, through the real command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FILES = {
+    # Rewritten (no amp here: torch_npu's class), and its amp call completed by NPU102.
+    "train.py": """\
+        import torch
+        from apex import amp
+
+
+        def main(model):
+            optimizer = torch.optim.SGD(model.cuda().parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            return model, optimizer
+        """,
+    # Reported: maximize=True has no NPU counterpart.
+    "ascent.py": """\
+        import torch
+
+
+        def build(model):
+            return torch.optim.Adam(model.cuda().parameters(), lr=0.1, maximize=True)
+        """,
+    # Reported: its parameters are re-allocated between two steps.
+    "halves.py": """\
+        import torch
+
+
+        def train(model, batches):
+            model = model.cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for batch in batches:
+                model(batch).sum().backward()
+                optimizer.step()
+                model.half()
+                model.float()
+        """,
+}
+
+
+def test_the_rates_count_rewritten_reported_and_missing_counterparts(tmp_path: Path) -> None:
+    repository = tmp_path / "project"
+    repository.mkdir()
+    for name, code in FILES.items():
+        (repository / name).write_text(textwrap.dedent(code))
+    before = {path: path.read_bytes() for path in repository.iterdir()}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "migration_rates.py"), "--markdown", str(repository)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| project ")]
+    assert rows == ["| project | 1 | 2 | 1 | 50% | 1 | 0 | 100% |"], done.stdout
+    # It only checks: the repository is left as it was.
+    assert {path: path.read_bytes() for path in repository.iterdir()} == before
