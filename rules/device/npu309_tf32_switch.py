@@ -23,9 +23,10 @@ class Tf32Switch(Rule):
     Rewrites the TF32 switches to torch_npu's HF32 switches:
     `torch.backends.cuda.matmul.allow_tf32 = x` becomes `torch.npu.matmul.allow_hf32 = x`, and
     `torch.backends.cudnn.allow_tf32 = x` becomes `torch.npu.conv.allow_hf32 = x` (the user's
-    spelling of `torch` is kept). Turning a switch off (`= False`) is always rewritten; turning
-    it on, or to a computed value, only with `--unsafe-fixes` (reported otherwise, with the line
-    to write).
+    spelling of `torch` is kept). Turning a switch off (`= False`) is always rewritten, and so is
+    turning on the convolution switch, which is on by default on the NPU; turning the matmul
+    switch on, or either to a computed value, only with `--unsafe-fixes` (reported otherwise,
+    with the line to write).
 
     ## Why
     On Ascend the TF32 switches do nothing. HF32 is the NPU's reduced-precision mode for fp32
@@ -47,9 +48,11 @@ class Tf32Switch(Rule):
     ```
 
     ## Fix safety
-    `= False` is safe: fp32 on both machines. `= True` is unsafe: HF32 is not TF32's number
-    format, so the NPU's results differ from the GPU's in other low bits (and the GPU's differ
-    from full fp32 anyway); it keeps what the switch was for, speed at reduced precision.
+    `= False` is safe: fp32 on both machines. `cudnn.allow_tf32 = True` is safe: the NPU's
+    convolutions run in HF32 unless told otherwise, so the line changes nothing there. The
+    matmul switch `= True` (and a computed value) is unsafe: it turns HF32 on where the NPU
+    would compute in fp32, and HF32 is not TF32's number format, so the NPU's results differ from
+    the GPU's in other low bits; it keeps what the switch was for, speed at reduced precision.
     """
 
     CODE = "NPU309"
@@ -88,8 +91,11 @@ class Tf32Switch(Rule):
         torch = base.id if spelled and base is not None else "torch"
         new = f"{torch}.npu.{module}.allow_hf32"
         written = self.view.written(value)
-        turned_off = isinstance(value, ast.Constant) and value.value is False
-        if not turned_off and not self.settings.unsafe_fixes:
+        literal = value.value if isinstance(value, ast.Constant) else None
+        # Off: fp32 on both machines. On, where HF32 is the NPU's default (convolutions): the
+        # NPU computes the same with and without the line, so writing it changes nothing there.
+        same_on_the_npu = literal is False or (literal is True and default == "on")
+        if not same_on_the_npu and not self.settings.unsafe_fixes:
             self.report(
                 attribute,
                 f"`{name}` has no effect on Ascend; its counterpart is `{new}` (HF32, the NPU's "

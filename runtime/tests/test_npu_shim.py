@@ -240,3 +240,21 @@ def test_hccl_backend_runs_gloo_across_two_processes() -> None:
         assert worker.returncode == 0, stderr
     results = [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outputs]
     assert results == [{"backend": "hccl", "sum": 3.0, "hccl available": True}] * 2
+
+
+def test_the_hf32_switches_have_torch_npu_s_defaults_and_hold_what_is_set() -> None:
+    """`torch.npu.matmul.allow_hf32` (off unless set) and `torch.npu.conv.allow_hf32` (on unless
+    set): what NPU309 writes in place of the TF32 switches."""
+    found = run_json(
+        """
+        import json
+        import torch
+        import torch_npu
+        before = [torch.npu.matmul.allow_hf32, torch.npu.conv.allow_hf32]
+        torch.npu.matmul.allow_hf32 = True
+        torch.npu.conv.allow_hf32 = False
+        after = [torch_npu.npu.matmul.allow_hf32, torch_npu.npu.conv.allow_hf32]
+        print(json.dumps({"before": before, "after": after}))
+        """
+    )
+    assert found == {"before": [False, True], "after": [True, False]}

@@ -19,13 +19,13 @@ from .. import _device
 from . import amp
 
 __all__ = [
-    "Event", "Stream", "StreamContext", "amp", "current_device", "current_stream",
+    "Event", "Stream", "StreamContext", "amp", "conv", "current_device", "current_stream",
     "default_stream", "device", "device_count", "device_of", "empty_cache", "get_device_name",
     "get_device_properties", "get_rng_state", "get_rng_state_all", "init", "initial_seed",
     "ipc_collect", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
-    "manual_seed_all", "max_memory_allocated", "max_memory_cached", "max_memory_reserved",
-    "mem_get_info", "memory_allocated", "memory_cached", "memory_reserved", "memory_snapshot",
-    "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
+    "manual_seed_all", "matmul", "max_memory_allocated", "max_memory_cached",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
+    "memory_reserved", "memory_snapshot", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
     "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_memory_stats", "seed",
     "seed_all", "set_device", "set_per_process_memory_fraction", "set_rng_state",
     "set_rng_state_all", "set_stream", "stream", "synchronize", "utilization",
@@ -37,6 +37,22 @@ def _cuda_or(name: str, cpu_result: Any, *args: Any, **kwargs: Any) -> Any:
     if _device.on_cuda():
         return getattr(torch.cuda, name)(*args, **kwargs)
     return cpu_result
+
+
+# -- HF32 switches -------------------------------------------------------------------------------
+
+
+class _Hf32Switch:
+    """``torch.npu.matmul`` / ``torch.npu.conv``: torch_npu's HF32 switches (``allow_hf32``),
+    matmul off and convolutions on unless set, as in torch_npu. Without an NPU nothing computes
+    in HF32; the switch only holds its value."""
+
+    def __init__(self, allow_hf32: bool) -> None:
+        self.allow_hf32 = allow_hf32
+
+
+matmul = _Hf32Switch(allow_hf32=False)
+conv = _Hf32Switch(allow_hf32=True)
 
 
 # -- device management ---------------------------------------------------------------------------
