@@ -16,9 +16,6 @@
   ``amp.initialize(..., opt_level="O2")``, so that NPU101 plans the optimizers they wrap for amp
   O2 (and stops reporting them) and NPU102 adds ``combine_grad=True`` to the new call when they
   become NPU fused.
-- :class:`Fp16Aware` (NPU101, for the run): NPU101 reads :class:`Fp16Rewrites`. NPU106 does not
-  rewrite in a chain with an NPU101 that does not (NPU101 would rewrite the wrapped optimizer on
-  the second pass, which fails the file).
 - :class:`DroppedKeys` (NPU101): the ``fused=`` / ``"fused"`` keys NPU101 drops from the dicts
   an optimizer gets through ``**``, so that NPU303 no longer keeps a device test for them.
 """
@@ -109,11 +106,6 @@ class Fp16Rewrites:
     def of_inner(self, call: ast.Call) -> list[Fp16Rewrite]:
         """The rewrites of the wrappers around the optimizer that ``call`` constructs."""
         return [rewrite for rewrite in self.by_wrapper.values() if rewrite.inner is call]
-
-
-@dataclass(frozen=True)
-class Fp16Aware:
-    """NPU101 runs and plans the optimizers of NPU106's :class:`Fp16Rewrites`."""
 
 
 @dataclass(frozen=True)

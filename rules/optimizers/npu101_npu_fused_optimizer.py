@@ -29,7 +29,6 @@ from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
     AddedAmp,
     DroppedKeys,
-    Fp16Aware,
     Fp16Rewrites,
     FusedPlan,
     FusedPlans,
@@ -174,14 +173,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
     PROVIDES = (FusedPlans, DroppedKeys)
-    RUN_PLANS = (FusedSwaps, Fp16Aware)
+    RUN_PLANS = (FusedSwaps,)
     # NPU102's opt-level switch decides which amp levels the optimizers will run with; NPU105
     # and NPU106 write `amp.initialize` calls that the optimizers they name go through.
     READS = (OptLevelSwitch, Fp16Rewrites, AddedAmp)
 
     @classmethod
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:
-        return (FusedSwaps(), Fp16Aware())
+        return (FusedSwaps(),)
 
     def check(self) -> None:
         """The planner decides (:mod:`~migrator.rules.optimizers._fused_planner`); this records

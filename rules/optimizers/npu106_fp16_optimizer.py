@@ -23,10 +23,8 @@ from migrator.rules.optimizers._fp16 import (
     iter_edit_uses,
 )
 from migrator.rules.optimizers._plans import (
-    Fp16Aware,
     Fp16Rewrite,
     Fp16Rewrites,
-    FusedSwaps,
     OptLevelSwitch,
     switched_level,
 )
@@ -137,9 +135,8 @@ class Fp16Optimizer(Rule):
     # NPU101 plans the wrapped optimizers for the new amp.initialize, NPU102 adds combine_grad
     # to it when they become NPU fused.
     PROVIDES = (Fp16Rewrites,)
-    # Whether NPU101 runs, and whether it reads Fp16Rewrites; NPU102's opt-level switch would
-    # change the level this rule writes on a second pass.
-    READS = (FusedSwaps, Fp16Aware, OptLevelSwitch)
+    # NPU102's opt-level switch would change the level this rule writes on a second pass.
+    READS = (OptLevelSwitch,)
 
     def check(self) -> None:
         self.rewrites: dict[int, Fp16Rewrite] = {}
@@ -198,12 +195,6 @@ class Fp16Optimizer(Rule):
             return (
                 f'NPU102\'s `opt-level = "{level}"` asks for another level than O2, the one '
                 "FP16_Optimizer's arithmetic needs"
-            )
-        if self.read_plan(FusedSwaps) is not None and self.read_plan(Fp16Aware) is None:
-            return (
-                "NPU101 runs in the same chain and does not plan the wrapped optimizer for "
-                "the new `amp.initialize`: run `npu-migrate --select NPU106` first, then "
-                "the other rules"
             )
         return None
 
