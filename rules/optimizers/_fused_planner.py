@@ -13,8 +13,9 @@ factory returns once NPU101 has run there.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import combinations
 from typing import Any, Literal
 
 from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
@@ -91,6 +92,11 @@ NEUTRAL_AT: dict[str, tuple[object, str]] = {
 }
 # Arguments the NPU fused optimizers also take, for which the neutral value is kept as written.
 KEPT_WHEN_NEUTRAL = frozenset({"amsgrad"})
+
+# Modules of Python's own whose functions never keep a model's parameters for an update.
+_NOT_OPTIMIZER_ROOTS = frozenset(
+    {"builtins", "itertools", "functools", "operator", "collections", "copy", "math", "logging"}
+)
 
 TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD requires lr
 
@@ -311,6 +317,8 @@ class _Planner:
         self.unsafe_fixes = False  # --unsafe-fixes: apply zero_grad edits that are not provable
         self.assumed_fused: set[int] | None = None  # constructors assumed fused (None: all)
         self.relied_on: set[int] = set()  # constructors whose being fused a safe edit assumes
+        # id(unsupported constructor) -> zero_grad calls a safe edit excused because it raises
+        self.excused: dict[int, list[ast.Call]] = {}
         self._mapped_values: set[int] = set()  # class values whose call NPU101 maps
 
     def decide(self) -> FusedDecisions:
@@ -326,7 +334,29 @@ class _Planner:
         self._plan_class_value_calls()
         self._report_class_values()
         self._plan_call_names()
-        return FusedDecisions(tuple(self.findings), self._rewrites(), tuple(self.released))
+        rewrites = self._rewrites()
+        return FusedDecisions(self._noted_findings(rewrites), rewrites, tuple(self.released))
+
+    def _noted_findings(self, rewrites: Sequence[Rewrite]) -> tuple[Finding, ...]:
+        """The findings, where an unsupported optimizer shares a module with a rewritten one,
+        with the `zero_grad(set_to_none=False)` edits that also run on its path."""
+        applied = {id(fix.call): fix for rewrite in rewrites for fix in rewrite.grad_fixes}
+        findings = []
+        for finding in self.findings:
+            excused = {id(c): c for c in self.excused.get(id(finding.node), ()) if id(c) in applied}
+            if excused:
+                calls = ", ".join(
+                    f"`{self.view.written(call.func)}(set_to_none=False)` (line {line_of(call)})"
+                    for call in excused.values()
+                )
+                finding = replace(
+                    finding,
+                    message=f"{finding.message}. npu-migrate wrote {calls} for the optimizer "
+                    "it fused on the other path; if you replace this one by an optimizer that "
+                    "skips parameters whose gradient is None, check that call",
+                )
+            findings.append(finding)
+        return tuple(findings)
 
     def _report(self, node: ast.AST, message: str, severity: Severity = Severity.MANUAL) -> None:
         self.findings.append(Finding(node, message, severity))
@@ -345,29 +375,66 @@ class _Planner:
         """Report ``FP16_Optimizer(...)``; the ids of the constructors it wraps, left as they are
         so that the user migrates wrapper and optimizer together."""
         wrapped: set[int] = set()
+        wrappers_of: dict[int, tuple[ast.Call, list[ast.Call]]] = {}
         for call in self.flow.candidates:
             if isinstance(self.view.qualified_name_in(call.func, FP16_OPTIMIZERS), str):
                 if self._suppressed(call) or id(call) in self.planned_amp.rewritten_wrappers():
                     continue  # (NPU106 rewrites it: its optimizer is planned for amp O2)
-                self._report(call, _FP16_OPTIMIZER_ADVICE)
+                inner: list[tuple[ast.Call, str]] = []
                 for arg in arguments(call):
                     for origin in self.flow.origins(arg.value):
                         wrapped.add(id(origin))
-                        self._report_wrapped(origin, call)
+                        if not isinstance(origin, ast.Call):
+                            continue
+                        wrappers_of.setdefault(id(origin), (origin, []))[1].append(call)
+                        name = self.view.qualified_name_in(origin.func, KNOWN_OPTIMIZERS)
+                        if isinstance(name, str):
+                            inner.append((origin, name))
+                self._report(call, _fp16_wrapper_advice(inner, self._no_counterpart))
+        for origin, wrappers in wrappers_of.values():
+            self._report_wrapped(origin, wrappers)
         return wrapped
 
-    def _report_wrapped(self, origin: ast.expr, wrapper: ast.Call) -> None:
-        """A constructor built on another line than its `FP16_Optimizer` wrapper says there
-        why it is left alone (the wrapper's line has the advice)."""
-        if not isinstance(origin, ast.Call) or line_of(origin) == line_of(wrapper):
-            return
+    def _report_wrapped(self, origin: ast.Call, wrappers: list[ast.Call]) -> None:
+        """A constructor built on another line than its `FP16_Optimizer` wrappers says there
+        why it is left alone (the wrappers' lines have the advice)."""
+        lines = sorted({line_of(wrapper) for wrapper in wrappers} - {line_of(origin)})
         name = self.view.qualified_name_in(origin.func, KNOWN_OPTIMIZERS)
-        if isinstance(name, str) and not self._suppressed(origin):
+        if not lines or not isinstance(name, str) or self._suppressed(origin):
+            return
+        where = f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
+        missing = self._no_counterpart(origin, name)
+        if missing is not None:
             self._report(
                 origin,
-                f"`{name}` is not rewritten: it is wrapped in `FP16_Optimizer` at line "
-                f"{line_of(wrapper)}; migrate the two together (see the finding there)",
+                f"`{name}` is not rewritten: {missing}; it is wrapped in `FP16_Optimizer` at "
+                f"{where}, which goes with it",
             )
+            return
+        self._report(
+            origin,
+            f"`{name}` is not rewritten: it is wrapped in `FP16_Optimizer` at {where}; migrate "
+            "the two together (see the finding there)",
+        )
+
+    def _no_counterpart(self, call: ast.Call, name: str) -> str | None:
+        """Why the optimizer ``call`` builds (a ``name`` class) has no NPU fused counterpart at
+        all, whatever else changes around it: an unsupported class, or an argument written
+        with a value no NPU fused optimizer implements (``bias_correction=False``); else None."""
+        if name in UNSUPPORTED:
+            return UNSUPPORTED[name]
+        source = SOURCES.get(name)
+        if source is None:
+            return None
+        args = arguments(call)
+        names, _ = _bind(self.view, args, source)
+        for arg, parameter in zip(args, names, strict=True):
+            if parameter in NEUTRAL_AT:
+                neutral, reason = NEUTRAL_AT[parameter]
+                value = literal_value(arg.value)
+                if value is not NOT_LITERAL and value != neutral:
+                    return reason
+        return None
 
     def _report_class_values(self) -> None:
         """An optimizer class used as a value (``{"adam": FusedAdam}[name]``, ``opt_class =
@@ -823,15 +890,18 @@ class _Planner:
             return None, False
         candidates = self._sharing_names(fix.call, model)
         owners = [c for c in candidates if exact_model(self._params_of(c)) == model]
-        if len(owners) != 1:
+        # One owner on each path (`if args.optimizer == "adam": ... elif ...: ...`) will do.
+        one_per_path = all(
+            self.flow.exclusive(first, second) for first, second in combinations(owners, 2)
+        )
+        if not owners or not one_per_path:
             return (
                 f"no single optimizer is built from exactly `{model}.parameters()` where `{model}` "
                 "is in scope, so some of its parameters may be in an optimizer that skips None "
                 "gradients"
             ), False
-        owner = owners[0]
         for other in candidates:
-            if other is owner:
+            if any(other is owner for owner in owners):
                 continue
             fed = models_feeding(self.flow, self._params_of(other))
             if not fed or any(overlaps(model, part) for part in fed):
@@ -839,31 +909,81 @@ class _Planner:
                     f"the optimizer at line {line_of(other)} may also hold parameters of "
                     f"`{model}`, and it would see zeros where it skipped None gradients"
                 ), False
-        if owner is constructor:
-            return None, False  # applied only with this constructor's own rewrite
-        if self.assumed_fused is not None and id(owner) not in self.assumed_fused:
-            return f"the optimizer of `{model}` (line {line_of(owner)}) stays unfused", True
-        self.relied_on.add(id(owner))
+        for other in self._parameter_takers(fix.call, model):
+            if not any(other is candidate for candidate in candidates):
+                return (
+                    f"`{self.view.written(other.func)}(...)` (line {line_of(other)}) is given "
+                    f"parameters of `{model}` and may be an optimizer npu-migrate does not know, "
+                    "which would see zeros where it skipped None gradients"
+                ), False
+        for owner in owners:
+            if owner is constructor:
+                continue  # applied only with this constructor's own rewrite
+            if self._fails_on_ascend(owner):  # that path raises before any step
+                self.excused.setdefault(id(owner), []).append(fix.call)
+                continue
+            if self.assumed_fused is not None and id(owner) not in self.assumed_fused:
+                return f"the optimizer of `{model}` (line {line_of(owner)}) stays unfused", True
+            self.relied_on.add(id(owner))
         return None, False
+
+    def _fails_on_ascend(self, call: ast.Call) -> bool:
+        """``call`` builds one of NVIDIA apex's optimizers that have no NPU version and need
+        apex's CUDA extension: on Ascend it raises when constructed, so no step follows."""
+        return self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS) in UNSUPPORTED
 
     def _sharing_names(self, call: ast.Call, model: str) -> list[ast.Call]:
         """The optimizer constructors where ``model`` may name what it names at ``call``: in
         the same function (with the functions nested in it), at module level, and for
         ``self.<attr>`` in every method of the class."""
+        candidates = filter(self._may_hold_parameters, self.flow.candidates)
+        return self._in_units_of(call, model, candidates)
+
+    def _in_units_of(self, call: ast.Call, model: str, calls: Iterable[ast.Call]) -> list[ast.Call]:
+        """The ``calls`` where ``model`` may name what it names at ``call``."""
         unit = self.hazards.unit_of(call)
         units = {id(unit), id(self.index.tree)}
         owner_class = None
         if model.split(".", 1)[0] == "self":
             ancestors = self.index.ancestors(call)
             owner_class = next((a for a in ancestors if isinstance(a, ast.ClassDef)), None)
-        found: list[ast.Call] = []
-        for candidate in self.flow.candidates:
-            if id(self.hazards.unit_of(candidate)) in units or (
+        return [
+            other
+            for other in calls
+            if id(self.hazards.unit_of(other)) in units
+            or (
                 owner_class is not None
-                and any(a is owner_class for a in self.index.ancestors(candidate))
-            ):
-                found.append(candidate)
+                and any(a is owner_class for a in self.index.ancestors(other))
+            )
+        ]
+
+    def _parameter_takers(self, call: ast.Call, model: str) -> list[ast.Call]:
+        """The calls where ``model`` may name what it names at ``call`` (as for
+        :meth:`_sharing_names`) that are given its parameters, `x(model.parameters(), ...)`,
+        and may keep them: any of them may be an optimizer of a class npu-migrate does not
+        know (`torch.optim.Adagrad`, a project's own LAMB)."""
+        found = []
+        for other in self._in_units_of(call, model, self.index.nodes(ast.Call)):
+            name = self.view.qualified_name(other.func)
+            if isinstance(name, str) and name.split(".", 1)[0] in _NOT_OPTIMIZER_ROOTS:
+                continue
+            params = self._params_of(other)
+            if params is None or not self._may_hold_parameters(other):
+                continue
+            if any(overlaps(model, part) for part in models_feeding(self.flow, params)):
+                found.append(other)
         return found
+
+    def _may_hold_parameters(self, call: ast.Call) -> bool:
+        """Whether ``call`` may build an optimizer of its own: not `amp.initialize` (it hands
+        back the optimizers it is given), nor a class or function of torch, apex or torch_npu
+        outside their optimizer modules (`DistributedDataParallel(model)`)."""
+        if self.flow.is_amp_initialize(call):
+            return False
+        name = self.view.qualified_name(call.func)
+        if not isinstance(name, str) or name.split(".", 1)[0] not in NPU1_ROOTS:
+            return True
+        return any("optim" in part.lower() for part in name.split("."))
 
     def _params_of(self, call: ast.Call) -> ast.expr | None:
         """The params argument of an optimizer constructor (first positional or `params=`)."""
@@ -1959,6 +2079,26 @@ _FP16_OPTIMIZER_ADVICE = (
     "`optimizer.backward(loss)` with `with amp.scale_loss(loss, optimizer) as scaled: "
     "scaled.backward()`; npu-migrate then rewrites the optimizer"
 )
+
+
+def _fp16_wrapper_advice(
+    inner: Sequence[tuple[ast.Call, str]],
+    no_counterpart: Callable[[ast.Call, str], str | None],
+) -> str:
+    """What to do with an `FP16_Optimizer` wrapping the optimizers ``inner`` (constructor,
+    qualified name): the general advice, unless none of them has an NPU counterpart."""
+    reasons = [(call, name, no_counterpart(call, name)) for call, name in inner]
+    if not reasons or any(reason is None for _, _, reason in reasons):
+        return _FP16_OPTIMIZER_ADVICE
+    call, name, reason = reasons[0]
+    return (
+        f"`FP16_Optimizer` is not rewritten: the optimizer it wraps, `{name}` (line "
+        f"{line_of(call)}), has no NPU fused counterpart ({reason}), so there is nothing to "
+        "migrate it to; keep a pure-PyTorch optimizer with the same update and get mixed "
+        'precision from `amp.initialize(model, optimizer, opt_level="O2")`'
+    )
+
+
 _DYNAMIC_LOOKUP_ADVICE = (
     "the optimizer class is looked up by name at run time, so npu-migrate cannot rewrite it: map "
     "the names yourself, e.g. `{'SGD': torch_npu.optim.NpuFusedSGD, 'Adam': "

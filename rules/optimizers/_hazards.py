@@ -161,9 +161,12 @@ class FusionHazards:
     def _builds_optimizer(self, call: ast.Call, wrapper: bool) -> bool:
         """A known optimizer constructor, or (``wrapper``) a call given one: `hvd.Distributed
         Optimizer(optimizer)` and the like hand back something used as the optimizer."""
-        if self.view.may_name(call.func, NPU1_ROOTS):
-            name = self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
-            if isinstance(name, str) or npu_fused_name(self.view, call.func) is not None:
+        if self.view.may_name(call.func, NPU1_ROOTS) and self._optimizer_class(call.func):
+            return True
+        if isinstance(call.func, ast.Name):
+            # `proto(params)` where `proto` holds one of several optimizer classes.
+            classes = self.flow.origins(call.func)
+            if classes != [call.func] and classes and all(map(self._optimizer_class, classes)):
                 return True
         if not wrapper:
             return False
@@ -172,6 +175,10 @@ class FusionHazards:
                 if isinstance(origin, ast.Call) and self._builds_optimizer(origin, wrapper=False):
                     return True
         return False
+
+    def _optimizer_class(self, node: ast.expr) -> bool:
+        name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
+        return isinstance(name, str) or npu_fused_name(self.view, node) is not None
 
     # -- zero_grad -----------------------------------------------------------------------------
 

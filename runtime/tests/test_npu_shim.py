@@ -258,3 +258,37 @@ def test_the_hf32_switches_have_torch_npu_s_defaults_and_hold_what_is_set() -> N
         """
     )
     assert found == {"before": [False, True], "after": [True, False]}
+
+
+def test_apex_amp_steps_under_the_shim_as_on_an_npu_with_inf_nan() -> None:
+    """With an NPU reported available (as `npu-migrate verify --emulate-accelerator` does) the
+    runtime takes its NPU path, which asks `torch_npu.npu.utils` whether the chip saturates;
+    the stand-in answers as a chip with inf/NaN does, so amp finds the overflow in the
+    gradients and skips that step, as on CPU."""
+    found = run_json(
+        """
+        import json
+        import torch
+        import torch_npu
+        from apex import amp
+        from apex._device import device_kind
+        from torch_npu.npu import utils
+
+        torch.npu.is_available = lambda: True
+        model = torch.nn.Linear(2, 1).npu()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1", verbosity=0)
+        before = model.weight.detach().clone()
+        loss = model(torch.full((1, 2), float("inf")).npu()).sum()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+        print(json.dumps({
+            "kind": device_kind(),
+            "inf/nan": utils.is_support_inf_nan(),
+            "flag": utils.get_npu_overflow_flag(),
+            "skipped": bool(torch.equal(before, model.weight.detach())),
+        }))
+        """
+    )
+    assert found == {"kind": "npu", "inf/nan": True, "flag": False, "skipped": True}
