@@ -11,17 +11,25 @@ and counts, from the JSON report:
   all (apex's FusedLAMB / FusedNovoGrad / FusedAdagrad / FusedMixedPrecisionLamb, FusedAdam's
   ``bias_correction=False``, torch's ``maximize`` / ``differentiable``), which no edit can migrate;
 - ``amp.initialize`` calls with optimizers (NPU102): given ``combine_grad=True`` (``fixed``) or
-  reported (``manual``).
+  reported (``manual``), and among the reported ones those whose optimizers (the lines NPU102
+  names) all have no NPU counterpart.
 
 The rate is rewritten / (rewritten + reported - no counterpart). Every finding is counted once
 per line (a construction reported for two reasons is one construction). The numbers of the
 issue "Migrate, don't report" (docs/rules-optimizers.md, "How much is migrated") come from it.
+
+A second column counts the reported constructions that are right as written: torch's own
+optimizers that run on NPU unfused, kept because fusing them would break the fused optimizers'
+contract (parameters sharded, moved, cast to a dtype the NPU classes refuse, replaced, kept on
+the CPU, shared by hogwild workers, gradients replaced by hand). They need nobody; the second
+rate leaves them aside too: rewritten / (rewritten + reported - no counterpart - kept).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -38,14 +46,33 @@ NO_COUNTERPART = (
     "`differentiable",
 )
 
+# Phrases of NPU101's messages for torch optimizers it keeps because of the fused optimizers'
+# contract (rules/optimizers/_contract.py and the gradient stores of _hazards.py).
+CONTRACT = (
+    "shards this optimizer's parameters",
+    "into DTensor shards",
+    "moves this optimizer's parameters",
+    "cast this optimizer's parameters",  # "may cast ..."
+    "casts this optimizer's parameters",
+    "replaces a parameter of the model",
+    "its parameters stay on the CPU",
+    "runs in hogwild worker processes",
+    "replaces a gradient tensor",
+    "drops a gradient from",
+)
+# ... unless the class itself does not run on Ascend (NVIDIA apex's): then a person must act.
+NOT_ON_ASCEND = "does not run on Ascend"
+
 
 @dataclass
 class Counts:
     rewritten: int = 0
     reported: int = 0
     no_counterpart: int = 0
+    kept: int = 0
     amp_combined: int = 0
     amp_reported: int = 0
+    amp_no_counterpart: int = 0
 
     @property
     def rate(self) -> float | None:
@@ -53,8 +80,18 @@ class Counts:
         return self.rewritten / denominator if denominator else None
 
     @property
+    def rate_without_kept(self) -> float | None:
+        denominator = self.rewritten + self.reported - self.no_counterpart - self.kept
+        return self.rewritten / denominator if denominator else None
+
+    @property
     def amp_rate(self) -> float | None:
         denominator = self.amp_combined + self.amp_reported
+        return self.amp_combined / denominator if denominator else None
+
+    @property
+    def amp_rate_with_counterpart(self) -> float | None:
+        denominator = self.amp_combined + self.amp_reported - self.amp_no_counterpart
         return self.amp_combined / denominator if denominator else None
 
     def add(self, other: Counts) -> None:
@@ -92,19 +129,30 @@ def count(report: dict) -> Counts:
         if diagnostic["code"] in ("NPU101", "NPU102"):
             key = (diagnostic["code"], diagnostic["path"], diagnostic["line"])
             lines.setdefault(key, []).append(diagnostic)
-    for (code, _, _), found in lines.items():
+    missing: set[tuple[str, int]] = set()  # (path, line) of constructions with no counterpart
+    for (code, path, line), found in lines.items():
         fixed = any(d["severity"] == "fixed" for d in found)
         if code == "NPU101":
             if fixed:
                 counts.rewritten += 1
-            else:
-                counts.reported += 1
-                if any(p in d["message"] for d in found for p in NO_COUNTERPART):
-                    counts.no_counterpart += 1
-        elif fixed:
+                continue
+            counts.reported += 1
+            messages = [d["message"] for d in found]
+            if any(p in m for m in messages for p in NO_COUNTERPART):
+                counts.no_counterpart += 1
+                missing.add((path, line))
+            elif all(any(p in m for p in CONTRACT) and NOT_ON_ASCEND not in m for m in messages):
+                counts.kept += 1
+    for (code, path, _), found in lines.items():
+        if code != "NPU102":
+            continue
+        if any(d["severity"] == "fixed" for d in found):
             counts.amp_combined += 1
-        else:
-            counts.amp_reported += 1
+            continue
+        counts.amp_reported += 1
+        named = {int(n) for d in found for n in re.findall(r"\(line (\d+)\)", d["message"])}
+        if named and all((path, n) in missing for n in named):
+            counts.amp_no_counterpart += 1
     return counts
 
 
@@ -128,9 +176,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reported",
         "no counterpart",
         "rate",
+        "kept (contract)",
+        "rate without kept",
         "amp combine_grad",
         "amp reported",
+        "amp no counterpart",
         "amp rate",
+        "amp rate with counterpart",
     )
     rows = []
     total = Counts()
@@ -149,9 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             str(counts.reported),
             str(counts.no_counterpart),
             percent(counts.rate),
+            str(counts.kept),
+            percent(counts.rate_without_kept),
             str(counts.amp_combined),
             str(counts.amp_reported),
+            str(counts.amp_no_counterpart),
             percent(counts.amp_rate),
+            percent(counts.amp_rate_with_counterpart),
         )
         print("| " + " | ".join(cells) + " |" if parsed.markdown else "  ".join(cells))
     return 0

@@ -721,6 +721,15 @@ class _Planner:
             self._report(call, _method_message(source, target, method))
             return
         params = args[names.index("params")].value if "params" in names else None
+        # What no edit can make fusable goes first: then the code a person could change.
+        sharded = self.contract.sharding(call, params)
+        if sharded:
+            self._report(call, _sharded_message(source, target, sharded))
+            return
+        reallocated = self.contract.reallocations(call, params)
+        if reallocated:
+            self._report(call, _reallocated_message(source, target, reallocated))
+            return
         hazards = self.hazards.of(call, params)
         grad_fixes: list[GradFix] = []
         unsafe: dict[int, str] = {}  # id(zero_grad call) -> why its edit is an unsafe fix
@@ -743,14 +752,6 @@ class _Planner:
             unsafe = {id(h.fix.call): risky[id(h)] for h in hazards if id(h) in risky and h.fix}
             if pending is not None:
                 grad_fixes, unsafe = [], {}
-        sharded = self.contract.sharding(call, params)
-        if sharded:
-            self._report(call, _sharded_message(source, target, sharded))
-            return
-        reallocated = self.contract.reallocations(call, params)
-        if reallocated:
-            self._report(call, _reallocated_message(source, target, reallocated))
-            return
         # A model NPU105 or NPU106 hands to the amp.initialize they write is on its device, as
         # one handed to an amp.initialize of the file is (apex needs it there).
         planned = self.planned_amp.wrappers_of(call) or self.planned_amp.added_for(call)
@@ -963,6 +964,7 @@ class _Planner:
         and may keep them: any of them may be an optimizer of a class npu-migrate does not
         know (`torch.optim.Adagrad`, a project's own LAMB)."""
         found = []
+        candidates = {id(candidate) for candidate in self.flow.candidates}
         for other in self._in_units_of(call, model, self.index.nodes(ast.Call)):
             name = self.view.qualified_name(other.func)
             if isinstance(name, str) and name.split(".", 1)[0] in _NOT_OPTIMIZER_ROOTS:
@@ -970,6 +972,8 @@ class _Planner:
             params = self._params_of(other)
             if params is None or not self._may_hold_parameters(other):
                 continue
+            if any(id(origin) in candidates for origin in self.flow.origins(params)):
+                continue  # given an optimizer (`scaler.unscale_(optimizer)`), not parameters
             if any(overlaps(model, part) for part in models_feeding(self.flow, params)):
                 found.append(other)
         return found
