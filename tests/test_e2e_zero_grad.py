@@ -39,8 +39,9 @@ PROGRAM = textwrap.dedent(
 
     def net(seed, sizes=(4, 8, 4)):
         torch.manual_seed(seed)
+        first, hidden, last = sizes
         return torch.nn.Sequential(
-            torch.nn.Linear(sizes[0], sizes[1]), torch.nn.Tanh(), torch.nn.Linear(sizes[1], sizes[2])
+            torch.nn.Linear(first, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, last)
         )
 
 
