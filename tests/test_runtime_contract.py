@@ -99,6 +99,11 @@ NOT_EXECUTABLE = {
         '`amp.initialize` runs only when `args.amp == "apex"`, a comparison no stand-in flag '
         "satisfies; the class choice runs both ways in the e2e program `gated_amp`"
     ),
+    "npu101/lookup_namespace": (
+        "looks classes up as `torch.optim.__dict__[name]` with a name chosen at run time: a "
+        "dict key must be a real string, which no stand-in flag is (its `getattr` twin runs in "
+        "`lookup_by_name`)"
+    ),
     "npu101/contract_sharding": (
         "FSDP, `parallelize_module` and `distribute_tensor` need an accelerator and a device "
         "mesh, which no stand-in gives; the optimizers after them are left as written"

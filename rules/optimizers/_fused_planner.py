@@ -561,10 +561,10 @@ class _Planner:
             child = ancestor
         return False
 
-    def _getattr_values(self) -> list[ast.Call]:
-        """``getattr(torch.optim, name)`` not called on the spot (``opt_class = getattr(...)``);
+    def _getattr_values(self) -> list[ast.Call | ast.Subscript]:
+        """Lookups of a class by name not called on the spot (``opt_class = getattr(...)``);
         the called form is reported by :meth:`_dynamic_lookups`."""
-        found: list[ast.Call] = []
+        found: list[ast.Call | ast.Subscript] = []
         for lookup in self._getattr_lookups():
             call = self.index.parent(lookup)
             called = isinstance(call, ast.Call) and call.func is lookup
@@ -572,7 +572,7 @@ class _Planner:
                 found.append(lookup)
         return found
 
-    def _mapped_default(self, lookup: ast.Call) -> bool:
+    def _mapped_default(self, lookup: ast.Call | ast.Subscript) -> bool:
         """``{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, <lookup>)``: the mapping NPU101
         writes, whose other names keep torch's class."""
         get = self.index.parent(lookup)
@@ -592,9 +592,11 @@ class _Planner:
         values = mapping.values
         return bool(values) and all(npu_fused_name(self.view, value) for value in values)
 
-    def _getattr_lookups(self) -> list[ast.Call]:
-        """``getattr(<torch.optim or apex.optimizers>, ...)`` calls."""
-        found: list[ast.Call] = []
+    def _getattr_lookups(self) -> list[ast.Call | ast.Subscript]:
+        """Lookups of a class by name in ``torch.optim`` or ``apex.optimizers``:
+        ``getattr(<module>, name)``, ``<module>.__dict__[name]`` and ``vars(<module>)[name]``,
+        in source order."""
+        found: list[ast.Call | ast.Subscript] = []
         callees: list[ast.expr] = [*self.index.names("getattr"), *self.index.attributes("getattr")]
         for callee in callees:
             lookup = self.index.parent(callee)
@@ -605,6 +607,23 @@ class _Planner:
             module = self.view.qualified_name(arguments(lookup)[0].value)
             if isinstance(module, str) and module in OPTIMIZER_MODULES:
                 found.append(lookup)
+        namespaces: list[ast.expr] = list(self.index.attributes("__dict__"))
+        for callee in self.index.names("vars"):
+            call = self.index.parent(callee)
+            if (
+                isinstance(call, ast.Call)
+                and call.func is callee
+                and len(call.args) == 1
+                and self.view.qualified_name(callee) == "builtins.vars"
+            ):
+                namespaces.append(call)
+        for namespace in namespaces:
+            lookup = self.index.parent(namespace)
+            if isinstance(lookup, ast.Subscript) and lookup.value is namespace:
+                module = self.view.qualified_name(_namespace_module(namespace))
+                if isinstance(lookup.ctx, ast.Load) and module in OPTIMIZER_MODULES:
+                    found.append(lookup)
+        found.sort(key=lambda node: (node.lineno, node.col_offset))
         return found
 
     def _dynamic_lookups(self) -> list[ast.Call]:
@@ -1161,12 +1180,12 @@ class _Planner:
         name))``; any other name keeps torch's class. The home, the amp levels and the code
         around the optimizer are checked once, as for a direct constructor."""
         lookup = call.func
-        assert isinstance(lookup, ast.Call)
-        module, name = arguments(lookup)[0], arguments(lookup)[1:2]
+        assert isinstance(lookup, ast.Call | ast.Subscript)
+        module, name = _lookup_parts(lookup)
         reason = None
-        if self.view.qualified_name(module.value) != "torch.optim":
+        if self.view.qualified_name(module) != "torch.optim":
             reason = "only `torch.optim` lookups are mapped"
-        elif not name or name[0].keyword is not None or not _pure(name[0].value):
+        elif name is None or not _pure(name):
             reason = "the name is not a plain name, attribute or literal that can be read twice"
         fitting = [] if reason else self._fitting_sources(call)
         if not fitting:
@@ -1183,9 +1202,10 @@ class _Planner:
             self._refuse_gated_lookup(call, lookup, draft)
             return
         draft.func_style = "lookup"
+        assert name is not None
         draft.lookup = _Lookup(
             tuple((source.display.rpartition(".")[2], source.target or "") for source in fitting),
-            self.view.written(name[0].value),
+            self.view.written(name),
             self.view.written(lookup),
             self._indentation(lookup),
         )
@@ -1546,6 +1566,24 @@ class _Lookup:
             f"{inner}{_key(name)}: {home}.{target},\n" for name, target in self.mapped
         )
         return f"{{\n{entries}{self.indent}}}.get({self.name}, {self.lookup})"
+
+
+def _namespace_module(namespace: ast.expr) -> ast.expr:
+    """The module of ``<module>.__dict__`` or ``vars(<module>)``."""
+    if isinstance(namespace, ast.Call):
+        return namespace.args[0]
+    assert isinstance(namespace, ast.Attribute)
+    return namespace.value
+
+
+def _lookup_parts(lookup: ast.Call | ast.Subscript) -> tuple[ast.expr, ast.expr | None]:
+    """The module and the name (None: not a plain positional argument) of a lookup by name:
+    ``getattr(module, name)``, ``module.__dict__[name]`` or ``vars(module)[name]``."""
+    if isinstance(lookup, ast.Subscript):
+        return _namespace_module(lookup.value), lookup.slice
+    args = arguments(lookup)
+    name = args[1] if len(args) > 1 and args[1].keyword is None and not args[1].star else None
+    return args[0].value, name.value if name is not None else None
 
 
 def _rebinds_torch(node: ast.AST) -> bool:
