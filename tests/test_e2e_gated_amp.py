@@ -7,6 +7,10 @@ args.amp else torch_npu.optim.NpuFusedSGD)`, and NPU102 adds `combine_grad=True`
 without `--amp` the migrated program computes what the original computes. With
 `--amp always` the optimizer is apex's on every path: the amp path still agrees, and the path
 without amp fails loudly at its first step, never silently.
+
+The same holds for a class looked up by name (fixtures/e2e/gated_lookup, NVIDIA GNMT's
+`torch.optim.__dict__[name](params, **config)`): each entry of the mapping NPU101 writes next to
+the lookup is picked by amp's condition.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
+LOOKUP = REPO / "fixtures" / "e2e" / "gated_lookup"
 TIMEOUT_S = 180
 VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 
 
-def migrated_copy(tmp_path: Path, name: str, *options: str) -> Path:
+def migrated_copy(tmp_path: Path, name: str, *options: str, program: Path = PROGRAM) -> Path:
     copy = tmp_path / name
-    shutil.copytree(PROGRAM, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(program, copy, ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run(
         [sys.executable, "-m", "migrator", "--no-cache", "-q", *options, str(copy)],
         capture_output=True,
@@ -93,3 +98,22 @@ def test_both_paths_compute_the_same_and_always_fails_loudly_without_amp(
     code, output = results["always, fp32"]
     assert code == 2, output  # the migrated side cannot run: a loud error, not other numbers
     assert "apex.optimizers.NpuFusedSGD should be used with AMP" in output, output
+
+
+def test_a_lookup_by_name_maps_each_name_to_the_class_of_its_path(tmp_path: Path) -> None:
+    migrated = migrated_copy(tmp_path, "lookup", program=LOOKUP)
+    text = migrated.read_text()
+    assert (
+        '"RMSprop": (apex.optimizers.NpuFusedRMSprop if use_amp else '
+        "torch_npu.optim.NpuFusedRMSprop)," in text
+    )
+    assert "}.get(opt_name, torch.optim.__dict__[opt_name])(" in text
+    original = LOOKUP / "train.py"
+    runs = {
+        "fp32": start_verify(original, migrated),
+        "amp": start_verify(original, migrated, "--amp"),
+    }
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output

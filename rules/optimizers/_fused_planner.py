@@ -590,7 +590,14 @@ class _Planner:
     def _fused_mapping(self, mapping: ast.Dict) -> bool:
         """A dict display whose values are all NPU fused classes (the mappings NPU101 writes)."""
         values = mapping.values
-        return bool(values) and all(npu_fused_name(self.view, value) for value in values)
+        return bool(values) and all(self._fused_class(value) for value in values)
+
+    def _fused_class(self, node: ast.expr) -> bool:
+        """An NPU fused class, or one of two picked by a condition (`(apex.optimizers.X if c
+        else torch_npu.optim.X)`, as NPU101 writes under amp on some paths)."""
+        if isinstance(node, ast.IfExp):
+            return self._fused_class(node.body) and self._fused_class(node.orelse)
+        return npu_fused_name(self.view, node) is not None
 
     def _getattr_lookups(self) -> list[ast.Call | ast.Subscript]:
         """Lookups of a class by name in ``torch.optim`` or ``apex.optimizers``:
@@ -1198,9 +1205,6 @@ class _Planner:
         if len(self.drafts) == before:
             return  # reported: what holds for one fused class holds for all of them
         draft = self.drafts[-1]
-        if draft.choice is not None:
-            self._refuse_gated_lookup(call, lookup, draft)
-            return
         draft.func_style = "lookup"
         assert name is not None
         draft.lookup = _Lookup(
@@ -1208,22 +1212,7 @@ class _Planner:
             self.view.written(name),
             self.view.written(lookup),
             self._indentation(lookup),
-        )
-
-    def _refuse_gated_lookup(self, call: ast.Call, callee: ast.expr, draft: _Draft) -> None:
-        """A class looked up or held in a value whose ``amp.initialize`` runs on some paths
-        only: the mapping would give every path one home. Reported, with the expression that
-        picks each class by the condition."""
-        self.drafts.remove(draft)
-        assert draft.choice is not None
-        test, amp_when_true = draft.choice
-        when = f"`{test}` holds" if amp_when_true else f"`{test}` is false"
-        self._report(
-            call,
-            f"`{self.view.written(callee)}` is not mapped to NPU fused classes: the optimizer goes "
-            f"through `amp.initialize` only when {when}, and a mapping next to a lookup gives "
-            "every path one class; pick each class by that condition by hand, "
-            f"`{picked_by(test, amp_when_true, draft.target)}` for `{draft.source.display}`",
+            draft.choice,
         )
 
     def _indentation(self, node: ast.AST) -> str:
@@ -1254,9 +1243,7 @@ class _Planner:
         before, reported = len(self.drafts), len(self.findings)
         self._plan(call, fitting[0])
         self._restate(reported, call.func, fitting[0])
-        if len(self.drafts) > before and self.drafts[-1].choice is not None:
-            self._refuse_gated_lookup(call, call.func, self.drafts[-1])
-        elif len(self.drafts) > before:
+        if len(self.drafts) > before:
             draft = self.drafts[-1]
             draft.func_style = "lookup"
             callee = self.view.written(call.func)
@@ -1265,6 +1252,7 @@ class _Planner:
                 callee,
                 callee,
                 self._indentation(call),
+                draft.choice,
             )
         return True
 
@@ -1401,6 +1389,8 @@ class _Planner:
         by_import: dict[int, list[_Draft]] = {}
         for draft in self.drafts:
             func = draft.call.func
+            if draft.lookup is not None:
+                continue  # a mapping next to the lookup (its entries picked by any condition)
             if draft.choice is not None:
                 draft.func_style = "dotted"  # `(apex... if test else torch_npu...)`, spelled out
                 continue
@@ -1552,18 +1542,23 @@ class _Lookup:
     name: str  # the name expression, as written
     lookup: str  # the `getattr(...)` call, as written
     indent: str  # of the line where the lookup starts
+    choice: tuple[str, bool] | None = None  # each class picked by amp's condition (Rewrite.choice)
 
     @property
     def by_class(self) -> bool:
         """Keyed by the classes themselves (a class value), not by their names."""
         return "." in self.mapped[0][0]
 
+    def spelled(self, home: str, target: str) -> str:
+        """How an entry names its class: ``<home>.X``, or picked by amp's condition."""
+        return picked_by(*self.choice, target) if self.choice else f"{home}.{target}"
+
     def code(self, home: str) -> str:
         """``{"SGD": <home>.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))``, one
         entry a line; by class, ``{torch.optim.SGD: <home>.NpuFusedSGD, ...}.get(cls, cls)``."""
         inner = self.indent + "    "
         entries = "".join(
-            f"{inner}{_key(name)}: {home}.{target},\n" for name, target in self.mapped
+            f"{inner}{_key(name)}: {self.spelled(home, target)},\n" for name, target in self.mapped
         )
         return f"{{\n{entries}{self.indent}}}.get({self.name}, {self.lookup})"
 
@@ -2036,18 +2031,22 @@ def _fixed_message(draft: _Draft) -> str:
             "work without amp"
         )
     notes = "".join(f"; {note}" for note in draft.notes)
-    if draft.lookup is not None and draft.lookup.by_class:
-        mapped = ", ".join(f"{name} -> {target}" for name, target in draft.lookup.mapped)
-        return (
-            f"mapped the torch.optim classes `{draft.lookup.name}` may hold to `{draft.home}` "
-            f"({mapped}; any other value is called as before, and these arguments fit each "
-            f"mapped class as written): {why}{notes}"
-        )
     if draft.lookup is not None:
         mapped = ", ".join(f"{name} -> {target}" for name, target in draft.lookup.mapped)
+        home = (
+            "NPU fused classes, each picked by amp's condition"
+            if draft.choice is not None
+            else f"`{draft.home}`"
+        )
+        if draft.lookup.by_class:
+            return (
+                f"mapped the torch.optim classes `{draft.lookup.name}` may hold to {home} "
+                f"({mapped}; any other value is called as before, and these arguments fit each "
+                f"mapped class as written): {why}{notes}"
+            )
         return (
             f"mapped the names of `{draft.lookup.lookup}` that have an NPU fused class to "
-            f"`{draft.home}` ({mapped}; any other name keeps torch's class, and these arguments "
+            f"{home} ({mapped}; any other name keeps torch's class, and these arguments "
             f"fit each mapped class as written): {why}{notes}"
         )
     return f"replaced `{draft.source.display}` with `{draft.callee}`: {why}{notes}"

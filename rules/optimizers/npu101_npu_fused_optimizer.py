@@ -211,6 +211,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 continue
             if rewrite.func_style == "lookup":
                 self._add_home_import(rewrite.home)
+                if rewrite.choice is not None:  # both homes are named
+                    self._add_home_import(TORCH_NPU_HOME)
                 continue  # the class depends on a name at run time: nothing to publish
             if rewrite.func_style == "dotted":
                 if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
