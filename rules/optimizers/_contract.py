@@ -173,6 +173,31 @@ def _breaks(transfer: Transfer) -> bool:
 # -- findings ------------------------------------------------------------------------------------
 
 
+# torch's tensor factories: without `device=` they make CPU tensors (no default device switch).
+_CPU_FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in (
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "rand",
+        "randn",
+        "randint",
+        "tensor",
+        "arange",
+        "linspace",
+        "eye",
+        "zeros_like",
+        "ones_like",
+        "randn_like",
+        "rand_like",
+    )
+)
+# Attributes of a tensor through which it may end up on a device.
+_MOVES = frozenset({"cuda", "npu", "to", "data", "set_", "copy_"})
+
+
 @dataclass(frozen=True)
 class Break:
     """One piece of code that breaks the contract for an optimizer."""
@@ -695,8 +720,10 @@ class ParameterContract:
         could move it nor returned, and nothing moves every new tensor
         (``torch.set_default_device``, ``with torch.device(...)``, ``transfer_to_npu``)."""
         paths = self._models(params)
-        if not paths or self._device_switches:
+        if self._device_switches:
             return None
+        if not paths:
+            return self._raw_cpu_parameter(params)
         built: list[ast.Call] = []
         wrapped: set[Path] = set()  # `DDP(model)`: the model it wraps is placed or not
         for model in self._model_reads(params):
@@ -734,6 +761,80 @@ class ParameterContract:
         origin = built[0]
         code = f"`{self.view.written(origin)}`"
         return Break(origin, code, "builds the model, which nothing in this file moves to a device")
+
+    def _raw_cpu_parameter(self, params: ast.expr | None) -> Break | None:
+        """The first parameter of ``params`` when it is a list or tuple of parameters made here
+        from a torch factory without a device (`p = nn.Parameter(torch.zeros(0))`, the
+        scheduler tests of detectron2 and timm), each read only by name: on the CPU for good."""
+        if isinstance(params, ast.List | ast.Tuple):
+            elements = list(params.elts)
+        elif isinstance(params, ast.Name) and self._only_read(params.id, params):
+            elements = []
+            for origin in self.flow.origins(params):  # a list display is followed to its parts
+                if isinstance(origin, ast.List | ast.Tuple):
+                    elements += origin.elts
+                else:
+                    elements.append(origin)
+        else:
+            return None
+        made: list[ast.Call] = []
+        for element in elements:
+            if isinstance(element, ast.Name):
+                origins = self.flow.origins(element)
+                if not self._only_read(element.id, element):
+                    return None
+            else:
+                origins = [element]
+            if not origins:
+                return None
+            for origin in origins:
+                if not isinstance(origin, ast.Call) or not self._cpu_parameter(origin):
+                    return None
+                made.append(origin)
+        if not made:
+            return None
+        code = f"`{self.view.written(made[0])}`"
+        return Break(
+            made[0], code, "makes the parameter, which nothing in this file moves to a device"
+        )
+
+    def _cpu_parameter(self, call: ast.Call) -> bool:
+        """`nn.Parameter(torch.zeros(0))` or `torch.randn(3, requires_grad=True)`: a tensor
+        made by a torch factory without `device=`, on the CPU."""
+        name = self.view.qualified_name(call.func)
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            if len(call.args) != 1 or not isinstance(call.args[0], ast.Call):
+                return False
+            call = call.args[0]
+            name = self.view.qualified_name(call.func)
+        return (
+            isinstance(name, str)
+            and name in _CPU_FACTORIES
+            and not any(k.arg in ("device", None) for k in call.keywords)
+        )
+
+    def _only_read(self, identifier: str, near: ast.expr) -> bool:
+        """Every use of ``identifier`` in the function around ``near`` is a plain read that
+        cannot move it: no `p.cuda()` / `p.to(...)` / `p.data = ...`, not handed to a call
+        other than torch's own (a gradient or a loss may read it)."""
+        scope = self.flow.scope_of(near)
+        for node in ast.walk(scope):
+            if not isinstance(node, ast.Name) or node.id != identifier:
+                continue
+            parent = self.index.parent(node)
+            if isinstance(parent, ast.Attribute) and parent.attr in _MOVES:
+                return False
+            given = (
+                [*parent.args, *(k.value for k in parent.keywords)]
+                if isinstance(parent, ast.Call)
+                else []
+            )
+            if any(value is node for value in given):
+                assert isinstance(parent, ast.Call)
+                name = self.view.qualified_name(parent.func)
+                if not (isinstance(name, str) and name.split(".", 1)[0] in ("torch", "builtins")):
+                    return False
+        return True
 
     def _model_reads(self, params: ast.expr | None) -> list[ast.expr]:
         """The ``x`` of the ``x.parameters()`` calls ``params`` comes from."""
