@@ -10,9 +10,6 @@ parameters must agree.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -151,19 +148,9 @@ def test_every_zero_grad_is_rewritten_with_its_optimizer(migrated: str) -> None:
     assert "torch.optim.AdamW: torch_npu.optim.NpuFusedAdamW" in migrated  # HiFiGAN's dict
 
 
-def run(source: str, env: dict[str, str] | None, tmp_path, name: str) -> dict[str, list]:
-    script = tmp_path / name
-    script.write_text(source)
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_the_migrated_program_trains_the_same(migrated: str, tmp_path) -> None:
-    original = run(PROGRAM, None, tmp_path, "original.py")
-    after = run(migrated, testing.npu_shim_env(), tmp_path, "migrated.py")
+def test_the_migrated_program_trains_the_same(migrated: str, run_json_program) -> None:
+    original = run_json_program(PROGRAM, None, "original.py")
+    after = run_json_program(migrated, testing.npu_shim_env(), "migrated.py")
     assert original.keys() == after.keys()
     for case, tensors in original.items():
         for before, now in zip(tensors, after[case], strict=True):

@@ -10,10 +10,7 @@ own interpreter, with real torch.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -143,17 +140,7 @@ def migrated_program() -> str:
     return result.migrated.decode()
 
 
-def run(source: str, env: dict[str, str] | None, tmp_path, name: str) -> dict[str, list]:
-    script = tmp_path / name
-    script.write_text(source)
-    done = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_the_migration_rewrites_every_case(tmp_path) -> None:
+def test_the_migration_rewrites_every_case() -> None:
     migrated = migrated_program()
     assert not re.search(r"\b(torch\.optim\.\w+|FusedAdam|FusedSGD)\(", migrated)
     assert "apex.optimizers.NpuFusedSGD(model.parameters(), lr=0.1, momentum=0.9)" in migrated
@@ -161,9 +148,9 @@ def test_the_migration_rewrites_every_case(tmp_path) -> None:
     assert "list(model[0].parameters()) + list(model[3].parameters())" in migrated
 
 
-def test_migrated_optimizers_compute_the_same_parameters(tmp_path) -> None:
-    original = run(PROGRAM, None, tmp_path, "original.py")
-    migrated = run(migrated_program(), testing.npu_shim_env(), tmp_path, "migrated.py")
+def test_migrated_optimizers_compute_the_same_parameters(run_json_program) -> None:
+    original = run_json_program(PROGRAM, None, "original.py")
+    migrated = run_json_program(migrated_program(), testing.npu_shim_env(), "migrated.py")
     assert original.keys() == migrated.keys()
     for case, tensors in original.items():
         for before, after in zip(tensors, migrated[case], strict=True):
