@@ -25,6 +25,7 @@ from migrator.rules.optimizers._fused_planner import (
 )
 from migrator.rules.optimizers._hazards import GradFix
 from migrator.rules.optimizers._kwargs import KeyDrop, alone_in_block
+from migrator.rules.optimizers._method_callers import caller_fixes, methods_facts
 from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
     AddedAmp,
@@ -194,6 +195,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             amp_always=self.settings.amp is AmpPolicy.ALWAYS,
             unsafe_fixes=self.settings.unsafe_fixes,
             planned_amp=PlannedAmp(self.read_plan(Fp16Rewrites), self.read_plan(AddedAmp)),
+            methods=methods_facts(self, self.PROJECT_KEY),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
@@ -221,6 +223,20 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))
+        self._fix_method_callers()
+
+    def _fix_method_callers(self) -> None:
+        """In a file that calls another module's method whose optimizer this run swaps for an
+        NPU fused one (nanoGPT's `model.configure_optimizers(...)`): the link stage's fixes."""
+        for fix, method in caller_fixes(self, self.PROJECT_KEY):
+            self.fix(
+                fix.call,
+                f"dropped `set_to_none` from `{self.view.written(fix.call)}`: the optimizer "
+                f"comes from {method}, which NPU101 makes an NPU fused optimizer in this run, "
+                "and those zero their flat gradient buffer in place (`set_to_none=True` raises "
+                "ValueError there)",
+                self._grad_fix_edit(fix),
+            )
 
     def _add_home_import(self, home: str) -> None:
         if home == TORCH_NPU_HOME:

@@ -1,0 +1,578 @@
+"""Optimizers that a method returns to other modules of the run, for NPU101. Not a rule itself.
+
+nanoGPT's ``GPT.configure_optimizers`` builds ``torch.optim.AdamW`` and returns it to
+``train.py``, which zeroes it with ``optimizer.zero_grad(set_to_none=True)``, a call the NPU fused
+optimizers refuse. In the method's own module nothing shows how the optimizer is used; this
+module follows it into its callers, through the project facts of
+:mod:`migrator.analysis.project`, in three steps:
+
+1. **Summary** (files that name an optimizer, define a class and return something): the methods
+   of the module's top-level classes that return an optimizer constructor NPU101 knows.
+2. **Link**: every use of such a method's name as an attribute in the files of the run
+   (``x.configure_optimizers``) is sorted by what ``x`` is, following the caller's assignments:
+   an instance of the method's class (``GPT(conf)``, with the class resolved through the
+   caller's imports, ``GPT.from_pretrained(...)`` when that class method returns ``cls(...)``
+   or ``GPT(...)``, and the same instance through ``torch.compile(m)``, ``DDP(m)``,
+   ``ddp.module``, ``m.to(device)``); an instance of another class, which defines a method of
+   that name itself (not a caller); or anything else (a parameter, a subclass that may inherit
+   the method, a call in the method's own module, the method used as a value), which leaves the
+   method's callers unknown. For each caller the code around the returned optimizer is checked
+   as NPU101 checks it in one file (:class:`~migrator.rules.optimizers._hazards.FusionHazards`
+   on the returned optimizer, the parameter contract on the receiver's parameters): the only
+   hazard accepted is the optimizer's own ``zero_grad(set_to_none=...)``, whose fix (drop the
+   argument: the fused optimizers zero in place) the caller's file gets in the same run.
+3. **Check**: NPU101 swaps a constructor such a method returns (:func:`method_callers`) only when
+   the run holds at least one caller, every use of the name is sorted, and every caller is safe
+   as written or after its fixes; in a caller's file it writes those fixes
+   (:func:`caller_fixes`). Otherwise the constructor keeps its report, with the reason.
+
+The fixes are decided in the link stage, before either file is checked, on what each file holds:
+a caller whose fix would be suppressed (``skip-file``, a suppression of NPU101 on its line)
+keeps the constructor unfused, so the constructor's file is never rewritten without its caller's.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.project import AmbiguousModule, Facts, ProjectFiles
+from migrator.analysis.view import FileView
+from migrator.rule import Linking, Rule
+from migrator.rules.optimizers._contract import ParameterContract
+from migrator.rules.optimizers._contract import describe as describe_breaks
+from migrator.rules.optimizers._flow import OptimizerFlow
+from migrator.rules.optimizers._hazards import FusionHazards, GradFix, Hazard, describe
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPTIMIZER_TRIGGER, SOURCES
+from migrator.suppressions import Suppressions
+
+_CODE = "NPU101"
+_TRIGGERS = tuple(word.encode() for word in OPTIMIZER_TRIGGER)
+# Calls that hand back the module they are given, whose attributes reach the module's own:
+# `torch.compile` returns a wrapper that forwards them; DDP's `.module` is the module.
+_COMPILERS = frozenset({"torch.compile"})
+_WRAPPERS = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+    }
+)
+# nn.Module methods that return the module itself.
+_RETURN_SELF = frozenset(
+    {"to", "cuda", "npu", "cpu", "train", "eval", "float", "half", "requires_grad_", "to_empty"}
+)
+_MAX_DEPTH = 12  # assignments followed back from a receiver
+
+
+def _display(path: str) -> str:
+    return os.path.normpath(path)
+
+
+def _key(node: ast.AST) -> str:
+    return f"{node.lineno}:{node.col_offset}"  # type: ignore[attr-defined]
+
+
+# -- 1. summary: methods that return an optimizer -------------------------------------------------
+
+
+def wants_summary(source: bytes) -> bool:
+    return (
+        b"return" in source
+        and b"class " in source
+        and any(trigger in source for trigger in _TRIGGERS)
+    )
+
+
+def summarize(index: ModuleIndex) -> list[dict[str, Any]]:
+    """The methods of the module's top-level classes that return an optimizer NPU101 knows."""
+    view = FileView(index)
+    flow = OptimizerFlow.of(view)
+    found: list[dict[str, Any]] = []
+    for class_def in index.tree.body:
+        if not isinstance(class_def, ast.ClassDef):
+            continue
+        for method in class_def.body:
+            if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                _is_constructor(view, origin) for origin in _returned(view, flow, method)
+            ):
+                found.append({"class": class_def.name, "name": method.name, "line": method.lineno})
+    return found
+
+
+def _returned(
+    view: FileView, flow: OptimizerFlow, function: ast.FunctionDef | ast.AsyncFunctionDef
+) -> Iterator[ast.expr]:
+    """Where the values ``function`` returns (not its nested functions) come from."""
+    for node in view.index.walk(function):
+        if not isinstance(node, ast.Return) or node.value is None:
+            continue
+        owner = next((a for a in view.index.ancestors(node) if isinstance(a, _FUNCTIONS)), None)
+        if owner is function:
+            yield from flow.origins(node.value)
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _is_constructor(view: FileView, node: ast.expr) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    name = view.qualified_name_in(node.func, KNOWN_OPTIMIZERS)
+    return isinstance(name, str) and name in SOURCES
+
+
+# -- 2. link: the callers of each method, sorted and judged ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method of a top-level class that returns an optimizer."""
+
+    path: str
+    class_name: str
+    name: str
+    line: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.class_name}.{self.name}"
+
+    @property
+    def shown(self) -> str:
+        return f"`{self.key}` ({_display(self.path)}:{self.line})"
+
+
+@dataclass
+class _Readers:
+    files: ProjectFiles
+    views: dict[str, FileView | None] = field(default_factory=dict)
+
+    def __call__(self, path: str) -> FileView | None:
+        if path not in self.views:
+            index = self.files.index(path)
+            self.views[path] = None if index is None else FileView(index)
+        return self.views[path]
+
+
+_OURS = "ours"
+_OTHER = "other"
+_NOTHING = "nothing"  # a path that only raises (`gpt.module` on the class itself)
+
+
+def link(linking: Linking, summaries: Mapping[str, Facts]) -> dict[str, dict[str, Any]]:
+    """path -> facts: ``methods`` (key -> callers, verdict) in each method's module,
+    ``method_calls`` (position -> the call and the fixes it needs) in each safe caller's."""
+    methods = [
+        Method(path, entry["class"], entry["name"], entry["line"])
+        for path, summary in summaries.items()
+        for entry in summary.get("methods", [])
+    ]
+    if not methods:
+        return {}
+    readers = _Readers(linking.files)
+    containing = linking.files.containing(sorted({method.name for method in methods}))
+    facts: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        judged = _Judge(linking.files, readers, method).judge(containing[method.name])
+        entry: dict[str, Any] = {"callers": judged.callers, "why": judged.why}
+        entry["fixes"] = [fix for calls in judged.fixes.values() for fix in calls.values()]
+        facts.setdefault(method.path, {}).setdefault("methods", {})[method.key] = entry
+        if judged.why is not None:
+            continue
+        for path, codes in judged.codes.items():
+            found = facts.setdefault(path, {}).setdefault("method_calls", {})
+            for key, code in codes.items():
+                found[key] = {"code": code, "method": method.shown}
+    for view in readers.views.values():
+        if view is not None:
+            view.release()
+    return facts
+
+
+@dataclass
+class _Judged:
+    callers: list[str] = field(default_factory=list)  # "train.py:199"
+    why: str | None = "no file of this run calls it"  # None: every caller is safe
+    # path -> position of a call -> its fixes ("train.py:314"); codes: the calls as written
+    fixes: dict[str, dict[str, str]] = field(default_factory=dict)
+    codes: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+class _Judge:
+    def __init__(self, files: ProjectFiles, readers: _Readers, method: Method) -> None:
+        self.files = files
+        self.readers = readers
+        self.method = method
+
+    def judge(self, paths: list[str]) -> _Judged:
+        judged = _Judged()
+        problems: list[str] = []
+        for path in sorted(paths):
+            view = self.readers(path)
+            if view is None:
+                problems.append(f"{_display(path)} cannot be parsed")
+                continue
+            calls: list[ast.Call] = []
+            for attribute in view.index.attributes(self.method.name):
+                sorted_as = self._use(view, path, attribute)
+                if sorted_as == _OURS:
+                    assert isinstance(view.index.parent(attribute), ast.Call)
+                    calls.append(view.index.parent(attribute))  # type: ignore[arg-type]
+                elif sorted_as not in (_OTHER, _NOTHING):
+                    problems.append(sorted_as)
+            if calls:
+                problems += self._callers(view, path, calls, judged)
+        if problems:
+            judged.why = "; ".join(problems)
+        elif judged.callers:
+            judged.why = None
+        return judged
+
+    # -- sorting the uses of the name -----------------------------------------------------------
+
+    def _use(self, view: FileView, path: str, attribute: ast.Attribute) -> str:
+        """_OURS, _OTHER, or why the use cannot be sorted."""
+        where = f"{_display(path)}:{attribute.lineno}"
+        code = f"`{view.written(attribute)}`"
+        receiver = self._receiver(view, path, attribute.value, set(), 0)
+        if receiver in (_OTHER, _NOTHING):
+            return _OTHER
+        call = view.index.parent(attribute)
+        if not isinstance(call, ast.Call) or call.func is not attribute:
+            return f"{code} at {where} is used as a value, which npu-migrate does not follow"
+        if receiver != _OURS:
+            return f"cannot tell whether {code} at {where} calls it: {receiver}"
+        if path == self.method.path:
+            return f"it is called in its own module ({where}), which npu-migrate does not follow"
+        return _OURS
+
+    def _receiver(
+        self, view: FileView, path: str, expr: ast.expr, seen: set[int], depth: int
+    ) -> str:
+        """What ``expr`` holds: _OURS, _OTHER, _NOTHING, or why that is not known."""
+        receiver = f"`{view.written(expr)}`"
+        if depth > _MAX_DEPTH:
+            return f"{receiver} comes through more assignments than npu-migrate follows"
+        flow = OptimizerFlow.of(view)
+        if isinstance(expr, ast.Call | ast.Attribute):
+            origins: list[ast.expr] = [expr]
+        else:
+            origins = flow.origins(expr)
+        if not origins:
+            return f"npu-migrate cannot tell where {receiver} comes from"
+        kinds: list[str] = []
+        for origin in origins:
+            if origin is expr and _unbound_at_top(view, expr):
+                continue  # a path where the name is never assigned raises NameError
+            if id(origin) in seen:
+                continue
+            kind = self._origin(view, path, origin, seen | {id(origin)}, depth + 1)
+            if kind not in (_OURS, _OTHER, _NOTHING):
+                return kind
+            kinds.append(kind)
+        live = {kind for kind in kinds if kind != _NOTHING}
+        if not live:
+            return _NOTHING
+        if len(live) > 1:
+            return f"{receiver} may be a `{self.method.class_name}` or an instance of another class"
+        return live.pop()
+
+    def _origin(
+        self, view: FileView, path: str, origin: ast.expr, seen: set[int], depth: int
+    ) -> str:
+        code = f"`{view.written(origin)}`"
+        if isinstance(origin, ast.Attribute) and origin.attr == "module":
+            return self._unwrapped(view, path, origin.value, seen, depth)
+        if not isinstance(origin, ast.Call):
+            return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
+        func = origin.func
+        if isinstance(func, ast.Attribute) and func.attr in _RETURN_SELF:
+            return self._receiver(view, path, func.value, seen, depth)
+        name = view.qualified_name(func)
+        if isinstance(name, str) and name in _COMPILERS | _WRAPPERS:
+            if not origin.args:
+                return f"{code} wraps nothing npu-migrate can see"
+            return self._receiver(view, path, origin.args[0], seen, depth)
+        if isinstance(name, str):
+            return self._class_named(name, path, code)
+        if isinstance(func, ast.Name) and name is None:
+            local = _top_level(view.index.tree.body, func.id)
+            if isinstance(local, ast.ClassDef):
+                return self._class_kind(path, local, code)
+        return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
+
+    def _unwrapped(
+        self, view: FileView, path: str, wrapper: ast.expr, seen: set[int], depth: int
+    ) -> str:
+        """``wrapper.module``: the module a DDP wrapper holds; on the class itself an
+        AttributeError (_NOTHING) when the class never names ``module``."""
+        flow = OptimizerFlow.of(view)
+        kinds: list[str] = []
+        for origin in flow.origins(wrapper) or [wrapper]:
+            name = view.qualified_name(origin.func) if isinstance(origin, ast.Call) else None
+            if isinstance(origin, ast.Call) and name in _WRAPPERS and origin.args:
+                kinds.append(self._receiver(view, path, origin.args[0], seen, depth))
+                continue
+            kind = self._origin(view, path, origin, seen, depth)
+            if kind == _OURS and not self._names_module():
+                kind = _NOTHING
+            elif kind == _OURS:
+                kind = f"`{view.written(wrapper)}.module` may be an attribute of the class"
+            kinds.append(kind)
+        for kind in kinds:
+            if kind not in (_OURS, _OTHER, _NOTHING):
+                return kind
+        live = {kind for kind in kinds if kind != _NOTHING}
+        if len(live) > 1:
+            return f"`{view.written(wrapper)}.module` may be a `{self.method.class_name}` or not"
+        return live.pop() if live else _NOTHING
+
+    def _names_module(self) -> bool:
+        view = self.readers(self.method.path)
+        assert view is not None
+        class_def = _top_level(view.index.tree.body, self.method.class_name)
+        return class_def is None or any(
+            isinstance(node, ast.Attribute | ast.Name)
+            and (getattr(node, "attr", None) == "module" or getattr(node, "id", None) == "module")
+            for node in ast.walk(class_def)
+        )
+
+    def _class_named(self, dotted: str, importer: str, code: str) -> str:
+        """The class a call of ``dotted`` builds an instance of, sorted."""
+        target = self.files.resolve(dotted, importer)
+        if isinstance(target, AmbiguousModule):
+            return f"cannot tell which file defines `{dotted}` in {code}: {target}"
+        if target is None or not target.rest:
+            return _OTHER  # a library's class cannot inherit a method of the run's
+        view = self.readers(target.module.path)
+        if view is None:
+            return f"{_display(target.module.path)} cannot be parsed"
+        node = _top_level(view.index.tree.body, target.rest[0])
+        if not isinstance(node, ast.ClassDef):
+            return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
+        if len(target.rest) == 1:
+            return self._class_kind(target.module.path, node, code)
+        if (
+            len(target.rest) == 2
+            and self._is_ours(target.module.path, node)
+            and self._builds_instance(view, node, target.rest[1])
+        ):
+            return _OURS
+        return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
+
+    def _is_ours(self, path: str, class_def: ast.ClassDef) -> bool:
+        return (
+            os.path.normpath(path) == os.path.normpath(self.method.path)
+            and class_def.name == self.method.class_name
+        )
+
+    def _class_kind(self, path: str, class_def: ast.ClassDef, code: str) -> str:
+        if self._is_ours(path, class_def):
+            return _OURS
+        if any(
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name == self.method.name
+            for node in class_def.body
+        ):
+            return _OTHER  # its own method of that name
+        return (
+            f"{code} builds a `{class_def.name}` ({_display(path)}:{class_def.lineno}), which may "
+            f"inherit `{self.method.name}`"
+        )
+
+    def _builds_instance(self, view: FileView, class_def: ast.ClassDef, name: str) -> bool:
+        """``Class.name(...)`` is a class method (or static method) of ``class_def`` that
+        returns only ``cls(...)`` or ``Class(...)``: nanoGPT's ``GPT.from_pretrained``."""
+        function = next(
+            (
+                node
+                for node in class_def.body
+                if isinstance(node, ast.FunctionDef) and node.name == name
+            ),
+            None,
+        )
+        if function is None:
+            return False
+        decorators = {dec.id for dec in function.decorator_list if isinstance(dec, ast.Name)}
+        if not decorators & {"classmethod", "staticmethod"} or len(function.decorator_list) != 1:
+            return False
+        first = function.args.args[0].arg if function.args.args else None
+        builders = {class_def.name} | ({first} if "classmethod" in decorators and first else set())
+        origins = list(_returned(view, OptimizerFlow.of(view), function))
+        return bool(origins) and all(
+            isinstance(origin, ast.Call)
+            and isinstance(origin.func, ast.Name)
+            and origin.func.id in builders
+            and _top_level(view.index.tree.body, origin.func.id) in (class_def, None)
+            for origin in origins
+        )
+
+    # -- judging the callers --------------------------------------------------------------------
+
+    def _callers(
+        self, view: FileView, path: str, calls: list[ast.Call], judged: _Judged
+    ) -> list[str]:
+        """Records the calls of the method in ``path`` and their fixes; why they are unsafe."""
+        problems: list[str] = []
+        suppressions = Suppressions.scan(view.index.source.text)
+        found = caller_hazards(view, calls)
+        for call in calls:
+            where = f"{_display(path)}:{call.lineno}"
+            judged.callers.append(where)
+            if suppressions.skip_file:
+                problems.append(f"{_display(path)}, which calls it, is left alone by `skip-file`")
+                continue
+            hazards, breaks = found[id(call)]
+            blocking = [hazard for hazard in hazards if not _fixable(hazard)]
+            if blocking:
+                problems.append(f"its caller at {where} uses it where {describe(blocking)}")
+                continue
+            if breaks:
+                problems.append(
+                    f"its caller at {where} breaks the fused optimizers' contract (parameters "
+                    f"never re-allocated while in use): {breaks}"
+                )
+                continue
+            if _reaches_amp(view, call):
+                problems.append(
+                    f"its caller at {where} passes it to `amp.initialize`, whose home for it "
+                    "npu-migrate does not choose across a method"
+                )
+                continue
+            fixes = [hazard.fix for hazard in hazards if hazard.fix is not None]
+            suppressed = [fix for fix in fixes if suppressions.covers(fix.line, _CODE)]
+            if suppressed:
+                lines = ", ".join(str(fix.line) for fix in suppressed)
+                problems.append(
+                    f"its caller at {where} needs a fix at line {lines} of {_display(path)}, "
+                    "where NPU101 is suppressed"
+                )
+                continue
+            judged.fixes.setdefault(path, {}).update(
+                {_key(fix.call): f"{_display(path)}:{fix.line}" for fix in fixes}
+            )
+            judged.codes.setdefault(path, {})[_key(call)] = view.written(call.func)
+        return problems
+
+
+def _fixable(hazard: Hazard) -> bool:
+    """The optimizer's own ``zero_grad(set_to_none=...)``, fixed by dropping the argument."""
+    return hazard.fix is not None and hazard.fix.receiver is None
+
+
+def _reaches_amp(view: FileView, call: ast.Call) -> bool:
+    flow = OptimizerFlow.of(view)
+    for sink in flow.amp_sinks:
+        if sink.optimizers is not None and any(o is call for o in flow.origins(sink.optimizers)):
+            return True
+    return False
+
+
+def caller_hazards(view: FileView, calls: list[ast.Call]) -> dict[int, tuple[list[Hazard], str]]:
+    """id(call) -> the hazards around the optimizer each call of a method returns in ``view``,
+    and the parameter-contract breaks of its receiver's parameters (described, "" without)."""
+    flow = OptimizerFlow.of(view)
+    hazards = FusionHazards(view, flow, returned=frozenset(id(call) for call in calls))
+    contract = ParameterContract(view, flow)
+    found: dict[int, tuple[list[Hazard], str]] = {}
+    for call in calls:
+        assert isinstance(call.func, ast.Attribute)
+        # The method builds its optimizer from the receiver's parameters.
+        params = ast.Call(
+            func=ast.Attribute(value=call.func.value, attr="parameters", ctx=ast.Load()),
+            args=[],
+            keywords=[],
+        )
+        ast.copy_location(params, call)
+        ast.copy_location(params.func, call)
+        breaks = contract.sharding(call, params) or contract.reallocations(call, params)
+        found[id(call)] = (hazards.of(call, params), describe_breaks(breaks) if breaks else "")
+    return found
+
+
+def _unbound_at_top(view: FileView, expr: ast.expr) -> bool:
+    """``expr`` is a name read at the top of the module where no assignment reaches on some
+    path (the if/elif chain of nanoGPT's `init_from` without an else): there it raises
+    NameError, unless a star import may bind it."""
+    if not isinstance(expr, ast.Name):
+        return False
+    if any(isinstance(a, (*_FUNCTIONS, ast.ClassDef)) for a in view.index.ancestors(expr)):
+        return False
+    return not any(
+        any(alias.name == "*" for alias in node.names) for node in view.index.nodes(ast.ImportFrom)
+    )
+
+
+def _top_level(body: list[ast.stmt], name: str) -> ast.stmt | None:
+    """The one statement at the top of a module that binds ``name`` as a class or function."""
+    found = [
+        statement
+        for statement in body
+        if isinstance(statement, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and statement.name == name
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+# -- 3. check: what NPU101 reads ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MethodCallers:
+    """What the link stage found about the callers of a method of this module."""
+
+    callers: tuple[str, ...]
+    why: str | None  # None: every caller is in the run and safe
+    fixes: tuple[str, ...]  # where the callers' files get `set_to_none` dropped
+
+    def note(self, name: str) -> str:
+        """For the constructor's message: who calls the method, what their files get."""
+        calls = ", ".join(self.callers)
+        note = f"every call of `{name}` is in this run and keeps it working ({calls})"
+        if self.fixes:
+            note += (
+                "; `set_to_none` is dropped from its `zero_grad` there (the fused optimizers "
+                f"zero in place): {', '.join(self.fixes)}"
+            )
+        return note
+
+
+def method_callers(facts: Mapping[str, Any], class_name: str, name: str) -> MethodCallers | None:
+    """The link stage's verdict on the callers of ``class_name.name`` (``facts``: the module's
+    ``methods`` facts); None without one."""
+    entry = facts.get(f"{class_name}.{name}")
+    if entry is None:
+        return None
+    return MethodCallers(tuple(entry["callers"]), entry["why"], tuple(entry["fixes"]))
+
+
+def methods_facts(rule: Rule, key: str) -> Mapping[str, Any]:
+    facts: Mapping[str, Any] = rule.project.links(key).get(rule.context.path, {})
+    return facts.get("methods", {})
+
+
+def caller_fixes(rule: Rule, key: str) -> Iterator[tuple[GradFix, str]]:
+    """In a file that calls a method of another module whose optimizer NPU101 swaps in this
+    run: the fixes of the calls the link stage found, with the method (as quoted)."""
+    facts: Mapping[str, Any] = rule.project.links(key).get(rule.context.path, {})
+    wanted = facts.get("method_calls", {})
+    if not wanted:
+        return
+    calls = [
+        call
+        for call in rule.index.nodes(ast.Call)
+        if _key(call) in wanted
+        and isinstance(call.func, ast.Attribute)
+        and wanted[_key(call)]["code"] == rule.view.written(call.func)
+    ]
+    found = caller_hazards(rule.view, calls)
+    for call in calls:
+        hazards, _ = found[id(call)]
+        for hazard in hazards:
+            if hazard.fix is not None and _fixable(hazard):
+                yield hazard.fix, wanted[_key(call)]["method"]
