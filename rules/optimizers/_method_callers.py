@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.analysis.index import ModuleIndex
+from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.project import AmbiguousModule, Facts, ProjectFiles
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
@@ -438,6 +438,14 @@ class _Judge:
                     f"never re-allocated while in use): {breaks}"
                 )
                 continue
+            escape = _escape(view, call)
+            if escape is not None:
+                problems.append(
+                    f"its caller at {where} hands it on (`{view.written(escape)}`, line "
+                    f"{line_of(escape)}), where npu-migrate does not see how it is zeroed and "
+                    "stepped"
+                )
+                continue
             if _reaches_amp(view, call):
                 problems.append(
                     f"its caller at {where} passes it to `amp.initialize`, whose home for it "
@@ -463,6 +471,61 @@ class _Judge:
 def _fixable(hazard: Hazard) -> bool:
     """The optimizer's own ``zero_grad(set_to_none=...)``, fixed by dropping the argument."""
     return hazard.fix is not None and hazard.fix.receiver is None
+
+
+def _escape(view: FileView, call: ast.Call) -> ast.AST | None:
+    """The first place where the optimizer ``call`` returns leaves the sight of the caller's
+    checks: given to a call (other than an LR scheduler's constructor or a GradScaler's
+    ``step`` / ``unscale_``), stored, returned, yielded. Its own attributes, aliases and tests
+    are in sight."""
+    flow = OptimizerFlow.of(view)
+    index = view.index
+    for read in index.nodes(ast.Name):
+        if not isinstance(read.ctx, ast.Load):
+            continue
+        if not any(origin is call for origin in flow.origins(read)):
+            continue
+        parent = index.parent(read)
+        if isinstance(parent, ast.Attribute) and parent.value is read:
+            continue
+        if isinstance(parent, ast.Assign) and parent.value is read:
+            continue  # an alias: its reads are checked too
+        if isinstance(parent, ast.Compare | ast.BoolOp | ast.UnaryOp):
+            continue
+        if isinstance(parent, ast.If | ast.IfExp | ast.While) and parent.test is read:
+            continue
+        given = index.parent(parent) if isinstance(parent, ast.keyword) else parent
+        if isinstance(given, ast.Call) and given.func is not read and _takes(view, given):
+            continue
+        return given
+    return None
+
+
+_SCALERS = frozenset(
+    {
+        "torch.cuda.amp.GradScaler",
+        "torch.amp.GradScaler",
+        "torch.cpu.amp.GradScaler",
+        "torch.npu.amp.GradScaler",
+        "torch.GradScaler",
+    }
+)
+
+
+def _takes(view: FileView, call: ast.Call) -> bool:
+    """A call that only reads and steps an optimizer it is given: an LR scheduler, a
+    GradScaler's ``step`` and ``unscale_``."""
+    name = view.qualified_name(call.func)
+    if isinstance(name, str) and name.startswith("torch.optim.lr_scheduler."):
+        return True
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in ("step", "unscale_"):
+        return False
+    origins = OptimizerFlow.of(view).origins(func.value)
+    return bool(origins) and all(
+        isinstance(origin, ast.Call) and view.qualified_name(origin.func) in _SCALERS
+        for origin in origins
+    )
 
 
 def _reaches_amp(view: FileView, call: ast.Call) -> bool:
@@ -498,14 +561,38 @@ def caller_hazards(view: FileView, calls: list[ast.Call]) -> dict[int, tuple[lis
 def _unbound_at_top(view: FileView, expr: ast.expr) -> bool:
     """``expr`` is a name read at the top of the module where no assignment reaches on some
     path (the if/elif chain of nanoGPT's `init_from` without an else): there it raises
-    NameError, unless a star import may bind it."""
+    NameError. Only when every binding of the name in the module is a plain assignment that the
+    flow follows (no loop, `with` or `except` target, no unpacking, import, `del` or star import,
+    which the flow also answers with the name itself); `exec` and `globals()` are not read."""
     if not isinstance(expr, ast.Name):
         return False
-    if any(isinstance(a, (*_FUNCTIONS, ast.ClassDef)) for a in view.index.ancestors(expr)):
+    index = view.index
+    if any(isinstance(a, (*_FUNCTIONS, ast.ClassDef)) for a in index.ancestors(expr)):
         return False
-    return not any(
-        any(alias.name == "*" for alias in node.names) for node in view.index.nodes(ast.ImportFrom)
-    )
+    name = expr.id
+    for node in index.nodes(ast.ImportFrom) + index.nodes(ast.Import):
+        if any(alias.name == "*" or (alias.asname or alias.name) == name for alias in node.names):
+            return False
+    for kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+        if any(node.name == name for node in index.nodes(kind)):  # type: ignore[attr-defined]
+            return False
+    if any(node.name == name for node in index.nodes(ast.ExceptHandler)):
+        return False
+    for declaration in index.nodes(ast.Global) + index.nodes(ast.Nonlocal):
+        if name in declaration.names:
+            return False
+    for read in index.names(name):
+        if isinstance(read.ctx, ast.Load):
+            continue
+        parent = index.parent(read)
+        plain = (isinstance(parent, ast.Assign) and any(t is read for t in parent.targets)) or (
+            isinstance(parent, ast.AnnAssign | ast.NamedExpr)
+            and parent.target is read
+            and parent.value is not None
+        )
+        if not plain:
+            return False
+    return True
 
 
 def _top_level(body: list[ast.stmt], name: str) -> ast.stmt | None:
