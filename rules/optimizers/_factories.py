@@ -51,21 +51,16 @@ from migrator.rules.optimizers._call_sites import returned_origins
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._fused_planner import plan_fused
 from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
-from migrator.rules.optimizers._tables import (
-    KNOWN_OPTIMIZERS,
-    OPT_LEVELS,
-    OPTIMIZER_TRIGGER,
-    TORCH_NPU_HOME,
-)
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPT_LEVELS, TORCH_NPU_HOME
 from migrator.settings import AmpPolicy
 from migrator.suppressions import Suppressions
 
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
 KEY = "NPU1"
 # A file that calls apex.amp.initialize names both (Rule.wants_summary); one that shares a model
-# with hogwild workers calls `share_memory()`; one whose methods return an optimizer names it
-# (see _method_callers).
-PROJECT_TRIGGER = ("initialize", "share_memory", *OPTIMIZER_TRIGGER)
+# with hogwild workers calls `share_memory()`; one whose methods return an optimizer calls its
+# class (see _method_callers).
+PROJECT_TRIGGER = ("initialize", "share_memory", *method_callers.CONSTRUCTED)
 _ALSO_NEEDED = b"apex"
 _SHARED = b"share_memory"
 # How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.

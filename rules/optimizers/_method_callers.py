@@ -47,11 +47,14 @@ from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow
 from migrator.rules.optimizers._hazards import FusionHazards, GradFix, Hazard, describe
-from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPTIMIZER_TRIGGER, SOURCES
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, SOURCES
 from migrator.suppressions import Suppressions
 
 _CODE = "NPU101"
-_TRIGGERS = tuple(word.encode() for word in OPTIMIZER_TRIGGER)
+# A file whose text calls none of these builds no optimizer NPU101 knows by name (the summary
+# reads a project's files before any is checked: most of them must cost a byte search only).
+CONSTRUCTED = ("SGD(", "Adam(", "AdamW(", "Adadelta(", "RMSprop(")
+_TRIGGERS = tuple(word.encode() for word in CONSTRUCTED)
 # Calls that hand back the module they are given, whose attributes reach the module's own:
 # `torch.compile` returns a wrapper that forwards them; DDP's `.module` is the module.
 _COMPILERS = frozenset({"torch.compile"})
@@ -91,11 +94,17 @@ def wants_summary(source: bytes) -> bool:
 def summarize(index: ModuleIndex) -> list[dict[str, Any]]:
     """The methods of the module's top-level classes that return an optimizer NPU101 knows."""
     view = FileView(index)
+    classes = [
+        statement
+        for statement in index.tree.body
+        if isinstance(statement, ast.ClassDef)
+        and any(_is_constructor(view, node) for node in ast.walk(statement))
+    ]
+    if not classes:
+        return []  # a method returns a constructor of its module; the flow is not needed
     flow = OptimizerFlow.of(view)
     found: list[dict[str, Any]] = []
-    for class_def in index.tree.body:
-        if not isinstance(class_def, ast.ClassDef):
-            continue
+    for class_def in classes:
         for method in class_def.body:
             if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef) and any(
                 _is_constructor(view, origin) for origin in _returned(view, flow, method)
@@ -119,7 +128,7 @@ def _returned(
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
-def _is_constructor(view: FileView, node: ast.expr) -> bool:
+def _is_constructor(view: FileView, node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     name = view.qualified_name_in(node.func, KNOWN_OPTIMIZERS)
