@@ -99,7 +99,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
     and performance-only keys that cannot be dropped where the dict is built; an optimizer built
     through `**`, a name lookup or a class value that a method returns to callers npu-migrate
-    does not follow (nanoGPT's `configure_optimizers`); apex `FusedLAMB`,
+    does not follow or that would break it (a method's callers in other files of the run are
+    followed: nanoGPT's `configure_optimizers` is swapped when every `model.configure_optimizers`
+    of the run is on a `GPT` and keeps the optimizer working); apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, name lookups that stay dynamic
     (`getattr(torch.optim, args.name.upper())`, `getattr(apex.optimizers, name)`),
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
@@ -125,7 +127,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `set_to_none=False` when the optimizer is built from exactly `model.parameters()` and no
     other optimizer in scope may hold them (each fused optimizer steps every parameter it packed,
     None or zero, so nothing else could see the zeros); otherwise that is an unsafe fix, applied
-    with `--unsafe-fixes` and reported with the reason without it.
+    with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
+    `zero_grad(set_to_none=...)` in another file of the run that gets it from a method (nanoGPT's
+    `train.py`) loses the argument in the same run as the swap.
 
     The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
     were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
