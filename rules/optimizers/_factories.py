@@ -557,7 +557,7 @@ class OptimizerFactories:
         """The factories' facts and the callers of methods that return an optimizer (each
         part of a file's facts comes from one of the two)."""
         found = {path: dict(facts) for path, facts in (link(linking) or {}).items()}
-        methods = method_callers.link(linking, linking.project.summaries(KEY))
+        methods = method_callers.link(linking, linking.project.summaries(KEY), found)
         for path, facts in methods.items():
             found.setdefault(path, {}).update(facts)
         return found or None

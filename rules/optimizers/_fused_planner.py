@@ -24,7 +24,13 @@ from migrator.analysis.scopes import Binding, BindingKind
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Severity
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
-from migrator.rules.optimizers._call_sites import CallSite, ExternalAmp, factory_sites
+from migrator.rules.optimizers._call_sites import (
+    CallSite,
+    ExternalAmp,
+    MethodCallers,
+    factory_sites,
+    method_callers,
+)
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
@@ -39,7 +45,6 @@ from migrator.rules.optimizers._hazards import (
 )
 from migrator.rules.optimizers._hazards import describe as describe_hazards
 from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_keys
-from migrator.rules.optimizers._method_callers import MethodCallers, method_callers
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
     APEX_HOME,

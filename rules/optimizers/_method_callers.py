@@ -46,8 +46,11 @@ from migrator.rule import Linking, Rule
 from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow
+from migrator.rules.optimizers._fused_planner import plan_fused
 from migrator.rules.optimizers._hazards import FusionHazards, GradFix, Hazard, describe
-from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, SOURCES
+from migrator.rules.optimizers._plans import OptLevelSwitch
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPTIMIZER_TRIGGER, SOURCES
+from migrator.settings import AmpPolicy
 from migrator.suppressions import Suppressions
 
 _CODE = "NPU101"
@@ -173,9 +176,12 @@ _OTHER = "other"
 _NOTHING = "nothing"  # a path that only raises (`gpt.module` on the class itself)
 
 
-def link(linking: Linking, summaries: Mapping[str, Facts]) -> dict[str, dict[str, Any]]:
+def link(
+    linking: Linking, summaries: Mapping[str, Facts], known: Mapping[str, Facts]
+) -> dict[str, dict[str, Any]]:
     """path -> facts: ``methods`` (key -> callers, verdict) in each method's module,
-    ``method_calls`` (position -> the call and the fixes it needs) in each safe caller's."""
+    ``method_calls`` (position -> the call and the method) in each caller's whose fixes the
+    run writes. ``known``: the facts the factories' link found (the planner reads them)."""
     methods = [
         Method(path, entry["class"], entry["name"], entry["line"])
         for path, summary in summaries.items()
@@ -186,21 +192,67 @@ def link(linking: Linking, summaries: Mapping[str, Facts]) -> dict[str, dict[str
     readers = _Readers(linking.files)
     containing = linking.files.containing(sorted({method.name for method in methods}))
     facts: dict[str, dict[str, Any]] = {}
+    safe: dict[Method, _Judged] = {}
     for method in methods:
         judged = _Judge(linking.files, readers, method).judge(containing[method.name])
         entry: dict[str, Any] = {"callers": judged.callers, "why": judged.why}
         entry["fixes"] = [fix for calls in judged.fixes.values() for fix in calls.values()]
         facts.setdefault(method.path, {}).setdefault("methods", {})[method.key] = entry
-        if judged.why is not None:
-            continue
-        for path, codes in judged.codes.items():
-            found = facts.setdefault(path, {}).setdefault("method_calls", {})
-            for key, code in codes.items():
-                found[key] = {"code": code, "method": method.shown}
+        if judged.why is None:
+            safe[method] = judged
+    for path in sorted({method.path for method in safe}):
+        swapped = _swapped(linking, readers(path), facts[path]["methods"], known.get(path, {}))
+        for method, judged in safe.items():
+            if method.path != path or method.key not in swapped:
+                continue  # the constructor stays unfused for a reason of its own module
+            for caller, codes in judged.codes.items():
+                found = facts.setdefault(caller, {}).setdefault("method_calls", {})
+                for key, code in codes.items():
+                    found[key] = {"code": code, "method": method.shown}
     for view in readers.views.values():
         if view is not None:
             view.release()
     return facts
+
+
+def _swapped(
+    linking: Linking,
+    view: FileView | None,
+    methods: Mapping[str, Any],
+    known: Mapping[str, Any],
+) -> set[str]:
+    """The methods (``Class.name``) of the module of ``view`` that return a constructor NPU101
+    swaps in this run, as its planner decides with the link stage's facts: only their callers
+    get fixes (a caller fixed for an optimizer that stays unfused would be a change for
+    nothing)."""
+    if view is None:
+        return set()
+    suppressions = Suppressions.scan(view.index.source.text)
+    if suppressions.skip_file:
+        return set()
+    switch = linking.plans.get(OptLevelSwitch)
+    decisions = plan_fused(
+        view,
+        level=switch.level if isinstance(switch, OptLevelSwitch) else None,
+        factories=known.get("factories", {}),
+        shared=known.get("shared", {}),
+        suppressions=suppressions,
+        amp_always=linking.settings.amp is AmpPolicy.ALWAYS,
+        unsafe_fixes=linking.settings.unsafe_fixes,
+        methods=methods,
+    )
+    rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
+    flow = OptimizerFlow.of(view)
+    swapped: set[str] = set()
+    for class_def in view.index.tree.body:
+        if not isinstance(class_def, ast.ClassDef):
+            continue
+        for method in class_def.body:
+            if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if any(id(origin) in rewritten for origin in _returned(view, flow, method)):
+                swapped.add(f"{class_def.name}.{method.name}")
+    return swapped
 
 
 @dataclass
@@ -462,6 +514,13 @@ class _Judge:
                 )
                 continue
             fixes = [hazard.fix for hazard in hazards if hazard.fix is not None]
+            if fixes and not any(word in view.index.source.text for word in OPTIMIZER_TRIGGER):
+                # NPU101 (whose TRIGGER this is) would never run on the file to write them.
+                problems.append(
+                    f"its caller at {where} needs a fix that npu-migrate does not look for in "
+                    f"{_display(path)} (its text names no optimizer)"
+                )
+                continue
             suppressed = [fix for fix in fixes if suppressions.covers(fix.line, _CODE)]
             if suppressed:
                 lines = ", ".join(str(fix.line) for fix in suppressed)
@@ -616,35 +675,6 @@ def _top_level(body: list[ast.stmt], name: str) -> ast.stmt | None:
 
 
 # -- 3. check: what NPU101 reads ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MethodCallers:
-    """What the link stage found about the callers of a method of this module."""
-
-    callers: tuple[str, ...]
-    why: str | None  # None: every caller is in the run and safe
-    fixes: tuple[str, ...]  # where the callers' files get `set_to_none` dropped
-
-    def note(self, name: str) -> str:
-        """For the constructor's message: who calls the method, what their files get."""
-        calls = ", ".join(self.callers)
-        note = f"every call of `{name}` is in this run and keeps it working ({calls})"
-        if self.fixes:
-            note += (
-                "; `set_to_none` is dropped from its `zero_grad` there (the fused optimizers "
-                f"zero in place): {', '.join(self.fixes)}"
-            )
-        return note
-
-
-def method_callers(facts: Mapping[str, Any], class_name: str, name: str) -> MethodCallers | None:
-    """The link stage's verdict on the callers of ``class_name.name`` (``facts``: the module's
-    ``methods`` facts); None without one."""
-    entry = facts.get(f"{class_name}.{name}")
-    if entry is None:
-        return None
-    return MethodCallers(tuple(entry["callers"]), entry["why"], tuple(entry["fixes"]))
 
 
 def methods_facts(rule: Rule, key: str) -> Mapping[str, Any]:
