@@ -98,6 +98,37 @@ def test_a_caller_whose_receiver_may_be_another_class_blocks_both_files(
     assert "`model` may be a `GPT` or an instance of another class" in message
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "reason"),
+    [
+        pytest.param(
+            "finetune.py",
+            "from model import GPT, GPTConfig\n\n\n"
+            "class Tuned(GPT):\n"
+            "    def configure_optimizers(self, *args):\n"
+            "        return super().configure_optimizers(*args)\n",
+            "`super()` is not a `GPT` npu-migrate can see built",
+            id="super",
+        ),
+        pytest.param(
+            "hooks.py",
+            "def build(model):\n    return getattr(model, 'configure_optimizers')(0.1)\n",
+            "`'configure_optimizers'` at hooks.py:2 may name it in a lookup",
+            id="getattr",
+        ),
+    ],
+)
+def test_a_use_out_of_sight_blocks_both_files(
+    repository: Path, name: str, text: str, reason: str
+) -> None:
+    (repository / name).write_text(text)
+    before = texts(repository)
+    check = npu_migrate(repository, "--check", "--format", "json", ".")
+    assert texts(repository) == before
+    (message,) = manual_messages(check)
+    assert reason in message
+
+
 def test_a_look_alike_method_of_another_class_is_not_a_caller(repository: Path) -> None:
     """A class of the same method name that defines its own: its caller stays as written, and
     it does not stand in the way of GPT's callers."""

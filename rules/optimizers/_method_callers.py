@@ -279,6 +279,12 @@ class _Judge:
                 problems.append(f"{_display(path)} cannot be parsed")
                 continue
             calls: list[ast.Call] = []
+            problems += [
+                f"`{view.written(node)}` at {_display(path)}:{node.lineno} may name it in a "
+                "lookup npu-migrate does not follow"
+                for node in view.index.nodes(ast.Constant)
+                if node.value == self.method.name
+            ]
             for attribute in view.index.attributes(self.method.name):
                 sorted_as = self._use(view, path, attribute)
                 if sorted_as == _OURS:
@@ -409,7 +415,7 @@ class _Judge:
         if isinstance(target, AmbiguousModule):
             return f"cannot tell which file defines `{dotted}` in {code}: {target}"
         if target is None or not target.rest:
-            return _OTHER  # a library's class cannot inherit a method of the run's
+            return self._outside(dotted, code)
         view = self.readers(target.module.path)
         if view is None:
             return f"{_display(target.module.path)} cannot be parsed"
@@ -425,6 +431,15 @@ class _Judge:
         ):
             return _OURS
         return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
+
+    def _outside(self, dotted: str, code: str) -> str:
+        """A callee no file of the run defines: a library's class, which cannot inherit a
+        method of the run's, unless it is a builtin (``super()``, ``getattr(...)()``) or bears
+        the class's own name (a path npu-migrate does not know may lead to it)."""
+        root, name = dotted.partition(".")[0], dotted.rpartition(".")[2]
+        if root == "builtins" or name == self.method.class_name:
+            return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
+        return _OTHER
 
     def _is_ours(self, path: str, class_def: ast.ClassDef) -> bool:
         return (
