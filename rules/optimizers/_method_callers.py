@@ -73,6 +73,7 @@ _RETURN_SELF = frozenset(
     {"to", "cuda", "npu", "cpu", "train", "eval", "float", "half", "requires_grad_", "to_empty"}
 )
 _MAX_DEPTH = 12  # assignments followed back from a receiver
+_MAX_REEXPORTS = 4  # `from .model import GPT` in an __init__.py, followed this many times
 
 
 def _display(path: str) -> str:
@@ -409,8 +410,9 @@ class _Judge:
             for node in ast.walk(class_def)
         )
 
-    def _class_named(self, dotted: str, importer: str, code: str) -> str:
-        """The class a call of ``dotted`` builds an instance of, sorted."""
+    def _class_named(self, dotted: str, importer: str, code: str, hops: int = 0) -> str:
+        """The class a call of ``dotted`` builds an instance of, sorted (a re-export in a
+        package's ``__init__``, ``from .model import GPT``, is followed)."""
         target = self.files.resolve(dotted, importer)
         if isinstance(target, AmbiguousModule):
             return f"cannot tell which file defines `{dotted}` in {code}: {target}"
@@ -420,6 +422,10 @@ class _Judge:
         if view is None:
             return f"{_display(target.module.path)} cannot be parsed"
         node = _top_level(view.index.tree.body, target.rest[0])
+        reexported = _reexport(view.index.tree.body, target.rest[0])
+        if node is None and reexported is not None and hops < _MAX_REEXPORTS:
+            dotted = ".".join([reexported, *target.rest[1:]])
+            return self._class_named(dotted, target.module.path, code, hops + 1)
         if not isinstance(node, ast.ClassDef):
             return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
         if len(target.rest) == 1:
@@ -676,6 +682,28 @@ def _unbound_at_top(view: FileView, expr: ast.expr) -> bool:
         if not plain:
             return False
     return True
+
+
+def _reexport(body: list[ast.stmt], name: str) -> str | None:
+    """``.model.GPT`` for the one ``from .model import GPT`` that binds ``name`` at the top of
+    a module (and nothing else does there)."""
+    found: list[str] = []
+    for statement in body:
+        if isinstance(statement, ast.ImportFrom):
+            for alias in statement.names:
+                if (alias.asname or alias.name) == name and alias.name != "*":
+                    module = "." * statement.level + (statement.module or "")
+                    separator = "." if statement.module else ""
+                    found.append(f"{module}{separator}{alias.name}")
+        elif isinstance(statement, ast.Import):
+            if any((alias.asname or alias.name).split(".")[0] == name for alias in statement.names):
+                return None
+        elif any(
+            isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+            for node in ast.walk(statement)
+        ):
+            return None
+    return found[0] if len(found) == 1 else None
 
 
 def _top_level(body: list[ast.stmt], name: str) -> ast.stmt | None:
