@@ -130,14 +130,16 @@ def test_a_use_out_of_sight_blocks_both_files(
 
 
 def test_a_look_alike_method_of_another_class_is_not_a_caller(repository: Path) -> None:
-    """A class of the same method name that defines its own: its caller stays as written, and
-    it does not stand in the way of GPT's callers."""
+    """A class that gets a method of the same name from a base of its own: its caller stays as
+    written, and it does not stand in the way of GPT's callers."""
     (repository / "other.py").write_text(
-        "class Trainer:\n"
+        "class Base:\n"
         "    def __init__(self, optimizer):\n"
         "        self.optimizer = optimizer\n\n"
         "    def configure_optimizers(self):\n"
-        "        return self.optimizer\n"
+        "        return self.optimizer\n\n\n"
+        "class Trainer(Base):\n"
+        "    pass\n"
     )
     look_alike = (
         "from other import Trainer\n\n"

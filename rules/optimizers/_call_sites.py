@@ -144,6 +144,7 @@ class MethodCallers:
     callers: tuple[str, ...]
     why: str | None  # None: every caller is in the run and safe
     fixes: tuple[str, ...]  # where the callers' files get `set_to_none` dropped
+    uses: int = 0  # uses of the name in the run that may call the method, sorted or not
 
     def note(self, name: str) -> str:
         """For the constructor's message: who calls the method, what their files get."""
@@ -163,4 +164,6 @@ def method_callers(facts: Mapping[str, Any], class_name: str, name: str) -> Meth
     entry = facts.get(f"{class_name}.{name}")
     if entry is None:
         return None
-    return MethodCallers(tuple(entry["callers"]), entry["why"], tuple(entry["fixes"]))
+    return MethodCallers(
+        tuple(entry["callers"]), entry["why"], tuple(entry["fixes"]), entry.get("uses", 0)
+    )

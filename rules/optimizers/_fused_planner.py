@@ -1917,12 +1917,13 @@ def _fixed_message(draft: _Draft) -> str:
 def _method_blocks(newly: bool, callers: MethodCallers | None) -> bool:
     """Whether the constructor a method returns stays unfused for its callers: the shapes of
     issue 19 unless every caller is in the run and safe; a direct constructor (rewritten
-    before the callers were followed) when a caller in the run is found unsafe."""
+    before the callers were followed, which stays so when the run shows no use of the method)
+    when a use of the method in the run is unsafe or cannot be sorted."""
     if callers is None:
         return newly
     if callers.why is None:
         return False
-    return newly or bool(callers.callers)
+    return newly or callers.uses > 0
 
 
 def _method_message(

@@ -196,7 +196,11 @@ def link(
     safe: dict[Method, _Judged] = {}
     for method in methods:
         judged = _Judge(linking.files, readers, method).judge(containing[method.name])
-        entry: dict[str, Any] = {"callers": judged.callers, "why": judged.why}
+        entry: dict[str, Any] = {
+            "callers": judged.callers,
+            "why": judged.why,
+            "uses": judged.uses,
+        }
         entry["fixes"] = [fix for calls in judged.fixes.values() for fix in calls.values()]
         facts.setdefault(method.path, {}).setdefault("methods", {})[method.key] = entry
         if judged.why is None:
@@ -260,6 +264,9 @@ def _swapped(
 class _Judged:
     callers: list[str] = field(default_factory=list)  # "train.py:199"
     why: str | None = "no file of this run calls it"  # None: every caller is safe
+    # Uses of the name in the run that may be calls of the method (sorted as its calls, or not
+    # sorted at all): with none, nothing in the run shows how the optimizer is used.
+    uses: int = 0
     # path -> position of a call -> its fixes ("train.py:314"); codes: the calls as written
     fixes: dict[str, dict[str, str]] = field(default_factory=dict)
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -293,6 +300,7 @@ class _Judge:
                     calls.append(view.index.parent(attribute))  # type: ignore[arg-type]
                 elif sorted_as not in (_OTHER, _NOTHING):
                     problems.append(sorted_as)
+                judged.uses += sorted_as not in (_OTHER, _NOTHING)
             if calls:
                 problems += self._callers(view, path, calls, judged)
         if problems:
@@ -410,7 +418,9 @@ class _Judge:
             for node in ast.walk(class_def)
         )
 
-    def _class_named(self, dotted: str, importer: str, code: str, hops: int = 0) -> str:
+    def _class_named(
+        self, dotted: str, importer: str, code: str, hops: int = 0, depth: int = 0
+    ) -> str:
         """The class a call of ``dotted`` builds an instance of, sorted (a re-export in a
         package's ``__init__``, ``from .model import GPT``, is followed)."""
         target = self.files.resolve(dotted, importer)
@@ -425,11 +435,11 @@ class _Judge:
         reexported = _reexport(view.index.tree.body, target.rest[0])
         if node is None and reexported is not None and hops < _MAX_REEXPORTS:
             dotted = ".".join([reexported, *target.rest[1:]])
-            return self._class_named(dotted, target.module.path, code, hops + 1)
+            return self._class_named(dotted, target.module.path, code, hops + 1, depth)
         if not isinstance(node, ast.ClassDef):
             return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
         if len(target.rest) == 1:
-            return self._class_kind(target.module.path, node, code)
+            return self._class_kind(target.module.path, node, code, depth)
         if (
             len(target.rest) == 2
             and self._is_ours(target.module.path, node)
@@ -453,7 +463,12 @@ class _Judge:
             and class_def.name == self.method.class_name
         )
 
-    def _class_kind(self, path: str, class_def: ast.ClassDef, code: str) -> str:
+    def _class_kind(self, path: str, class_def: ast.ClassDef, code: str, depth: int = 0) -> str:
+        """What an instance of ``class_def`` (defined in ``path``) calls by the method's name:
+        the method (_OURS: the class itself), another method (_OTHER: one the class or its
+        bases define, none of them ours, or none at all), or why that is not known (a subclass
+        of the method's class, whose own code the callers' checks do not cover; a base not
+        followed)."""
         if self._is_ours(path, class_def):
             return _OURS
         if any(
@@ -462,10 +477,30 @@ class _Judge:
             for node in class_def.body
         ):
             return _OTHER  # its own method of that name
-        return (
+        may_inherit = (
             f"{code} builds a `{class_def.name}` ({_display(path)}:{class_def.lineno}), which may "
             f"inherit `{self.method.name}`"
         )
+        view = self.readers(path)
+        if view is None or depth > _MAX_DEPTH:
+            return may_inherit
+        kinds = [self._base_kind(view, path, base, code, depth + 1) for base in class_def.bases]
+        if all(kind == _OTHER for kind in kinds):
+            return _OTHER  # no base can give it the method
+        return may_inherit
+
+    def _base_kind(self, view: FileView, path: str, base: ast.expr, code: str, depth: int) -> str:
+        """What a base class gives its subclasses by the method's name (see _class_kind)."""
+        name = view.qualified_name(base)
+        if name == "builtins.object":
+            return _OTHER
+        if isinstance(name, str):
+            return self._class_named(name, path, code, depth=depth)
+        if isinstance(base, ast.Name) and name is None:
+            local = _top_level(view.index.tree.body, base.id)
+            if isinstance(local, ast.ClassDef):
+                return self._class_kind(path, local, code, depth)
+        return f"`{view.written(base)}`, a base of {code}'s class, is not followed"
 
     def _builds_instance(self, view: FileView, class_def: ast.ClassDef, name: str) -> bool:
         """``Class.name(...)`` is a class method (or static method) of ``class_def`` that
