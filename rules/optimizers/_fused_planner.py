@@ -655,8 +655,9 @@ class _Planner:
         if target is None or problems:
             self._report(call, _blocked_message(source, target, problems))
             return
-        # Only for the shapes this issue made rewritable (issue 19): a direct constructor
-        # returned by a method keeps its earlier behaviour until the lead decides (see docs).
+        # The shapes issue 19 made rewritable need every caller of the method in the run and
+        # safe; a direct constructor keeps its earlier behaviour (rewritten) unless the run
+        # shows a use of the method that is unsafe or cannot be sorted (see _method_blocks).
         newly = any(arg.star == "**" for arg in args) or not isinstance(
             self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str
         )
