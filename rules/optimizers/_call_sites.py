@@ -6,7 +6,9 @@ module that other files call to get an optimizer (a *factory*), every call of it
 ``amp.initialize`` calls its result reaches, as JSON facts. This module reads those facts back
 for one module, without a rule: :func:`factory_sites` says which constructors of the module each
 factory returns and where it is called, for NPU101's planner (in the module's own check and in
-the link stage alike).
+the link stage alike); :func:`method_callers` what the link stage found of the callers of a
+method of the module that returns an optimizer
+(:mod:`~migrator.rules.optimizers._method_callers`).
 """
 
 from __future__ import annotations
@@ -133,3 +135,35 @@ def _function_of(index: ModuleIndex, node: ast.AST) -> ast.AST | None:
         if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             return ancestor
     return None
+
+
+@dataclass(frozen=True)
+class MethodCallers:
+    """What the link stage found about the callers of a method of this module."""
+
+    callers: tuple[str, ...]
+    why: str | None  # None: every caller is in the run and safe
+    fixes: tuple[str, ...]  # where the callers' files get `set_to_none` dropped
+    uses: int = 0  # uses of the name in the run that may call the method, sorted or not
+
+    def note(self, name: str) -> str:
+        """For the constructor's message: who calls the method, what their files get."""
+        calls = ", ".join(self.callers)
+        note = f"every call of `{name}` is in this run and keeps it working ({calls})"
+        if self.fixes:
+            note += (
+                "; `set_to_none` is dropped from its `zero_grad` there (the fused optimizers "
+                f"zero in place): {', '.join(self.fixes)}"
+            )
+        return note
+
+
+def method_callers(facts: Mapping[str, Any], class_name: str, name: str) -> MethodCallers | None:
+    """The link stage's verdict on the callers of ``class_name.name`` (``facts``: the module's
+    ``methods`` facts); None without one."""
+    entry = facts.get(f"{class_name}.{name}")
+    if entry is None:
+        return None
+    return MethodCallers(
+        tuple(entry["callers"]), entry["why"], tuple(entry["fixes"]), entry.get("uses", 0)
+    )

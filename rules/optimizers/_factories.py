@@ -45,6 +45,7 @@ from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, Module
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
+from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import amp_options
 from migrator.rules.optimizers._call_sites import returned_origins
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
@@ -57,8 +58,9 @@ from migrator.suppressions import Suppressions
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
 KEY = "NPU1"
 # A file that calls apex.amp.initialize names both (Rule.wants_summary); one that shares a model
-# with hogwild workers calls `share_memory()`.
-PROJECT_TRIGGER = ("initialize", "share_memory")
+# with hogwild workers calls `share_memory()`; one whose methods return an optimizer calls its
+# class (see _method_callers).
+PROJECT_TRIGGER = ("initialize", "share_memory", *method_callers.CONSTRUCTED)
 _ALSO_NEEDED = b"apex"
 _SHARED = b"share_memory"
 # How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.
@@ -538,12 +540,24 @@ class OptimizerFactories:
 
     @classmethod
     def wants_summary(cls, source: bytes) -> bool:
-        return wants_summary(source)
+        return wants_summary(source) or method_callers.wants_summary(source)
 
     @classmethod
     def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
-        return summarize(index, module)
+        source = index.source.text.encode()
+        facts = dict(summarize(index, module) or {}) if wants_summary(source) else {}
+        if method_callers.wants_summary(source):
+            methods = method_callers.summarize(index)
+            if methods:
+                facts["methods"] = methods
+        return facts or None
 
     @classmethod
     def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
-        return link(linking)
+        """The factories' facts and the callers of methods that return an optimizer (each
+        part of a file's facts comes from one of the two)."""
+        found = {path: dict(facts) for path, facts in (link(linking) or {}).items()}
+        methods = method_callers.link(linking, linking.project.summaries(KEY), found)
+        for path, facts in methods.items():
+            found.setdefault(path, {}).update(facts)
+        return found or None

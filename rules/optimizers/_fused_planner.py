@@ -25,7 +25,13 @@ from migrator.analysis.scopes import Binding, BindingKind
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Severity
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
-from migrator.rules.optimizers._call_sites import CallSite, ExternalAmp, factory_sites
+from migrator.rules.optimizers._call_sites import (
+    CallSite,
+    ExternalAmp,
+    MethodCallers,
+    factory_sites,
+    method_callers,
+)
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
@@ -228,6 +234,7 @@ def plan_fused(
     amp_always: bool = False,
     unsafe_fixes: bool = False,
     planned_amp: PlannedAmp | None = None,
+    methods: Mapping[str, Any] | None = None,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -239,7 +246,9 @@ def plan_fused(
     in shared memory (name -> where ``share_memory()`` is called); ``amp_always`` the setting
     ``amp = "always"``: an ``amp.initialize`` that runs only on some paths counts as reached;
     ``unsafe_fixes`` also applies the `zero_grad` edits that may change other optimizers;
-    ``planned_amp`` the ``amp.initialize`` calls NPU105 and NPU106 write in this run.
+    ``planned_amp`` the ``amp.initialize`` calls NPU105 and NPU106 write in this run;
+    ``methods`` the link stage's verdicts on the callers of the module's methods that return
+    an optimizer (:mod:`~migrator.rules.optimizers._method_callers`).
     """
     # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
     # module's parameters is fused too: plan assuming every constructor is, then again with only
@@ -249,6 +258,7 @@ def plan_fused(
         planner = _Planner(view, level, factories, suppressions, shared or {}, planned_amp)
         planner.amp_always, planner.unsafe_fixes = amp_always, unsafe_fixes
         planner.assumed_fused = assumed
+        planner.methods = methods or {}
         decisions = planner.decide()
         rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
         if planner.relied_on <= rewritten:
@@ -320,6 +330,7 @@ class _Planner:
         # id(unsupported constructor) -> zero_grad calls a safe edit excused because it raises
         self.excused: dict[int, list[ast.Call]] = {}
         self._mapped_values: set[int] = set()  # class values whose call NPU101 maps
+        self.methods: Mapping[str, Any] = {}  # the callers of the module's methods (link stage)
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -737,14 +748,16 @@ class _Planner:
         if target is None or problems:
             self._report(call, _blocked_message(source, target, problems))
             return
-        # Only for the shapes this issue made rewritable (issue 19): a direct constructor
-        # returned by a method keeps its earlier behaviour until the lead decides (see docs).
+        # The shapes issue 19 made rewritable need every caller of the method in the run and
+        # safe; a direct constructor keeps its earlier behaviour (rewritten) unless the run
+        # shows a use of the method that is unsafe or cannot be sorted (see _method_blocks).
         newly = any(arg.star == "**" for arg in args) or not isinstance(
             self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str
         )
-        method = self._returned_by_method(call) if newly else None
-        if method is not None:
-            self._report(call, _method_message(source, target, method))
+        method = self._returned_by_method(call) if newly or self.methods else None
+        callers = self._method_callers(method)
+        if method is not None and _method_blocks(newly, callers):
+            self._report(call, _method_message(source, target, method, callers))
             return
         params = args[names.index("params")].value if "params" in names else None
         # What no edit can make fusable goes first: then the code a person could change.
@@ -842,6 +855,8 @@ class _Planner:
             draft.why = _factory_why(draft, amp_call, with_amp, without_amp)
         if added is not None:
             draft.why = self.planned_amp.added_why(added)
+        if callers is not None and callers.why is None:
+            draft.notes.append(callers.note(method.name if method is not None else ""))
         if self.planned_amp.wrappers_of(call):
             draft.notes.append("NPU106 writes that `amp.initialize` in place of `FP16_Optimizer`")
         if gated is not None:
@@ -1277,6 +1292,15 @@ class _Planner:
                 if self._returns(statement, call):
                     return function
         return None
+
+    def _method_callers(
+        self, method: ast.FunctionDef | ast.AsyncFunctionDef | None
+    ) -> MethodCallers | None:
+        """The link stage's verdict on the callers of ``method`` in the run (None: none)."""
+        owner = self.index.parent(method) if method is not None else None
+        if method is None or not isinstance(owner, ast.ClassDef):
+            return None
+        return method_callers(self.methods, owner.name, method.name)
 
     def _returns(self, statement: ast.AST, call: ast.Call) -> bool:
         """``return <value>`` whose value may be what ``call`` builds."""
@@ -2052,19 +2076,42 @@ def _fixed_message(draft: _Draft) -> str:
     return f"replaced `{draft.source.display}` with `{draft.callee}`: {why}{notes}"
 
 
+def _method_blocks(newly: bool, callers: MethodCallers | None) -> bool:
+    """Whether the constructor a method returns stays unfused for its callers: the shapes of
+    issue 19 unless every caller is in the run and safe; a direct constructor (rewritten
+    before the callers were followed, which stays so when the run shows no use of the method)
+    when a use of the method in the run is unsafe or cannot be sorted."""
+    if callers is None:
+        return newly
+    if callers.why is None:
+        return False
+    return newly or callers.uses > 0
+
+
 def _method_message(
-    source: Source, target: str, method: ast.FunctionDef | ast.AsyncFunctionDef
+    source: Source,
+    target: str,
+    method: ast.FunctionDef | ast.AsyncFunctionDef,
+    callers: MethodCallers | None = None,
 ) -> str:
     to_fuse = (
         f"check that no caller of `{method.name}` calls `zero_grad(set_to_none=True)`, sets "
         f"gradients to None or re-allocates the parameters, then use `{target}`"
     )
+    if callers is None:
+        followed = (
+            "returns it to callers npu-migrate does not follow, where the code that zeroes and "
+            "steps it may break an NPU fused optimizer (a training loop's "
+            "`zero_grad(set_to_none=True)`, for one, is refused by NPU fused optimizers)"
+        )
+    else:
+        followed = (
+            "returns it to its callers, and npu-migrate swaps it only when every caller is in "
+            f"the files of this run and keeps an NPU fused optimizer working: {callers.why}"
+        )
     return (
         f"`{source.display}` is not rewritten to `{target}`: the method `{method.name}` (line "
-        f"{method.lineno}) returns it to callers npu-migrate does not follow, where the code that "
-        "zeroes and steps it may break an NPU fused optimizer (a training loop's "
-        "`zero_grad(set_to_none=True)`, for one, is refused by NPU fused optimizers). "
-        + _left_unfused(source, to_fuse)
+        f"{method.lineno}) {followed}. " + _left_unfused(source, to_fuse)
     )
 
 

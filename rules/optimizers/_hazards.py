@@ -101,10 +101,15 @@ class Hazard:
 class FusionHazards:
     """The hazards of one file, computed once and looked up per optimizer constructor."""
 
-    def __init__(self, view: FileView, flow: OptimizerFlow) -> None:
+    def __init__(
+        self, view: FileView, flow: OptimizerFlow, returned: frozenset[int] = frozenset()
+    ) -> None:
         self.view = view
         self.index = view.index
         self.flow = flow
+        # Calls of another module's method that return an optimizer (_method_callers): what
+        # they give is held and zeroed as an optimizer built here would be.
+        self.returned = returned
 
     def of(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
         """The hazards for the optimizer that ``constructor`` builds from ``params``, in line
@@ -161,6 +166,8 @@ class FusionHazards:
     def _builds_optimizer(self, call: ast.Call, wrapper: bool) -> bool:
         """A known optimizer constructor, or (``wrapper``) a call given one: `hvd.Distributed
         Optimizer(optimizer)` and the like hand back something used as the optimizer."""
+        if id(call) in self.returned:
+            return True
         if self.view.may_name(call.func, NPU1_ROOTS) and self._optimizer_class(call.func):
             return True
         if isinstance(call.func, ast.Name):

@@ -25,6 +25,7 @@ from migrator.rules.optimizers._fused_planner import (
 )
 from migrator.rules.optimizers._hazards import GradFix
 from migrator.rules.optimizers._kwargs import KeyDrop, alone_in_block
+from migrator.rules.optimizers._method_callers import caller_fixes, methods_facts
 from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
     AddedAmp,
@@ -98,7 +99,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
     and performance-only keys that cannot be dropped where the dict is built; an optimizer built
     through `**`, a name lookup or a class value that a method returns to callers npu-migrate
-    does not follow (nanoGPT's `configure_optimizers`); apex `FusedLAMB`,
+    does not follow or that would break it (a method's callers in other files of the run are
+    followed: nanoGPT's `configure_optimizers` is swapped when every `model.configure_optimizers`
+    of the run is on a `GPT` and keeps the optimizer working); apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, name lookups that stay dynamic
     (`getattr(torch.optim, args.name.upper())`, `getattr(apex.optimizers, name)`),
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
@@ -124,7 +127,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `set_to_none=False` when the optimizer is built from exactly `model.parameters()` and no
     other optimizer in scope may hold them (each fused optimizer steps every parameter it packed,
     None or zero, so nothing else could see the zeros); otherwise that is an unsafe fix, applied
-    with `--unsafe-fixes` and reported with the reason without it.
+    with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
+    `zero_grad(set_to_none=...)` in another file of the run that gets it from a method (nanoGPT's
+    `train.py`) loses the argument in the same run as the swap.
 
     The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
     were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
@@ -194,6 +199,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             amp_always=self.settings.amp is AmpPolicy.ALWAYS,
             unsafe_fixes=self.settings.unsafe_fixes,
             planned_amp=PlannedAmp(self.read_plan(Fp16Rewrites), self.read_plan(AddedAmp)),
+            methods=methods_facts(self, self.PROJECT_KEY),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
@@ -223,6 +229,20 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))
+        self._fix_method_callers()
+
+    def _fix_method_callers(self) -> None:
+        """In a file that calls another module's method whose optimizer this run swaps for an
+        NPU fused one (nanoGPT's `model.configure_optimizers(...)`): the link stage's fixes."""
+        for fix, method in caller_fixes(self, self.PROJECT_KEY):
+            self.fix(
+                fix.call,
+                f"dropped `set_to_none` from `{self.view.written(fix.call)}`: the optimizer "
+                f"comes from {method}, which NPU101 makes an NPU fused optimizer in this run, "
+                "and those zero their flat gradient buffer in place (`set_to_none=True` raises "
+                "ValueError there)",
+                self._grad_fix_edit(fix),
+            )
 
     def _add_home_import(self, home: str) -> None:
         if home == TORCH_NPU_HOME:
