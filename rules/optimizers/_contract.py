@@ -226,15 +226,30 @@ class _Candidate:
     part: Part = "module"
 
 
+_Key = tuple[int, frozenset[Path], frozenset[str]]  # a function's id and its _Context's paths
+
+
 @dataclass
 class _Search:
-    """One question: may ``candidate`` run between two steps of ``constructor``?"""
+    """One question: may ``candidate`` run between two steps of ``constructor``?
+
+    A function's summary differs from one candidate to another only where its run may reach
+    the candidate: ``visits`` holds the ids of those functions (the candidate's own and its
+    callers', to a fixpoint). Every other summary is the same for all the candidates of one
+    constructor, and ``shared`` (one dict per constructor) keeps them. Only exact ones go
+    there: a summary computed while a recursive call stood in as the identity depends on where
+    the recursion was entered (``open``: the summaries being computed; ``partial``: those that
+    read an open one, directly or not), so it stays in this search's ``summaries``, where the
+    search would have found it anyway."""
 
     constructor: ast.Call
     candidate: _Candidate
-    summaries: dict[tuple[int, frozenset[Path], frozenset[str]], Transfer] = field(
-        default_factory=dict
-    )
+    visits: frozenset[int] = frozenset()
+    shared: dict[_Key, Transfer] = field(default_factory=dict)
+    summaries: dict[_Key, Transfer] = field(default_factory=dict)
+    open: set[_Key] = field(default_factory=set)
+    partial: set[_Key] = field(default_factory=set)
+    inexact: bool = False  # the summary being computed read an open or partial one
 
 
 class ParameterContract:
@@ -250,6 +265,11 @@ class ParameterContract:
         # they get is put in shared memory.
         self.shared = shared or {}
         self._names_cache: dict[int, frozenset[str]] = {}
+        # The summaries that no candidate changes, per constructor (see _Search).
+        self._shared: dict[int, dict[_Key, Transfer]] = {}
+        self._visits: dict[int, frozenset[int]] = {}
+        self._local_functions: dict[ast.Call, ast.AST | None] = {}
+        self._class_methods: dict[ast.ClassDef, dict[str, ast.AST | None]] = {}
 
     # -- re-allocations between steps ----------------------------------------------------------
 
@@ -261,8 +281,10 @@ class ParameterContract:
             return []
         home = self._function_of(constructor)
         found: list[Break] = []
+        shared = self._shared.setdefault(id(constructor), {})
         for candidate in self._candidates:
-            search = _Search(constructor, candidate)
+            visits = self._functions_visiting(candidate.node)
+            search = _Search(constructor, candidate, visits, shared)
             entries = self._entries_reaching(candidate.node)
             if any(_breaks(self._entry(search, entry, paths)) for entry in entries):
                 function = self._function_of(candidate.node)
@@ -329,12 +351,54 @@ class ParameterContract:
         key = (id(context.function), context.models, context.optimizers)
         known = search.summaries.get(key)
         if known is not None:
+            if key in search.open or key in search.partial:
+                search.inexact = True
             return known
+        candidate_free = key[0] not in search.visits
+        if candidate_free:
+            known = search.shared.get(key)
+            if known is not None:
+                return known
         search.summaries[key] = IDENTITY  # a recursive call adds nothing new
+        search.open.add(key)
+        caller_inexact, search.inexact = search.inexact, False
         body = context.function.body  # type: ignore[attr-defined]
         transfer = self._block(search, context, body)
+        search.open.discard(key)
         search.summaries[key] = transfer
+        if search.inexact:
+            search.partial.add(key)
+        elif candidate_free:
+            search.shared[key] = transfer
+        search.inexact = caller_inexact or search.inexact
         return transfer
+
+    def _functions_visiting(self, node: ast.AST) -> frozenset[int]:
+        """The ids of the functions (and the module) whose summary may see ``node``: the one
+        whose own code holds it, and every one that calls one of those, to a fixpoint."""
+        home = self._function_of(node)
+        known = self._visits.get(id(home))
+        if known is None:
+            reached = {id(home)}
+            pending = [home]
+            while pending:
+                for caller in self._callers.get(id(pending.pop()), ()):
+                    if id(caller) not in reached:
+                        reached.add(id(caller))
+                        pending.append(caller)
+            known = self._visits[id(home)] = frozenset(reached)
+        return known
+
+    @cached_property
+    def _callers(self) -> dict[int, list[ast.AST]]:
+        """Function id -> the functions (or the module) whose code has a call that
+        :meth:`_local_function` resolves to it (the summaries that follow such a call)."""
+        callers: dict[int, list[ast.AST]] = {}
+        for call in self.index.nodes(ast.Call):
+            callee = self._local_function(call)
+            if callee is not None:
+                callers.setdefault(id(callee), []).append(self._function_of(call))
+        return callers
 
     # statements
 
@@ -438,7 +502,7 @@ class ParameterContract:
             return _BUILT
         if call is search.candidate.node and self._reallocates(context, search.candidate):
             return _REALLOCATED
-        function = self._local_function(call, context)
+        function = self._local_function(call)
         if function is not None:
             return self._summary(search, self._callee_context(search, context, call, function))
         if self._steps(search, context, call):
@@ -492,9 +556,15 @@ class ParameterContract:
 
     # -- functions of the module ---------------------------------------------------------------
 
-    def _local_function(self, call: ast.Call, context: _Context) -> ast.AST | None:
+    def _local_function(self, call: ast.Call) -> ast.AST | None:
         """The function of this module that ``call`` runs: a function bound once to the
         callee's name, or ``self.<method>(...)`` of the class around the caller."""
+        if call in self._local_functions:
+            return self._local_functions[call]
+        function = self._local_functions[call] = self._find_local_function(call)
+        return function
+
+    def _find_local_function(self, call: ast.Call) -> ast.AST | None:
         func = call.func
         if isinstance(func, ast.Name):
             bindings = self.index.bindings_of(func)
@@ -511,9 +581,19 @@ class ParameterContract:
             )
             if owner is None:
                 return None
-            methods = [s for s in owner.body if isinstance(s, _FUNCTIONS) and s.name == func.attr]
-            return methods[0] if len(methods) == 1 else None
+            return self._methods(owner).get(func.attr)
         return None
+
+    def _methods(self, owner: ast.ClassDef) -> dict[str, ast.AST | None]:
+        """Name -> the method of ``owner``'s body so named, None for a name defined twice."""
+        known = self._class_methods.get(owner)
+        if known is None:
+            known = self._class_methods[owner] = {}
+            for statement in owner.body:
+                if isinstance(statement, _FUNCTIONS):
+                    twice = statement.name in known
+                    known[statement.name] = None if twice else statement
+        return known
 
     def _callee_context(
         self, search: _Search, context: _Context, call: ast.Call, function: ast.AST
