@@ -48,7 +48,7 @@ import ast
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from migrator.analysis.calls import arguments, literal_value
 from migrator.analysis.index import line_of
@@ -170,6 +170,28 @@ def _breaks(transfer: Transfer) -> bool:
     return bool(transfer[0] & (1 << _BROKEN))
 
 
+# What a piece of code does to the automaton, with what does nothing left out (None: the
+# identity; nothing in it can step, build, re-allocate or call a function of the module):
+# ("sequence", parts), ("call", arguments, call), ("statement", children, a candidate's
+# statement), ("branch", test, body, orelse), ("repeat", body), ("maybe", first, later
+# operands of `and` / `or`), ("for", iterable, body, orelse), ("while", test, body, orelse),
+# ("try", body statements, handlers, orelse, finalbody), ("match", subject, cases).
+_Op = tuple[Any, ...] | None
+
+
+def _sequence(parts: Sequence[_Op]) -> _Op:
+    kept = tuple(part for part in parts if part is not None)
+    if not kept:
+        return None
+    return kept[0] if len(kept) == 1 else ("sequence", kept)
+
+
+def _branch(test: _Op, body: _Op, orelse: _Op) -> _Op:
+    return (
+        None if test is None and body is None and orelse is None else ("branch", test, body, orelse)
+    )
+
+
 # -- findings ------------------------------------------------------------------------------------
 
 
@@ -270,6 +292,7 @@ class ParameterContract:
         self._visits: dict[int, frozenset[int]] = {}
         self._local_functions: dict[ast.Call, ast.AST | None] = {}
         self._class_methods: dict[ast.ClassDef, dict[str, ast.AST | None]] = {}
+        self._programs: dict[ast.AST, _Op] = {}
 
     # -- re-allocations between steps ----------------------------------------------------------
 
@@ -362,8 +385,7 @@ class ParameterContract:
         search.summaries[key] = IDENTITY  # a recursive call adds nothing new
         search.open.add(key)
         caller_inexact, search.inexact = search.inexact, False
-        body = context.function.body  # type: ignore[attr-defined]
-        transfer = self._block(search, context, body)
+        transfer = self._run(search, context, self._program(context.function))
         search.open.discard(key)
         search.summaries[key] = transfer
         if search.inexact:
@@ -400,101 +422,150 @@ class ParameterContract:
                 callers.setdefault(id(callee), []).append(self._function_of(call))
         return callers
 
-    # statements
+    # programs: what of a function's code can move the automaton, in the order it is evaluated
 
-    def _block(self, search: _Search, context: _Context, body: Sequence[ast.stmt]) -> Transfer:
-        transfer = IDENTITY
-        for statement in body:
-            transfer = _then(transfer, self._statement(search, context, statement))
-        return transfer
+    def _program(self, function: ast.AST) -> _Op:
+        """``function``'s body as an :data:`_Op` (built once per function: the searches of
+        every constructor and candidate run it)."""
+        if function in self._programs:
+            return self._programs[function]
+        body = function.body  # type: ignore[attr-defined]
+        program = self._programs[function] = self._compile_block(body)
+        return program
 
-    def _statement(self, search: _Search, context: _Context, node: ast.stmt) -> Transfer:
-        block = self._block
+    @cached_property
+    def _candidate_statements(self) -> frozenset[ast.AST]:
+        return frozenset(c.node for c in self._candidates if isinstance(c.node, ast.stmt))
+
+    def _compile_block(self, body: Sequence[ast.stmt]) -> _Op:
+        return _sequence([self._compile_statement(statement) for statement in body])
+
+    def _compile_statement(self, node: ast.stmt) -> _Op:
+        block, expression = self._compile_block, self._compile_expression
         if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
-            return IDENTITY  # runs when called
+            return None  # runs when called
         if isinstance(node, ast.If):
-            branches = _either(
-                block(search, context, node.body), block(search, context, node.orelse)
-            )
-            return _then(self._expression(search, context, node.test), branches)
+            return _branch(expression(node.test), block(node.body), block(node.orelse))
         if isinstance(node, (ast.For, ast.AsyncFor)):
-            loop = _repeated(block(search, context, node.body))
-            after = _then(loop, block(search, context, node.orelse))
-            return _then(self._expression(search, context, node.iter), after)
+            parts = (expression(node.iter), block(node.body), block(node.orelse))
+            return None if parts == (None, None, None) else ("for", *parts)
         if isinstance(node, ast.While):
-            test = self._expression(search, context, node.test)
-            loop = _repeated(_then(test, block(search, context, node.body)))
-            return _then(loop, _then(test, block(search, context, node.orelse)))
+            parts = (expression(node.test), block(node.body), block(node.orelse))
+            return None if parts == (None, None, None) else ("while", *parts)
         if isinstance(node, (ast.With, ast.AsyncWith)):
-            items = IDENTITY
-            for item in node.items:
-                items = _then(items, self._expression(search, context, item.context_expr))
-            return _then(items, block(search, context, node.body))
+            items = [expression(item.context_expr) for item in node.items]
+            return _sequence([*items, block(node.body)])
         if isinstance(node, (ast.Try, ast.TryStar)):
-            return self._try(search, context, node)
+            # A statement or a handler that does nothing adds no new state to the union.
+            body = tuple(filter(None, map(self._compile_statement, node.body)))
+            handlers = tuple(filter(None, (block(handler.body) for handler in node.handlers)))
+            rest = (block(node.orelse), block(node.finalbody))
+            if not body and not handlers and rest == (None, None):
+                return None
+            return ("try", body, handlers, *rest)
         if isinstance(node, ast.Match):
-            cases = IDENTITY
-            for case in node.cases:
-                cases = _either(cases, block(search, context, case.body))
-            return _then(self._expression(search, context, node.subject), cases)
-        return self._simple(search, context, node)
+            cases = tuple(filter(None, (block(case.body) for case in node.cases)))
+            subject = expression(node.subject)
+            return None if not cases and subject is None else ("match", subject, cases)
+        children = _sequence(
+            [
+                expression(child)
+                for child in ast.iter_child_nodes(node)
+                if isinstance(child, ast.expr)
+            ]
+        )
+        if node in self._candidate_statements:
+            return ("statement", children, node)
+        return children
 
-    def _try(self, search: _Search, context: _Context, node: ast.Try | ast.TryStar) -> Transfer:
-        prefix = IDENTITY
-        partial = IDENTITY  # an exception may leave the body after any statement
-        for statement in node.body:
-            prefix = _then(prefix, self._statement(search, context, statement))
-            partial = _either(partial, prefix)
-        handlers = IDENTITY
-        for handler in node.handlers:
-            handlers = _either(handlers, self._block(search, context, handler.body))
-        done = _then(prefix, self._block(search, context, node.orelse))
-        caught = _then(partial, handlers)
-        return _then(_either(done, caught), self._block(search, context, node.finalbody))
-
-    def _simple(self, search: _Search, context: _Context, node: ast.stmt) -> Transfer:
-        transfer = IDENTITY
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                transfer = _then(transfer, self._expression(search, context, child))
-        if node is search.candidate.node and self._reallocates(context, search.candidate):
-            transfer = _then(transfer, _REALLOCATED)
-        return transfer
-
-    # expressions
-
-    def _expression(self, search: _Search, context: _Context, node: ast.expr) -> Transfer:
+    def _compile_expression(self, node: ast.expr) -> _Op:
+        expression = self._compile_expression
         if isinstance(node, ast.Lambda):
-            return IDENTITY
+            return None
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            return _repeated(self._children(search, context, node))
+            children = self._compile_children(node)
+            return None if children is None else ("repeat", children)
         if isinstance(node, ast.IfExp):
-            branches = _either(
-                self._expression(search, context, node.body),
-                self._expression(search, context, node.orelse),
-            )
-            return _then(self._expression(search, context, node.test), branches)
+            return _branch(expression(node.test), expression(node.body), expression(node.orelse))
         if isinstance(node, ast.BoolOp):
-            transfer = self._expression(search, context, node.values[0])
-            for value in node.values[1:]:
-                maybe = _either(IDENTITY, self._expression(search, context, value))
-                transfer = _then(transfer, maybe)
-            return transfer
-        transfer = self._children(search, context, node)
+            first = expression(node.values[0])
+            # `a or b`: b may not run; a part that does nothing adds nothing.
+            rest = tuple(filter(None, map(expression, node.values[1:])))
+            return None if first is None and not rest else ("maybe", first, rest)
+        children = self._compile_children(node)
         if isinstance(node, ast.Call):
-            transfer = _then(transfer, self._call(search, context, node))
-        return transfer
+            return ("call", children, node)
+        return children
 
-    def _children(self, search: _Search, context: _Context, node: ast.AST) -> Transfer:
-        transfer = IDENTITY
+    def _compile_children(self, node: ast.AST) -> _Op:
+        parts: list[_Op] = []
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
-                transfer = _then(transfer, self._expression(search, context, child))
+                parts.append(self._compile_expression(child))
             elif isinstance(child, ast.keyword):
-                transfer = _then(transfer, self._expression(search, context, child.value))
+                parts.append(self._compile_expression(child.value))
             elif isinstance(child, ast.comprehension):
-                transfer = _then(transfer, self._children(search, context, child))
-        return transfer
+                parts.append(self._compile_children(child))
+        return _sequence(parts)
+
+    # running a program: sequences compose, branches join, loops repeat their body
+
+    def _run(self, search: _Search, context: _Context, op: _Op) -> Transfer:
+        """The transfer of ``op`` in ``search``. The parts run in the order the analysis
+        has always evaluated them (a branch's bodies before its test, a loop's body before
+        its iterable), so that a recursive call meets the same summaries in progress."""
+        if op is None:
+            return IDENTITY
+        run = self._run
+        kind = op[0]
+        if kind == "sequence":
+            transfer = IDENTITY
+            for part in op[1]:
+                transfer = _then(transfer, run(search, context, part))
+            return transfer
+        if kind == "call":
+            transfer = run(search, context, op[1])
+            return _then(transfer, self._call(search, context, op[2]))
+        if kind == "branch":
+            branches = _either(run(search, context, op[2]), run(search, context, op[3]))
+            return _then(run(search, context, op[1]), branches)
+        if kind == "statement":
+            transfer = run(search, context, op[1])
+            if op[2] is search.candidate.node and self._reallocates(context, search.candidate):
+                transfer = _then(transfer, _REALLOCATED)
+            return transfer
+        if kind == "repeat":
+            return _repeated(run(search, context, op[1]))
+        if kind == "maybe":
+            transfer = run(search, context, op[1])
+            for value in op[2]:
+                transfer = _then(transfer, _either(IDENTITY, run(search, context, value)))
+            return transfer
+        if kind == "for":
+            loop = _repeated(run(search, context, op[2]))
+            after = _then(loop, run(search, context, op[3]))
+            return _then(run(search, context, op[1]), after)
+        if kind == "while":
+            test = run(search, context, op[1])
+            loop = _repeated(_then(test, run(search, context, op[2])))
+            return _then(loop, _then(test, run(search, context, op[3])))
+        if kind == "try":
+            prefix = IDENTITY
+            partial = IDENTITY  # an exception may leave the body after any statement
+            for statement in op[1]:
+                prefix = _then(prefix, run(search, context, statement))
+                partial = _either(partial, prefix)
+            handlers = IDENTITY
+            for handler in op[2]:
+                handlers = _either(handlers, run(search, context, handler))
+            done = _then(prefix, run(search, context, op[3]))
+            caught = _then(partial, handlers)
+            return _then(_either(done, caught), run(search, context, op[4]))
+        assert kind == "match"
+        cases = IDENTITY
+        for case in op[2]:
+            cases = _either(cases, run(search, context, case))
+        return _then(run(search, context, op[1]), cases)
 
     def _call(self, search: _Search, context: _Context, call: ast.Call) -> Transfer:
         """What the call itself does once its callee and arguments are evaluated."""
