@@ -293,6 +293,8 @@ class ParameterContract:
         self._local_functions: dict[ast.Call, ast.AST | None] = {}
         self._class_methods: dict[ast.ClassDef, dict[str, ast.AST | None]] = {}
         self._programs: dict[ast.AST, _Op] = {}
+        self._carried: dict[ast.Call, tuple[frozenset[str], frozenset[ast.AST]]] = {}
+        self._spelled: dict[ast.AST, frozenset[str]] = {}
 
     # -- re-allocations between steps ----------------------------------------------------------
 
@@ -610,6 +612,8 @@ class ParameterContract:
         built with it (a scheduler, a wrapper, a trainer), else None."""
         if isinstance(node, ast.Name) and node.id in context.optimizers:
             return "optimizer"
+        if not self._may_carry(search.constructor, node):
+            return None
         found: str | None = None
         for origin in self.flow.origins(node):
             if origin is search.constructor:
@@ -624,6 +628,85 @@ class ParameterContract:
             if any(origin is search.constructor for origin in self.flow.origins(arg.value)):
                 return True
         return False
+
+    def _may_carry(self, constructor: ast.Call, node: ast.expr) -> bool:
+        """A cheap test, before asking for the origins of ``node`` (which needs the reaching
+        definitions of its scope): ``node`` holds ``constructor`` or spells a name that may
+        carry its value (:meth:`_carriers`). An origin of ``node`` is a part of it, or a value
+        stored to a name or attribute it spells, or returned by a function it calls by name;
+        whatever the optimizer or something built with it flows through is such a name."""
+        carriers, around = self._carriers(constructor)
+        return node in around or not self._mentions(node).isdisjoint(carriers)
+
+    def _carriers(self, constructor: ast.Call) -> tuple[frozenset[str], frozenset[ast.AST]]:
+        """The names and attribute names that may hold ``constructor``'s value, or a value
+        built from it, anywhere in the module, and the nodes around it: the targets of every
+        assignment whose value holds it or spells a carrier, and the name of every function
+        that returns such a value, to a fixpoint (scopes ignored: a superset)."""
+        known = self._carried.get(constructor)
+        if known is not None:
+            return known
+        around = frozenset([constructor, *self.index.ancestors(constructor)])
+        stores, readers, targets = self._stores
+        carriers: set[str] = set()
+        pending = [position for node in around for position in stores.get(node, ())]
+        done: set[int] = set()
+        while pending:
+            position = pending.pop()
+            if position in done:
+                continue
+            done.add(position)
+            for name in targets[position]:
+                if name not in carriers:
+                    carriers.add(name)
+                    pending.extend(readers.get(name, ()))
+        known = self._carried[constructor] = (frozenset(carriers), around)
+        return known
+
+    @cached_property
+    def _stores(
+        self,
+    ) -> tuple[dict[ast.AST, list[int]], dict[str, list[int]], list[frozenset[str]]]:
+        """The module's stores (see :meth:`_carriers`), numbered: their positions by the value
+        stored and by each name the value spells, and the names each one stores to."""
+        by_value: dict[ast.AST, list[int]] = {}
+        readers: dict[str, list[int]] = {}
+        targets: list[frozenset[str]] = []
+        for value, names in self._store_pairs():
+            position = len(targets)
+            targets.append(names)
+            by_value.setdefault(value, []).append(position)
+            for name in self._mentions(value):
+                readers.setdefault(name, []).append(position)
+        return by_value, readers, targets
+
+    def _store_pairs(self) -> Iterator[tuple[ast.expr, frozenset[str]]]:
+        """Each value stored (assigned, or returned) with the names it is stored to: its
+        targets' (a name, an attribute's last name), or the function's whose calls give it."""
+        index = self.index
+        stores: list[tuple[ast.expr | None, list[ast.expr]]] = []
+        stores += [(assign.value, assign.targets) for assign in index.nodes(ast.Assign)]
+        stores += [(store.value, [store.target]) for store in index.nodes(ast.AnnAssign)]
+        stores += [(store.value, [store.target]) for store in index.nodes(ast.AugAssign)]
+        stores += [(walrus.value, [walrus.target]) for walrus in index.nodes(ast.NamedExpr)]
+        for value, spelled in stores:
+            if value is not None:
+                yield value, frozenset(name for node in spelled for name in _stored_names(node))
+        for returned in index.nodes(ast.Return):
+            function = self._function_of(returned)
+            if returned.value is not None and isinstance(function, _FUNCTIONS):
+                yield returned.value, frozenset([function.name])
+
+    def _mentions(self, node: ast.AST) -> frozenset[str]:
+        """The names and attribute names spelled in ``node``."""
+        known = self._spelled.get(node)
+        if known is None:
+            known = self._spelled[node] = frozenset(
+                part.id if isinstance(part, ast.Name) else part.attr
+                for part in ast.walk(node)
+                if isinstance(part, ast.Name | ast.Attribute)
+            )
+        return known
 
     # -- functions of the module ---------------------------------------------------------------
 
@@ -1225,6 +1308,20 @@ class ParameterContract:
             if isinstance(ancestor, _FUNCTIONS):
                 return ancestor
         return self.index.tree
+
+
+def _stored_names(target: ast.expr) -> Iterator[str]:
+    """The name a store to ``target`` defines for a later read (``x``; ``self.optimizer``:
+    ``optimizer``), each element's for an unpacking; a store into ``x[i]`` defines none."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Attribute):
+        yield target.attr
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _stored_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from _stored_names(target.value)
 
 
 # -- paths -----------------------------------------------------------------------------------------
