@@ -18,6 +18,7 @@ import pytest
 from migrator.engine import Engine
 from migrator.registry import all_rules
 from migrator.results import Status
+from migrator.rules.device._tests import TEST_SHAPE, shapes_of
 from migrator.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,3 +138,35 @@ def test_the_walk_finds_every_form() -> None:
         'print("running on cuda")\n'
     )
     assert [line for line, _ in device_tests_in(ast.parse(source))] == [1, 2, 3, 4, 5, 7]
+
+
+SHAPES = [
+    b"if device.type == \"cuda\":\n    x = y.is 'cuda'\n",  # `\bis` after a dot: backtracking
+    b'a = d.type != ("cuda:0") or "cuda" in devices or str(d).startswith(["cuda"])\n',
+    b"match d:\n    case 'cuda':\n        pass\nx = m not in {'cuda', 'cpu'}\n",
+    b'"cuda" is not dev; e = "cuda" "cuda" == "cuda"\n',
+    b"x = f(a, 'cuda') + torch.device('cuda:1')\n" * 3,
+    b'print("on cuda")\n',
+    b"",
+]
+
+
+def matches(found: object) -> list[tuple[tuple[int, int], tuple[bytes | None, ...]]]:
+    return [(match.span(), match.groups()) for match in found]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("source", SHAPES)
+def test_the_shape_search_finds_what_finditer_finds(source: bytes) -> None:
+    assert matches(shapes_of(source)) == matches(TEST_SHAPE.finditer(source))
+
+
+def test_the_shape_search_finds_what_finditer_finds_in_torch_sources() -> None:
+    sample = torch_sample()
+    assert sample, "torch is not installed"
+    found = 0
+    for path in sample:
+        source = path.read_bytes()
+        expected = matches(TEST_SHAPE.finditer(source))
+        assert matches(shapes_of(source)) == expected, path
+        found += len(expected)
+    assert found  # the sample has device tests to find

@@ -107,13 +107,19 @@ class Origins:
         self.policy = policy
         self.pass_through = pass_through
         self.reaching = reaching_definitions(view)
+        # Keyed by the node itself, not its id: a node made for one question stays alive
+        # while its answer is kept, so no later node can take its id.
+        self._known: dict[ast.expr, tuple[Origin, ...]] = {}
 
     def of(self, expr: ast.expr) -> list[Origin]:
         """The origins of ``expr``'s value, each once, in the order they are found (``a if c
-        else b``: ``a``'s first)."""
-        found: list[Origin] = []
-        self._follow(expr, found, set())
-        return found
+        else b``: ``a``'s first). Found once per node: the module does not change."""
+        known = self._known.get(expr)
+        if known is None:
+            found: list[Origin] = []
+            self._follow(expr, found, set())
+            known = self._known[expr] = tuple(found)
+        return list(known)
 
     def _follow(self, expr: Origin, found: list[Origin], seen: set[int]) -> None:
         if id(expr) in seen:

@@ -48,7 +48,7 @@ import ast
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from migrator.analysis.calls import arguments, literal_value
 from migrator.analysis.index import line_of
@@ -170,6 +170,28 @@ def _breaks(transfer: Transfer) -> bool:
     return bool(transfer[0] & (1 << _BROKEN))
 
 
+# What a piece of code does to the automaton, with what does nothing left out (None: the
+# identity; nothing in it can step, build, re-allocate or call a function of the module):
+# ("sequence", parts), ("call", arguments, call), ("statement", children, a candidate's
+# statement), ("branch", test, body, orelse), ("repeat", body), ("maybe", first, later
+# operands of `and` / `or`), ("for", iterable, body, orelse), ("while", test, body, orelse),
+# ("try", body statements, handlers, orelse, finalbody), ("match", subject, cases).
+_Op = tuple[Any, ...] | None
+
+
+def _sequence(parts: Sequence[_Op]) -> _Op:
+    kept = tuple(part for part in parts if part is not None)
+    if not kept:
+        return None
+    return kept[0] if len(kept) == 1 else ("sequence", kept)
+
+
+def _branch(test: _Op, body: _Op, orelse: _Op) -> _Op:
+    return (
+        None if test is None and body is None and orelse is None else ("branch", test, body, orelse)
+    )
+
+
 # -- findings ------------------------------------------------------------------------------------
 
 
@@ -251,15 +273,30 @@ class _Candidate:
     part: Part = "module"
 
 
+_Key = tuple[int, frozenset[Path], frozenset[str]]  # a function's id and its _Context's paths
+
+
 @dataclass
 class _Search:
-    """One question: may ``candidate`` run between two steps of ``constructor``?"""
+    """One question: may ``candidate`` run between two steps of ``constructor``?
+
+    A function's summary differs from one candidate to another only where its run may reach
+    the candidate: ``visits`` holds the ids of those functions (the candidate's own and its
+    callers', to a fixpoint). Every other summary is the same for all the candidates of one
+    constructor, and ``shared`` (one dict per constructor) keeps them. Only exact ones go
+    there: a summary computed while a recursive call stood in as the identity depends on where
+    the recursion was entered (``open``: the summaries being computed; ``partial``: those that
+    read an open one, directly or not), so it stays in this search's ``summaries``, where the
+    search would have found it anyway."""
 
     constructor: ast.Call
     candidate: _Candidate
-    summaries: dict[tuple[int, frozenset[Path], frozenset[str]], Transfer] = field(
-        default_factory=dict
-    )
+    visits: frozenset[int] = frozenset()
+    shared: dict[_Key, Transfer] = field(default_factory=dict)
+    summaries: dict[_Key, Transfer] = field(default_factory=dict)
+    open: set[_Key] = field(default_factory=set)
+    partial: set[_Key] = field(default_factory=set)
+    inexact: bool = False  # the summary being computed read an open or partial one
 
 
 class ParameterContract:
@@ -275,6 +312,14 @@ class ParameterContract:
         # they get is put in shared memory.
         self.shared = shared or {}
         self._names_cache: dict[int, frozenset[str]] = {}
+        # The summaries that no candidate changes, per constructor (see _Search).
+        self._shared: dict[int, dict[_Key, Transfer]] = {}
+        self._visits: dict[int, frozenset[int]] = {}
+        self._local_functions: dict[ast.Call, ast.AST | None] = {}
+        self._class_methods: dict[ast.ClassDef, dict[str, ast.AST | None]] = {}
+        self._programs: dict[ast.AST, _Op] = {}
+        self._carried: dict[ast.Call, tuple[frozenset[str], frozenset[ast.AST]]] = {}
+        self._spelled: dict[ast.AST, frozenset[str]] = {}
 
     # -- re-allocations between steps ----------------------------------------------------------
 
@@ -286,8 +331,10 @@ class ParameterContract:
             return []
         home = self._function_of(constructor)
         found: list[Break] = []
+        shared = self._shared.setdefault(id(constructor), {})
         for candidate in self._candidates:
-            search = _Search(constructor, candidate)
+            visits = self._functions_visiting(candidate.node)
+            search = _Search(constructor, candidate, visits, shared)
             entries = self._entries_reaching(candidate.node)
             if any(_breaks(self._entry(search, entry, paths)) for entry in entries):
                 function = self._function_of(candidate.node)
@@ -354,108 +401,198 @@ class ParameterContract:
         key = (id(context.function), context.models, context.optimizers)
         known = search.summaries.get(key)
         if known is not None:
+            if key in search.open or key in search.partial:
+                search.inexact = True
             return known
+        candidate_free = key[0] not in search.visits
+        if candidate_free:
+            known = search.shared.get(key)
+            if known is not None:
+                return known
         search.summaries[key] = IDENTITY  # a recursive call adds nothing new
-        body = context.function.body  # type: ignore[attr-defined]
-        transfer = self._block(search, context, body)
+        search.open.add(key)
+        caller_inexact, search.inexact = search.inexact, False
+        transfer = self._run(search, context, self._program(context.function))
+        search.open.discard(key)
         search.summaries[key] = transfer
+        if search.inexact:
+            search.partial.add(key)
+        elif candidate_free:
+            search.shared[key] = transfer
+        search.inexact = caller_inexact or search.inexact
         return transfer
 
-    # statements
+    def _functions_visiting(self, node: ast.AST) -> frozenset[int]:
+        """The ids of the functions (and the module) whose summary may see ``node``: the one
+        whose own code holds it, and every one that calls one of those, to a fixpoint."""
+        home = self._function_of(node)
+        known = self._visits.get(id(home))
+        if known is None:
+            reached = {id(home)}
+            pending = [home]
+            while pending:
+                for caller in self._callers.get(id(pending.pop()), ()):
+                    if id(caller) not in reached:
+                        reached.add(id(caller))
+                        pending.append(caller)
+            known = self._visits[id(home)] = frozenset(reached)
+        return known
 
-    def _block(self, search: _Search, context: _Context, body: Sequence[ast.stmt]) -> Transfer:
-        transfer = IDENTITY
-        for statement in body:
-            transfer = _then(transfer, self._statement(search, context, statement))
-        return transfer
+    @cached_property
+    def _callers(self) -> dict[int, list[ast.AST]]:
+        """Function id -> the functions (or the module) whose code has a call that
+        :meth:`_local_function` resolves to it (the summaries that follow such a call)."""
+        callers: dict[int, list[ast.AST]] = {}
+        for call in self.index.nodes(ast.Call):
+            callee = self._local_function(call)
+            if callee is not None:
+                callers.setdefault(id(callee), []).append(self._function_of(call))
+        return callers
 
-    def _statement(self, search: _Search, context: _Context, node: ast.stmt) -> Transfer:
-        block = self._block
+    # programs: what of a function's code can move the automaton, in the order it is evaluated
+
+    def _program(self, function: ast.AST) -> _Op:
+        """``function``'s body as an :data:`_Op` (built once per function: the searches of
+        every constructor and candidate run it)."""
+        if function in self._programs:
+            return self._programs[function]
+        body = function.body  # type: ignore[attr-defined]
+        program = self._programs[function] = self._compile_block(body)
+        return program
+
+    @cached_property
+    def _candidate_statements(self) -> frozenset[ast.AST]:
+        return frozenset(c.node for c in self._candidates if isinstance(c.node, ast.stmt))
+
+    def _compile_block(self, body: Sequence[ast.stmt]) -> _Op:
+        return _sequence([self._compile_statement(statement) for statement in body])
+
+    def _compile_statement(self, node: ast.stmt) -> _Op:
+        block, expression = self._compile_block, self._compile_expression
         if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
-            return IDENTITY  # runs when called
+            return None  # runs when called
         if isinstance(node, ast.If):
-            branches = _either(
-                block(search, context, node.body), block(search, context, node.orelse)
-            )
-            return _then(self._expression(search, context, node.test), branches)
+            return _branch(expression(node.test), block(node.body), block(node.orelse))
         if isinstance(node, (ast.For, ast.AsyncFor)):
-            loop = _repeated(block(search, context, node.body))
-            after = _then(loop, block(search, context, node.orelse))
-            return _then(self._expression(search, context, node.iter), after)
+            parts = (expression(node.iter), block(node.body), block(node.orelse))
+            return None if parts == (None, None, None) else ("for", *parts)
         if isinstance(node, ast.While):
-            test = self._expression(search, context, node.test)
-            loop = _repeated(_then(test, block(search, context, node.body)))
-            return _then(loop, _then(test, block(search, context, node.orelse)))
+            parts = (expression(node.test), block(node.body), block(node.orelse))
+            return None if parts == (None, None, None) else ("while", *parts)
         if isinstance(node, (ast.With, ast.AsyncWith)):
-            items = IDENTITY
-            for item in node.items:
-                items = _then(items, self._expression(search, context, item.context_expr))
-            return _then(items, block(search, context, node.body))
+            items = [expression(item.context_expr) for item in node.items]
+            return _sequence([*items, block(node.body)])
         if isinstance(node, (ast.Try, ast.TryStar)):
-            return self._try(search, context, node)
+            # A statement or a handler that does nothing adds no new state to the union.
+            body = tuple(filter(None, map(self._compile_statement, node.body)))
+            handlers = tuple(filter(None, (block(handler.body) for handler in node.handlers)))
+            rest = (block(node.orelse), block(node.finalbody))
+            if not body and not handlers and rest == (None, None):
+                return None
+            return ("try", body, handlers, *rest)
         if isinstance(node, ast.Match):
-            cases = IDENTITY
-            for case in node.cases:
-                cases = _either(cases, block(search, context, case.body))
-            return _then(self._expression(search, context, node.subject), cases)
-        return self._simple(search, context, node)
+            cases = tuple(filter(None, (block(case.body) for case in node.cases)))
+            subject = expression(node.subject)
+            return None if not cases and subject is None else ("match", subject, cases)
+        children = _sequence(
+            [
+                expression(child)
+                for child in ast.iter_child_nodes(node)
+                if isinstance(child, ast.expr)
+            ]
+        )
+        if node in self._candidate_statements:
+            return ("statement", children, node)
+        return children
 
-    def _try(self, search: _Search, context: _Context, node: ast.Try | ast.TryStar) -> Transfer:
-        prefix = IDENTITY
-        partial = IDENTITY  # an exception may leave the body after any statement
-        for statement in node.body:
-            prefix = _then(prefix, self._statement(search, context, statement))
-            partial = _either(partial, prefix)
-        handlers = IDENTITY
-        for handler in node.handlers:
-            handlers = _either(handlers, self._block(search, context, handler.body))
-        done = _then(prefix, self._block(search, context, node.orelse))
-        caught = _then(partial, handlers)
-        return _then(_either(done, caught), self._block(search, context, node.finalbody))
-
-    def _simple(self, search: _Search, context: _Context, node: ast.stmt) -> Transfer:
-        transfer = IDENTITY
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                transfer = _then(transfer, self._expression(search, context, child))
-        if node is search.candidate.node and self._reallocates(context, search.candidate):
-            transfer = _then(transfer, _REALLOCATED)
-        return transfer
-
-    # expressions
-
-    def _expression(self, search: _Search, context: _Context, node: ast.expr) -> Transfer:
+    def _compile_expression(self, node: ast.expr) -> _Op:
+        expression = self._compile_expression
         if isinstance(node, ast.Lambda):
-            return IDENTITY
+            return None
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            return _repeated(self._children(search, context, node))
+            children = self._compile_children(node)
+            return None if children is None else ("repeat", children)
         if isinstance(node, ast.IfExp):
-            branches = _either(
-                self._expression(search, context, node.body),
-                self._expression(search, context, node.orelse),
-            )
-            return _then(self._expression(search, context, node.test), branches)
+            return _branch(expression(node.test), expression(node.body), expression(node.orelse))
         if isinstance(node, ast.BoolOp):
-            transfer = self._expression(search, context, node.values[0])
-            for value in node.values[1:]:
-                maybe = _either(IDENTITY, self._expression(search, context, value))
-                transfer = _then(transfer, maybe)
-            return transfer
-        transfer = self._children(search, context, node)
+            first = expression(node.values[0])
+            # `a or b`: b may not run; a part that does nothing adds nothing.
+            rest = tuple(filter(None, map(expression, node.values[1:])))
+            return None if first is None and not rest else ("maybe", first, rest)
+        children = self._compile_children(node)
         if isinstance(node, ast.Call):
-            transfer = _then(transfer, self._call(search, context, node))
-        return transfer
+            return ("call", children, node)
+        return children
 
-    def _children(self, search: _Search, context: _Context, node: ast.AST) -> Transfer:
-        transfer = IDENTITY
+    def _compile_children(self, node: ast.AST) -> _Op:
+        parts: list[_Op] = []
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
-                transfer = _then(transfer, self._expression(search, context, child))
+                parts.append(self._compile_expression(child))
             elif isinstance(child, ast.keyword):
-                transfer = _then(transfer, self._expression(search, context, child.value))
+                parts.append(self._compile_expression(child.value))
             elif isinstance(child, ast.comprehension):
-                transfer = _then(transfer, self._children(search, context, child))
-        return transfer
+                parts.append(self._compile_children(child))
+        return _sequence(parts)
+
+    # running a program: sequences compose, branches join, loops repeat their body
+
+    def _run(self, search: _Search, context: _Context, op: _Op) -> Transfer:
+        """The transfer of ``op`` in ``search``. The parts run in the order the analysis
+        has always evaluated them (a branch's bodies before its test, a loop's body before
+        its iterable), so that a recursive call meets the same summaries in progress."""
+        if op is None:
+            return IDENTITY
+        run = self._run
+        kind = op[0]
+        if kind == "sequence":
+            transfer = IDENTITY
+            for part in op[1]:
+                transfer = _then(transfer, run(search, context, part))
+            return transfer
+        if kind == "call":
+            transfer = run(search, context, op[1])
+            return _then(transfer, self._call(search, context, op[2]))
+        if kind == "branch":
+            branches = _either(run(search, context, op[2]), run(search, context, op[3]))
+            return _then(run(search, context, op[1]), branches)
+        if kind == "statement":
+            transfer = run(search, context, op[1])
+            if op[2] is search.candidate.node and self._reallocates(context, search.candidate):
+                transfer = _then(transfer, _REALLOCATED)
+            return transfer
+        if kind == "repeat":
+            return _repeated(run(search, context, op[1]))
+        if kind == "maybe":
+            transfer = run(search, context, op[1])
+            for value in op[2]:
+                transfer = _then(transfer, _either(IDENTITY, run(search, context, value)))
+            return transfer
+        if kind == "for":
+            loop = _repeated(run(search, context, op[2]))
+            after = _then(loop, run(search, context, op[3]))
+            return _then(run(search, context, op[1]), after)
+        if kind == "while":
+            test = run(search, context, op[1])
+            loop = _repeated(_then(test, run(search, context, op[2])))
+            return _then(loop, _then(test, run(search, context, op[3])))
+        if kind == "try":
+            prefix = IDENTITY
+            partial = IDENTITY  # an exception may leave the body after any statement
+            for statement in op[1]:
+                prefix = _then(prefix, run(search, context, statement))
+                partial = _either(partial, prefix)
+            handlers = IDENTITY
+            for handler in op[2]:
+                handlers = _either(handlers, run(search, context, handler))
+            done = _then(prefix, run(search, context, op[3]))
+            caught = _then(partial, handlers)
+            return _then(_either(done, caught), run(search, context, op[4]))
+        assert kind == "match"
+        cases = IDENTITY
+        for case in op[2]:
+            cases = _either(cases, run(search, context, case))
+        return _then(run(search, context, op[1]), cases)
 
     def _call(self, search: _Search, context: _Context, call: ast.Call) -> Transfer:
         """What the call itself does once its callee and arguments are evaluated."""
@@ -463,7 +600,7 @@ class ParameterContract:
             return _BUILT
         if call is search.candidate.node and self._reallocates(context, search.candidate):
             return _REALLOCATED
-        function = self._local_function(call, context)
+        function = self._local_function(call)
         if function is not None:
             return self._summary(search, self._callee_context(search, context, call, function))
         if self._steps(search, context, call):
@@ -500,6 +637,8 @@ class ParameterContract:
         built with it (a scheduler, a wrapper, a trainer), else None."""
         if isinstance(node, ast.Name) and node.id in context.optimizers:
             return "optimizer"
+        if not self._may_carry(search.constructor, node):
+            return None
         found: str | None = None
         for origin in self.flow.origins(node):
             if origin is search.constructor:
@@ -515,11 +654,96 @@ class ParameterContract:
                 return True
         return False
 
+    def _may_carry(self, constructor: ast.Call, node: ast.expr) -> bool:
+        """A cheap test, before asking for the origins of ``node`` (which needs the reaching
+        definitions of its scope): ``node`` holds ``constructor`` or spells a name that may
+        carry its value (:meth:`_carriers`). An origin of ``node`` is a part of it, or a value
+        stored to a name or attribute it spells, or returned by a function it calls by name;
+        whatever the optimizer or something built with it flows through is such a name."""
+        carriers, around = self._carriers(constructor)
+        return node in around or not self._mentions(node).isdisjoint(carriers)
+
+    def _carriers(self, constructor: ast.Call) -> tuple[frozenset[str], frozenset[ast.AST]]:
+        """The names and attribute names that may hold ``constructor``'s value, or a value
+        built from it, anywhere in the module, and the nodes around it: the targets of every
+        assignment whose value holds it or spells a carrier, and the name of every function
+        that returns such a value, to a fixpoint (scopes ignored: a superset)."""
+        known = self._carried.get(constructor)
+        if known is not None:
+            return known
+        around = frozenset([constructor, *self.index.ancestors(constructor)])
+        stores, readers, targets = self._stores
+        carriers: set[str] = set()
+        pending = [position for node in around for position in stores.get(node, ())]
+        done: set[int] = set()
+        while pending:
+            position = pending.pop()
+            if position in done:
+                continue
+            done.add(position)
+            for name in targets[position]:
+                if name not in carriers:
+                    carriers.add(name)
+                    pending.extend(readers.get(name, ()))
+        known = self._carried[constructor] = (frozenset(carriers), around)
+        return known
+
+    @cached_property
+    def _stores(
+        self,
+    ) -> tuple[dict[ast.AST, list[int]], dict[str, list[int]], list[frozenset[str]]]:
+        """The module's stores (see :meth:`_carriers`), numbered: their positions by the value
+        stored and by each name the value spells, and the names each one stores to."""
+        by_value: dict[ast.AST, list[int]] = {}
+        readers: dict[str, list[int]] = {}
+        targets: list[frozenset[str]] = []
+        for value, names in self._store_pairs():
+            position = len(targets)
+            targets.append(names)
+            by_value.setdefault(value, []).append(position)
+            for name in self._mentions(value):
+                readers.setdefault(name, []).append(position)
+        return by_value, readers, targets
+
+    def _store_pairs(self) -> Iterator[tuple[ast.expr, frozenset[str]]]:
+        """Each value stored (assigned, or returned) with the names it is stored to: its
+        targets' (a name, an attribute's last name), or the function's whose calls give it."""
+        index = self.index
+        stores: list[tuple[ast.expr | None, list[ast.expr]]] = []
+        stores += [(assign.value, assign.targets) for assign in index.nodes(ast.Assign)]
+        stores += [(store.value, [store.target]) for store in index.nodes(ast.AnnAssign)]
+        stores += [(store.value, [store.target]) for store in index.nodes(ast.AugAssign)]
+        stores += [(walrus.value, [walrus.target]) for walrus in index.nodes(ast.NamedExpr)]
+        for value, spelled in stores:
+            if value is not None:
+                yield value, frozenset(name for node in spelled for name in _stored_names(node))
+        for returned in index.nodes(ast.Return):
+            function = self._function_of(returned)
+            if returned.value is not None and isinstance(function, _FUNCTIONS):
+                yield returned.value, frozenset([function.name])
+
+    def _mentions(self, node: ast.AST) -> frozenset[str]:
+        """The names and attribute names spelled in ``node``."""
+        known = self._spelled.get(node)
+        if known is None:
+            known = self._spelled[node] = frozenset(
+                part.id if isinstance(part, ast.Name) else part.attr
+                for part in ast.walk(node)
+                if isinstance(part, ast.Name | ast.Attribute)
+            )
+        return known
+
     # -- functions of the module ---------------------------------------------------------------
 
-    def _local_function(self, call: ast.Call, context: _Context) -> ast.AST | None:
+    def _local_function(self, call: ast.Call) -> ast.AST | None:
         """The function of this module that ``call`` runs: a function bound once to the
         callee's name, or ``self.<method>(...)`` of the class around the caller."""
+        if call in self._local_functions:
+            return self._local_functions[call]
+        function = self._local_functions[call] = self._find_local_function(call)
+        return function
+
+    def _find_local_function(self, call: ast.Call) -> ast.AST | None:
         func = call.func
         if isinstance(func, ast.Name):
             bindings = self.index.bindings_of(func)
@@ -536,9 +760,19 @@ class ParameterContract:
             )
             if owner is None:
                 return None
-            methods = [s for s in owner.body if isinstance(s, _FUNCTIONS) and s.name == func.attr]
-            return methods[0] if len(methods) == 1 else None
+            return self._methods(owner).get(func.attr)
         return None
+
+    def _methods(self, owner: ast.ClassDef) -> dict[str, ast.AST | None]:
+        """Name -> the method of ``owner``'s body so named, None for a name defined twice."""
+        known = self._class_methods.get(owner)
+        if known is None:
+            known = self._class_methods[owner] = {}
+            for statement in owner.body:
+                if isinstance(statement, _FUNCTIONS):
+                    twice = statement.name in known
+                    known[statement.name] = None if twice else statement
+        return known
 
     def _callee_context(
         self, search: _Search, context: _Context, call: ast.Call, function: ast.AST
@@ -1175,6 +1409,20 @@ class ParameterContract:
             if isinstance(ancestor, _FUNCTIONS):
                 return ancestor
         return self.index.tree
+
+
+def _stored_names(target: ast.expr) -> Iterator[str]:
+    """The name a store to ``target`` defines for a later read (``x``; ``self.optimizer``:
+    ``optimizer``), each element's for an unpacking; a store into ``x[i]`` defines none."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Attribute):
+        yield target.attr
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _stored_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from _stored_names(target.value)
 
 
 # -- paths -----------------------------------------------------------------------------------------
