@@ -355,5 +355,7 @@ def _first_line(body: list[ast.stmt]) -> int:
     return min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
 
 
-def _order(diagnostic: Diagnostic) -> tuple[int, int, str]:
-    return diagnostic.line, diagnostic.column, diagnostic.code
+def _order(diagnostic: Diagnostic) -> tuple[int, int, str, str]:
+    """Source order; findings at one position by code, then message, so that a report never
+    depends on the order a rule happened to find them in (set iteration varies by run)."""
+    return diagnostic.line, diagnostic.column, diagnostic.code, diagnostic.message

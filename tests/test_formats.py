@@ -485,3 +485,35 @@ def test_csv_lists_default_to_the_current_folder_and_replace_old_ones(tmp_path: 
     assert run.stdout == ""
     assert read_csv(project / "change_list.csv") == [list(CHANGE_COLUMNS)]
     assert read_csv(project / "unsupported_api.csv") == [list(UNSUPPORTED_COLUMNS)]
+
+
+def test_findings_at_one_position_come_in_the_same_order_in_every_run(tmp_path: Path) -> None:
+    """NPU930 finds `torch.sparse.check_sparse_tensor_invariants` and its `.is_enabled` at the
+    same column, in an order that followed set iteration (which varies with the hash seed):
+    the report orders them by code and message, so every run writes the same bytes."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "sparse.py").write_text(
+        "import torch\n\n\n"
+        "def validate():\n"
+        "    return torch.sparse.check_sparse_tensor_invariants().is_enabled()\n"
+    )
+    command = [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU930", "--check"]
+    command += ["--format", "json", "sparse.py"]
+    outputs = []
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            command,
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        outputs.append(done.stdout)
+    assert len(set(outputs)) == 1
+    found = [(d["line"], d["column"], d["message"]) for d in json.loads(outputs[0])["diagnostics"]]
+    assert len(found) == 2 and found[0][:2] == found[1][:2]
+    assert found == sorted(found)
