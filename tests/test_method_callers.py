@@ -164,3 +164,38 @@ def test_a_caller_left_alone_by_skip_file_keeps_the_constructor(repository: Path
     assert texts(repository) == before
     (message,) = manual_messages(result)
     assert "train.py, which calls it, is left alone by `skip-file`" in message
+
+
+def test_a_sibling_project_of_a_monorepo_does_not_hold_the_class(tmp_path: Path) -> None:
+    """Ascend's ModelZoo holds hundreds of projects side by side; a `configure_optimizers` call
+    on a parameter in another project (its own `setup.py`, a folder the GPT project's imports
+    never search) neither calls this class's method nor blocks it."""
+    monorepo = tmp_path / "zoo"
+    gpt = monorepo / "GPT_for_PyTorch"
+    shutil.copytree(PROGRAM, gpt)
+    other = monorepo / "Detector_for_PyTorch"
+    other.mkdir()
+    for project in (gpt, other):
+        (project / "setup.py").write_text("from setuptools import setup\n\nsetup()\n")
+    (other / "train_detector.py").write_text(
+        "def fit(model, batches):\n"
+        "    optimizer = model.configure_optimizers()\n"
+        "    for batch in batches:\n"
+        "        model(batch).sum().backward()\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad(set_to_none=True)\n"
+    )
+    result = npu_migrate(monorepo, ".")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert FUSED in (gpt / "model.py").read_text()
+    assert UNFIXED not in (gpt / "train.py").read_text()
+    assert UNFIXED in (other / "train_detector.py").read_text()  # not a caller: left alone
+
+    # In the same project, that call's receiver is a parameter: it may be a GPT, so it blocks.
+    shutil.move(other / "train_detector.py", tmp_path / "train_detector.py")
+    blocked = tmp_path / "blocked"
+    shutil.copytree(PROGRAM, blocked)
+    shutil.copy(tmp_path / "train_detector.py", blocked / "train_detector.py")
+    before = texts(blocked)
+    assert npu_migrate(blocked, ".").returncode == 0
+    assert texts(blocked) == before

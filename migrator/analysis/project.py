@@ -258,6 +258,23 @@ class ImportRoots:
             fallback=_unique(_path_changes(folder, project)),
         )
 
+    def sees(self, importer: str, path: str, top: str) -> bool:
+        """Whether ``path`` lies under one of the folders ``importer``'s absolute imports search
+        as a script or as a module, leaving aside the folders above ``top`` (the folder of the
+        whole run: a root above it, such as the folder a monorepo was unpacked in, cannot tell
+        its projects apart) and the guesses at a script's own ``sys.path`` changes. In a
+        monorepo a file of one project does not see a file of its sibling."""
+        roots = self.of(importer)
+        target = os.path.abspath(path)
+        run = os.path.abspath(top)
+        for root in (*roots.as_script, *roots.as_module):
+            folder = os.path.join(os.path.abspath(root), "")
+            if run.startswith(folder) and run != os.path.abspath(root):
+                continue
+            if target.startswith(folder):
+                return True
+        return False
+
     def project_root(self, folder: str) -> str | None:
         """The nearest of ``folder`` and the folders above it that is a project's root: it holds
         a ``setup.py``, ``setup.cfg`` or ``pyproject.toml``, or it is no package and holds one
