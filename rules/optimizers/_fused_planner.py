@@ -951,13 +951,14 @@ class _Planner:
                     f"the optimizer at line {line_of(other)} may also hold parameters of "
                     f"`{model}`, and it would see zeros where it skipped None gradients"
                 ), False
-        for other in self._parameter_takers(fix.call, model):
-            if not any(other is candidate for candidate in candidates):
-                return (
-                    f"`{self.view.written(other.func)}(...)` (line {line_of(other)}) is given "
-                    f"parameters of `{model}` and may be an optimizer npu-migrate does not know, "
-                    "which would see zeros where it skipped None gradients"
-                ), False
+        takers = self._parameter_takers(fix.call, model)
+        if takers:
+            other = takers[0]
+            return (
+                f"`{self.view.written(other.func)}(...)` (line {line_of(other)}) is given "
+                f"parameters of `{model}` and may be an optimizer npu-migrate does not know, "
+                "which would see zeros where it skipped None gradients"
+            ), False
         for owner in owners:
             if owner is constructor:
                 continue  # applied only with this constructor's own rewrite
@@ -1000,19 +1001,20 @@ class _Planner:
         ]
 
     def _parameter_takers(self, call: ast.Call, model: str) -> list[ast.Call]:
-        """The calls where ``model`` may name what it names at ``call`` (as for
-        :meth:`_sharing_names`) that are given its parameters, `x(model.parameters(), ...)`,
-        and may keep them: any of them may be an optimizer of a class npu-migrate does not
-        know (`torch.optim.Adagrad`, a project's own LAMB)."""
-        found = []
+        """The calls other than the optimizer constructors npu-migrate knows, where ``model``
+        may name what it names at ``call`` (as for :meth:`_sharing_names`), that are given its
+        parameters, `x(model.parameters(), ...)`, and may keep them: any of them may be an
+        optimizer of a class npu-migrate does not know (`torch.optim.Adagrad`, a project's
+        own LAMB)."""
         candidates = {id(candidate) for candidate in self.flow.candidates}
-        for other in self._in_units_of(call, model, self.index.nodes(ast.Call)):
-            name = self.view.qualified_name(other.func)
-            if isinstance(name, str) and name.split(".", 1)[0] in _NOT_OPTIMIZER_ROOTS:
-                continue
+        given = [
+            other
+            for other in self.index.nodes(ast.Call)
+            if id(other) not in candidates and self._params_of(other) is not None
+        ]
+        found = []
+        for other in self._in_units_of(call, model, filter(self._may_hold_parameters, given)):
             params = self._params_of(other)
-            if params is None or not self._may_hold_parameters(other):
-                continue
             if any(id(origin) in candidates for origin in self.flow.origins(params)):
                 continue  # given an optimizer (`scaler.unscale_(optimizer)`), not parameters
             if any(overlaps(model, part) for part in models_feeding(self.flow, params)):
@@ -1022,13 +1024,17 @@ class _Planner:
     def _may_hold_parameters(self, call: ast.Call) -> bool:
         """Whether ``call`` may build an optimizer of its own: not `amp.initialize` (it hands
         back the optimizers it is given), nor a class or function of torch, apex or torch_npu
-        outside their optimizer modules (`DistributedDataParallel(model)`)."""
+        outside their optimizer modules (`DistributedDataParallel(model)`), nor one of Python's
+        own (`list(model.parameters())`)."""
         if self.flow.is_amp_initialize(call):
             return False
         name = self.view.qualified_name(call.func)
-        if not isinstance(name, str) or name.split(".", 1)[0] not in NPU1_ROOTS:
+        if not isinstance(name, str):
             return True
-        return any("optim" in part.lower() for part in name.split("."))
+        root = name.split(".", 1)[0]
+        if root in _NOT_OPTIMIZER_ROOTS:
+            return False
+        return root not in NPU1_ROOTS or any("optim" in part.lower() for part in name.split("."))
 
     def _params_of(self, call: ast.Call) -> ast.expr | None:
         """The params argument of an optimizer constructor (first positional or `params=`)."""
