@@ -3,6 +3,7 @@
 A one-line call gets ``, name=value`` after its last argument. A call with one argument per line
 gets the new argument on its own line with the same indentation, and keeps (or not) the trailing
 comma the user wrote. Removing an argument keeps the commas and line breaks of the others.
+A function's signature gets a keyword-only parameter in the same way.
 """
 
 from __future__ import annotations
@@ -134,3 +135,48 @@ def _repair_commas(original: Sequence[cst.Arg], kept: list[cst.Arg]) -> list[cst
         comma=old_last.comma, whitespace_after_arg=old_last.whitespace_after_arg
     )
     return repaired
+
+
+def add_keyword_only(parameters: cst.Parameters, name: str) -> cst.Parameters:
+    """``parameters`` with a keyword-only parameter ``name`` without default, after the other
+    keyword-only ones (after ``*args`` or a bare ``*``, added when there is none) and before
+    ``**kwargs``, in the layout of the parameters as written (one per line stays one per
+    line; a trailing comma stays last). Positional-only parameters are left to the caller."""
+    star = parameters.star_arg
+    has_star = isinstance(star, cst.Param | cst.ParamStar)
+    items: list[cst.Param | cst.ParamStar] = [*parameters.params]
+    if isinstance(star, cst.Param | cst.ParamStar):
+        items.append(star)
+    items.extend(parameters.kwonly_params)
+    kwargs = parameters.star_kwarg
+    single = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    between: cst.Comma = single
+    if len(items) >= 2 and isinstance(items[-2].comma, cst.Comma):
+        between = items[-2].comma
+    elif items and kwargs is not None and isinstance(items[-1].comma, cst.Comma):
+        between = items[-1].comma
+    trailing = bool(items) and kwargs is None and isinstance(items[-1].comma, cst.Comma)
+    last_comma: cst.Comma | cst.MaybeSentinel = cst.MaybeSentinel.DEFAULT
+    if kwargs is not None:
+        last_comma = between
+    elif trailing:
+        last_comma = items[-1].comma  # type: ignore[assignment]
+    param = cst.Param(cst.Name(name), comma=last_comma)
+    kwonly = [*parameters.kwonly_params]
+    changes: dict[str, object] = {}
+    if items:
+        previous = items[-1].with_changes(comma=between)
+        if isinstance(previous, cst.Param) and kwargs is None and not trailing:
+            # What closed the parameters after the old last one now follows the new one.
+            param = param.with_changes(whitespace_after_param=previous.whitespace_after_param)
+            previous = previous.with_changes(whitespace_after_param=cst.SimpleWhitespace(""))
+        if parameters.kwonly_params:
+            kwonly[-1] = previous  # type: ignore[assignment]
+        elif has_star:
+            changes["star_arg"] = previous
+        else:
+            changes["params"] = [*parameters.params[:-1], previous]
+    if not has_star:
+        changes["star_arg"] = cst.ParamStar(comma=between)
+    changes["kwonly_params"] = [*kwonly, param]
+    return parameters.with_changes(**changes)

@@ -461,7 +461,12 @@ def _insertions(source: Source, lines: list[_Line]) -> list[NodeEdit]:
     last: _Line | None = None
     for line in lines:
         if line.statements is None:
-            pending.append(_import_line(line.modules[0], line.imported))
+            if not pending and last is not None and _is_docstring_line(last):
+                # Right after the module's docstring (where a removed import line was, maybe):
+                # a blank line between them, as PEP 8 has it.
+                pending.append(_import_line(line.modules[0], line.imported, blank_before=True))
+            else:
+                pending.append(_import_line(line.modules[0], line.imported))
             continue
         if pending:
             edits.append(_next_to(source, line, before=pending))
@@ -473,13 +478,18 @@ def _insertions(source: Source, lines: list[_Line]) -> list[NodeEdit]:
     return edits
 
 
-def _import_line(name: str, imported: str | None = None) -> cst.SimpleStatementLine:
-    """``import name``, or ``from name import imported``."""
+def _import_line(
+    name: str, imported: str | None = None, blank_before: bool = False
+) -> cst.SimpleStatementLine:
+    """``import name``, or ``from name import imported`` (after an empty line)."""
     module = cst.parse_expression(name)
+    leading = [cst.EmptyLine()] if blank_before else []
     if imported is None:
-        return cst.SimpleStatementLine([cst.Import([cst.ImportAlias(module)])])  # type: ignore[arg-type]
-    alias = cst.ImportAlias(cst.Name(imported))
-    return cst.SimpleStatementLine([cst.ImportFrom(module=module, names=[alias])])  # type: ignore[arg-type]
+        statement: cst.BaseSmallStatement = cst.Import([cst.ImportAlias(module)])  # type: ignore[arg-type]
+    else:
+        alias = cst.ImportAlias(cst.Name(imported))
+        statement = cst.ImportFrom(module=module, names=[alias])  # type: ignore[arg-type]
+    return cst.SimpleStatementLine([statement], leading_lines=leading)
 
 
 def _next_to(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from migrator.callargs import append_arg, argument, keyword, remove_args
+from migrator.callargs import add_keyword_only, append_arg, argument, keyword, remove_args
 
 
 def code(node: cst.CSTNode) -> str:
@@ -59,3 +59,34 @@ def test_argument_by_keyword_or_position() -> None:
     betas = argument(call, "betas", 2)
     assert betas is not None and code(betas.value) == "b"
     assert argument(call, "eps", 3) is None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("def f(args, model):", "def f(args, model, *, apex_amp):"),
+        ("def f():", "def f(*, apex_amp):"),
+        ("def f(**kwargs):", "def f(*, apex_amp, **kwargs):"),
+        ("def f(a, *args, b=1, **kw):", "def f(a, *args, b=1, apex_amp, **kw):"),
+        ("def f(a, *, b):", "def f(a, *, b, apex_amp):"),
+        (
+            "def f(\n        model,\n        lr=None,\n        **kwargs):",
+            "def f(\n        model,\n        lr=None,\n        *,\n        apex_amp,\n"
+            "        **kwargs):",
+        ),
+        (
+            "def f(\n    model,\n    opt,\n):",
+            "def f(\n    model,\n    opt,\n    *,\n    apex_amp,\n):",
+        ),
+        (
+            "def f(\n    model,\n    opt\n):",
+            "def f(\n    model,\n    opt,\n    *,\n    apex_amp\n):",
+        ),
+    ],
+)
+def test_keyword_only_parameter_keeps_layout(before: str, after: str) -> None:
+    module = cst.parse_module(before + "\n    pass\n")
+    function = module.body[0]
+    assert isinstance(function, cst.FunctionDef)
+    edited = function.with_changes(params=add_keyword_only(function.params, "apex_amp"))
+    assert module.with_changes(body=[edited]).code == after + "\n    pass\n"

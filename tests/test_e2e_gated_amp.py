@@ -10,7 +10,10 @@ without amp fails loudly at its first step, never silently.
 
 The same holds for a class looked up by name (fixtures/e2e/gated_lookup, NVIDIA GNMT's
 `torch.optim.__dict__[name](params, **config)`): each entry of the mapping NPU101 writes next to
-the lookup is picked by amp's condition.
+the lookup is picked by amp's condition; and for a factory in another module whose callers use
+amp on some paths only (fixtures/e2e/factory_amp, timm's `create_optimizer` called by train.py
+under `use_amp == "apex"` and by benchmark.py without amp): the factory gets a keyword-only
+`apex_amp` that picks the class, and each call passes amp's condition there.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
 LOOKUP = REPO / "fixtures" / "e2e" / "gated_lookup"
+FACTORY = REPO / "fixtures" / "e2e" / "factory_amp"
 TIMEOUT_S = 180
 VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -112,6 +116,39 @@ def test_a_lookup_by_name_maps_each_name_to_the_class_of_its_path(tmp_path: Path
     runs = {
         "fp32": start_verify(original, migrated),
         "amp": start_verify(original, migrated, "--amp"),
+    }
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
+
+
+def test_a_factory_picks_the_class_by_the_condition_its_callers_pass(tmp_path: Path) -> None:
+    migrated = migrated_copy(tmp_path, "factory", program=FACTORY).parent
+    factory = (migrated / "optim_factory.py").read_text()
+    assert "def create_optimizer(args, parameters, *, apex_amp):" in factory
+    assert "(apex.optimizers.NpuFusedAdamW if apex_amp else torch_npu.optim.NpuFusedAdamW)(" in (
+        factory
+    )
+    train = (migrated / "train.py").read_text()
+    assert 'create_optimizer(args, model.parameters(), apex_amp=use_amp == "apex")' in train
+    assert "combine_grad=True" in train
+    benchmark = (migrated / "benchmark.py").read_text()
+    assert "create_optimizer(args, model.parameters(), apex_amp=False)" in benchmark
+    check = subprocess.run(
+        [sys.executable, "-m", "migrator", "--check", "--no-cache", "-q", str(migrated)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr  # nothing left: idempotent
+    runs = {
+        "train, fp32": start_verify(FACTORY / "train.py", migrated / "train.py"),
+        "train, amp": start_verify(FACTORY / "train.py", migrated / "train.py", "--amp"),
+        "train, amp, adamw": start_verify(
+            FACTORY / "train.py", migrated / "train.py", "--amp", "--opt", "adamw"
+        ),
+        "benchmark": start_verify(FACTORY / "benchmark.py", migrated / "benchmark.py"),
     }
     for name, process in runs.items():
         code, output = finish(process)

@@ -52,6 +52,14 @@ class CallSite:
     factory: str  # the function's name
     at: str  # "train.py:15"
     amps: tuple[ExternalAmp, ...]
+    # Code there that breaks an NPU fused optimizer, described ("" without).
+    hazards: str = ""
+    # The value of amp's condition at the call ("True", "False" or the test under which its
+    # `amp.initialize` runs), for a factory that picks the class by it; None: why says why not.
+    argument: str | None = None
+    why: str | None = None
+    # Where the factory is used other than by the calls npu-migrate found (None: nowhere).
+    escapes: str | None = None
 
     @property
     def with_amp(self) -> tuple[ExternalAmp, ...]:
@@ -71,7 +79,17 @@ def factory_sites(
         for name in names:
             for site in factories[name]["sites"]:
                 amps = tuple(_external_amp(amp, level or "") for amp in site["amp"])
-                found.setdefault(key, []).append(CallSite(name, site["at"], amps))
+                found.setdefault(key, []).append(
+                    CallSite(
+                        name,
+                        site["at"],
+                        amps,
+                        site.get("hazards", ""),
+                        site.get("argument"),
+                        site.get("why"),
+                        factories[name].get("escapes"),
+                    )
+                )
     return found
 
 

@@ -49,14 +49,23 @@ from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import amp_options
 from migrator.rules.optimizers._call_sites import returned_origins
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._fused_planner import plan_fused
+from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
+from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
 from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
-from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPT_LEVELS, TORCH_NPU_HOME
+from migrator.rules.optimizers._tables import (
+    KNOWN_OPTIMIZERS,
+    OPT_LEVELS,
+    OPTIMIZER_TRIGGER,
+    TORCH_NPU_HOME,
+)
 from migrator.settings import AmpPolicy
 from migrator.suppressions import Suppressions
 
 # Where NPU101's and NPU102's shared facts are kept (Rule.PROJECT_KEY).
 KEY = "NPU1"
+KEY_CODE = "NPU101"  # the rule that writes the factories' and their callers' edits
+# How NPU101's edit of a call of a factory that picks its class by amp's condition starts.
+PASSED_CONDITION = "passed amp's condition to "
 # A file that calls apex.amp.initialize names both (Rule.wants_summary); one that shares a model
 # with hogwild workers calls `share_memory()`; one whose methods return an optimizer calls its
 # class (see _method_callers).
@@ -337,11 +346,13 @@ def _flat(targets: list[ast.expr]) -> Iterator[ast.expr]:
 
 def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
     """Every call of each factory in the other files of the run, and the ``amp.initialize``
-    calls its result reaches there (``factories`` facts of the factory's module)."""
+    calls its result reaches there (``factories`` facts of the factory's module), with what
+    NPU101 needs to thread amp's condition into the factory (:func:`_site_facts`)."""
     by_name: dict[str, list[Factory]] = {}
     for factory in factories:
         by_name.setdefault(factory.name, []).append(factory)
-        state.of(factory.path, "factories")[factory.name] = {"line": factory.line, "sites": []}
+        entry = {"line": factory.line, "sites": [], "escapes": _own_references(state, factory)}
+        state.of(factory.path, "factories")[factory.name] = entry
     containing = state.linking.files.containing(list(by_name))
     paths = sorted({path for name in by_name for path in containing[name]})
     for path in paths:
@@ -349,16 +360,98 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
         if reader is None:
             continue
         wanted = {name for name in by_name if path in containing[name]}
-        for call, factory in _calls_of(state, reader, path, wanted):
-            if factory not in factories:
-                continue
-            flow = OptimizerFlow.of(reader)
-            amps = [
-                _amp_facts(reader, path, amp, call)
-                for amp in flow.amp_calls_reached.get(id(call), [])
-            ]
-            sites = state.of(factory.path, "factories")[factory.name]["sites"]
-            sites.append({"at": _at(path, call), "amp": amps})
+        found = [(call, f) for call, f in _calls_of(state, reader, path, wanted) if f in factories]
+        if not found:
+            continue
+        flow = OptimizerFlow.of(reader)
+        hazards = FusionHazards(reader, flow, returned=frozenset(id(call) for call, _ in found))
+        escapes = _other_references(reader, path, wanted, [call for call, _ in found])
+        for call, factory in found:
+            amp_calls = flow.amp_calls_reached.get(id(call), [])
+            facts = state.of(factory.path, "factories")[factory.name]
+            facts["escapes"] = facts["escapes"] or escapes.get(factory.name)
+            site = {
+                "at": _at(path, call),
+                "path": path,
+                "amp": [_amp_facts(reader, path, amp, call) for amp in amp_calls],
+                **_site_facts(reader, path, call, amp_calls, hazards.of(call, None)),
+            }
+            facts["sites"].append(site)
+
+
+def _site_facts(
+    reader: FileView, path: str, call: ast.Call, amp_calls: list[ast.Call], hazards: list[Hazard]
+) -> dict[str, Any]:
+    """What a factory's call site says about the optimizer the factory builds:
+
+    - ``hazards``: code there that breaks an NPU fused optimizer (the training loop of the
+      caller zeroes or replaces its gradients), described; "" without;
+    - ``argument``: the value of amp's condition at the call, to pass to the factory when
+      NPU101 makes the factory pick the class by it (``"True"``, ``"False"`` or the test under
+      which ``amp.initialize`` runs there), with ``key`` and ``code`` to find the call again;
+      None with ``why`` when it cannot be passed."""
+    facts: dict[str, Any] = {
+        "hazards": describe(hazards) if hazards else "",
+        "key": _key(call),
+        "code": reader.written(call.func),
+        "argument": None,
+        "why": None,
+    }
+    flow = OptimizerFlow.of(reader)
+    enabled = [amp for amp in amp_calls if not amp_options(reader, amp, None).disabled]
+    argument: str | None = "False"
+    why: str | None = None
+    if len(enabled) > 1:
+        argument, why = None, "it is passed to more than one `amp.initialize` there"
+    elif enabled:
+        amp = enabled[0]
+        options = amp_options(reader, amp, None)
+        run_time = options.enabled_code if options.enabled is NOT_LITERAL else None
+        test = amp_runs_when(flow.guards_only_for(amp, call), run_time)
+        if test is None:
+            argument = "True"
+        else:
+            why = unportable_test(flow, call, amp, test, what="the call")
+            argument = test if why is None else None
+    suppressions = Suppressions.scan(reader.index.source.text)
+    text = reader.index.source.text
+    if suppressions.skip_file:
+        argument, why = None, f"{_display(path)} is left alone by its `skip-file` comment"
+    elif suppressions.covers(call.lineno, KEY_CODE):
+        argument, why = None, f"NPU101 is suppressed at {_at(path, call)}"
+    elif not any(word in text for word in OPTIMIZER_TRIGGER):
+        argument, why = None, f"NPU101 does not look at {_display(path)} (it names no optimizer)"
+    facts["argument"], facts["why"] = argument, why
+    return facts
+
+
+def _own_references(state: _Link, factory: Factory) -> str | None:
+    """Where the module of ``factory`` uses it other than by defining it (a call of its own,
+    a value): there npu-migrate would not pass amp's condition."""
+    reader = state.reader(factory.path)
+    if reader is None:
+        return None
+    for node in reader.index.nodes(ast.Name):
+        if node.id == factory.name and isinstance(node.ctx, ast.Load):
+            return _at(factory.path, node)
+    return None
+
+
+def _other_references(
+    reader: FileView, path: str, names: set[str], calls: list[ast.Call]
+) -> dict[str, str]:
+    """name -> where ``path`` uses a factory of that name other than by calling it (``calls``)
+    or importing it: a value handed on, whose calls npu-migrate does not see."""
+    called = {id(call.func) for call in calls}
+    found: dict[str, str] = {}
+    for node in reader.index.nodes(ast.Name):
+        if node.id in names and isinstance(node.ctx, ast.Load) and id(node) not in called:
+            found.setdefault(node.id, _at(path, node))
+    for name in names:
+        for attribute in reader.index.attributes(name):
+            if isinstance(attribute.ctx, ast.Load) and id(attribute) not in called:
+                found.setdefault(name, _at(path, attribute))
+    return found
 
 
 def _calls_of(
@@ -432,11 +525,31 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         amp_always=state.linking.settings.amp is AmpPolicy.ALWAYS,
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
+    parameters = {
+        rewrite.amp_parameter.function.name: rewrite.amp_parameter.name
+        for rewrite in decisions.rewrites
+        if rewrite.amp_parameter is not None
+    }
+    for factory in factories:
+        if factory.name in parameters:
+            _pass_condition(state, factory, parameters[factory.name])
     findings = decisions.lines(suppressions)
     verdicts = {factory: _verdict(view, factory, plans, findings, path) for factory in factories}
     # The decisions and the flow hold nodes of the index, which the link stage releases.
     view.release()
     return verdicts
+
+
+def _pass_condition(state: _Link, factory: Factory, parameter: str) -> None:
+    """The edits of the callers of a factory that NPU101 gives the keyword-only ``parameter``:
+    each call passes amp's condition there (``factory_arguments`` facts of the caller)."""
+    for site in state.of(factory.path, "factories")[factory.name]["sites"]:
+        state.of(site["path"], "factory_arguments")[site["key"]] = {
+            "code": site["code"],
+            "keyword": parameter,
+            "value": site["argument"],
+            "factory": factory.shown,
+        }
 
 
 def _verdict(
@@ -529,6 +642,22 @@ def factory_verdict(rule: Rule, call: ast.Call) -> FactoryVerdict | None:
     state = "planned" if rule.read_plan(FusedSwaps) is not None else "written"
     standalone = entry.get("standalone", {}).get(state, [])
     return FactoryVerdict(entry["fused"][state], entry["why"][state], tuple(standalone))
+
+
+def factory_arguments(rule: Rule) -> Iterator[tuple[ast.Call, Mapping[str, str]]]:
+    """In a file that calls another module's factory to which NPU101 gives a keyword-only
+    parameter for amp's condition in this run: each call, with the keyword, the value to pass
+    and the factory (as quoted)."""
+    facts: Mapping[str, Any] = rule.project.links(KEY).get(rule.context.path, {})
+    wanted = facts.get("factory_arguments", {})
+    if not wanted:
+        return
+    for call in rule.index.nodes(ast.Call):
+        entry = wanted.get(_key(call))
+        if entry is None or entry["code"] != rule.view.written(call.func):
+            continue
+        if all(k.arg != entry["keyword"] for k in call.keywords):
+            yield call, entry
 
 
 class OptimizerFactories:

@@ -152,6 +152,16 @@ class ImportRewrite:
 
 
 @dataclass(frozen=True)
+class AmpParameter:
+    """A keyword-only parameter added to ``function``, whose callers in other files pass amp's
+    condition there (``True``, ``False`` or the test under which their ``amp.initialize``
+    runs): the constructors it returns pick their class by it."""
+
+    function: ast.FunctionDef | ast.AsyncFunctionDef
+    name: str
+
+
+@dataclass(frozen=True)
 class Rewrite:
     """One constructor call that becomes an NPU fused optimizer."""
 
@@ -176,6 +186,9 @@ class Rewrite:
     key_drops: tuple[KeyDrop, ...] = ()
     # The callee's new code, for the "lookup" style.
     func_code: str | None = None
+    # The factory (a function of the module) that gets a keyword-only parameter, the name in
+    # ``choice``, which its callers set to amp's condition (carried by its first rewrite).
+    amp_parameter: AmpParameter | None = None
 
     @property
     def qualified_target(self) -> str:
@@ -290,6 +303,7 @@ class _Draft:
     # The `**mapping` arguments: (argument index, what the flow shows of their keys).
     forwarded: list[tuple[int, ForwardedKeys]] = field(default_factory=list)
     lookup: _Lookup | None = None  # a `getattr(torch.optim, name)(...)` construction
+    amp_parameter: AmpParameter | None = None  # see Rewrite.amp_parameter
 
     @property
     def qualified_target(self) -> str:
@@ -815,13 +829,28 @@ class _Planner:
                 if amp.refusal is not None:
                     self._report(call, _refused_elsewhere_message(source, target, site, amp))
                     return
+        hazardous = [site for site in sites if site.hazards]
+        if hazardous:
+            self._report(call, _site_hazard_message(source, target, hazardous))
+            return
         enabled = [options for options in settings if not options.disabled]
         amp_call = enabled[0].call if enabled else None
         with_amp = [site for site in sites if site.with_amp]
         without_amp = [site for site in sites if not site.with_amp]
-        if (amp_call is not None or with_amp or added is not None) and without_amp:
+        # Callers of the factory that returns it, some with amp and some without (or with amp
+        # only under a condition): the factory picks the class by a parameter they set.
+        parameter: AmpParameter | str | None = None
+        if with_amp and (without_amp or self._gated_site(with_amp)):
+            parameter = (
+                "it also goes through `amp.initialize` in this module"
+                if amp_call is not None or added is not None
+                else self._amp_parameter(call, sites)
+            )
+        mixed = (amp_call is not None or with_amp or added is not None) and without_amp
+        if mixed and not isinstance(parameter, AmpParameter):
             # apex's class raises without amp; torch_npu's steps stale gradients under apex amp.
-            self._report(call, _mixed_callers_refusal(source, target, with_amp, without_amp))
+            refusal = _mixed_callers_refusal(source, target, with_amp, without_amp, parameter)
+            self._report(call, refusal)
             return
         apex = amp_call is not None or bool(with_amp) or added is not None
         draft = _Draft(
@@ -835,10 +864,15 @@ class _Planner:
         gated_site = self._gated_site(with_amp) if apex else None
         gate = self._planned_gate(call, enabled) if apex else None
         gated = _gated_path(gate, gated_site)
-        if gated is not None and not self.amp_always:
+        if isinstance(parameter, AmpParameter) and (without_amp or not self.amp_always):
+            draft.choice = (parameter.name, True)
+            draft.amp_parameter = parameter
+        elif gated is not None and not self.amp_always:
             # apex's class raises in step() without amp, and torch_npu's steps stale gradients
             # under apex amp: pick the class by the condition, where it can be read here.
             unportable = None if gate and gate.planned else self._unportable_gate(call, gate)
+            if gate is None and isinstance(parameter, str):
+                unportable = parameter
             if unportable is not None:
                 self._report(call, _gated_refusal(source, target, gated, unportable))
                 return
@@ -861,6 +895,8 @@ class _Planner:
             draft.notes.append("NPU106 writes that `amp.initialize` in place of `FP16_Optimizer`")
         if gated is not None:
             draft.why = _gated_why(draft, gated, self.amp_always)
+        if draft.amp_parameter is not None:
+            draft.why = _parameter_why(draft, draft.amp_parameter, sites)
         if settings and not enabled:
             draft.disabled_amp_line = line_of(settings[0].call)
         for options in enabled:
@@ -878,6 +914,37 @@ class _Planner:
             self._report(call, pending)
             return
         self.drafts.append(draft)
+
+    def _amp_parameter(self, call: ast.Call, sites: Sequence[CallSite]) -> AmpParameter | str:
+        """The parameter to add to the factory that returns ``call``, so that each of its
+        callers says whether the optimizer goes through apex's ``amp.initialize`` there; or why
+        there is none: the constructor must be in the factory itself, which must be used only
+        by calls npu-migrate edits, each able to tell amp's condition at the call."""
+        names = sorted({site.factory for site in sites})
+        if len(names) > 1:
+            return f"it is returned by more than one function ({', '.join(names)})"
+        name = names[0]
+        function = self.flow.scope_of(call)
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            return f"it is not built in `{name}` itself"
+        if function.name != name or self.index.parent(function) is not self.index.tree:
+            return f"it is built in `{function.name}`, not in `{name}` itself"
+        if function.decorator_list:
+            return f"`{name}` is decorated, and a decorator may call it without the parameter"
+        if function.args.posonlyargs:
+            return f"`{name}` has positional-only parameters"
+        escapes = next((site.escapes for site in sites if site.escapes), None)
+        if escapes is not None:
+            return f"`{name}` is also used at {escapes}, not as a call npu-migrate can edit"
+        for site in sites:
+            if site.argument is None:
+                return f"at its call at {site.at}, {site.why}"
+        taken = {node.arg for node in ast.walk(function.args) if isinstance(node, ast.arg)}
+        taken |= {node.id for node in self.index.walk(function) if isinstance(node, ast.Name)}
+        parameter = next((p for p in AMP_PARAMETERS if p not in taken), None)
+        if parameter is None:
+            return f"`{name}` already uses the names {', '.join(AMP_PARAMETERS)}"
+        return AmpParameter(function, parameter)
 
     @staticmethod
     def _gated_site(sites: Sequence[CallSite]) -> tuple[CallSite, ExternalAmp] | None:
@@ -1057,27 +1124,10 @@ class _Planner:
 
     def _unportable_gate(self, call: ast.Call, gate: AmpGate | None) -> str | None:
         """Why the condition under which amp runs cannot pick the class at ``call``; None when
-        it can: ``gate`` is the only condition between them, in the same function, after the
-        constructor, and its test is names and attributes that nothing assigns in between."""
+        it can (see :func:`unportable_test`)."""
         if gate is None:
             return "that call is in another file"
-        amp_call = gate.amp_call
-        scope = self.flow.scope_of(call)
-        if scope is not self.flow.scope_of(amp_call) or line_of(amp_call) <= line_of(call):
-            return "`amp.initialize` is not after the constructor in the same function"
-        test = _expression(gate.test)
-        if test is None or not _plain_test(test):
-            return f"`{gate.test}` is not made of names and attributes only"
-        first, last = line_of(call), line_of(amp_call)
-        stored = _stored_between(scope, first, last)
-        names = {node.id for node in ast.walk(test) if isinstance(node, ast.Name)}
-        attributes = {_dotted(node) for node in ast.walk(test) if isinstance(node, ast.Attribute)}
-        if "*" in stored:
-            return "a `setattr`, `exec` or `vars` call between the two lines may change it"
-        changed = sorted((names | attributes) & stored)
-        if changed:
-            return f"`{changed[0]}` may change between the two lines"
-        return None
+        return unportable_test(self.flow, call, gate.amp_call, gate.test)
 
     def _map_arguments(self, draft: _Draft, names: list[str]) -> list[str]:
         """Set the draft's argument edits (and their notes); the problems that block it."""
@@ -1520,6 +1570,7 @@ class _Planner:
         rewrites: list[Rewrite] = []
         carried_fixes: set[int] = set()  # each zero_grad call is edited once
         carried_drops: set[tuple[int, int]] = set()  # a dict forwarded to several calls
+        carried_parameters: set[int] = set()  # each factory gets its parameter once
         for draft in self.drafts:
             drops = []
             for drop in draft.key_drops:
@@ -1545,9 +1596,17 @@ class _Planner:
                     ),
                     key_drops=tuple(drops),
                     func_code=draft.lookup.code(draft.home) if draft.lookup is not None else None,
+                    amp_parameter=self._first_parameter(draft.amp_parameter, carried_parameters),
                 )
             )
         return tuple(rewrites)
+
+    @staticmethod
+    def _first_parameter(parameter: AmpParameter | None, carried: set[int]) -> AmpParameter | None:
+        if parameter is None or id(parameter.function) in carried:
+            return None
+        carried.add(id(parameter.function))
+        return parameter
 
     @staticmethod
     def _first_carrier(fix: GradFix, carried: set[int]) -> bool:
@@ -1891,6 +1950,10 @@ def _gated_path(
 
 AMP_ALWAYS = '`amp = "always"` ([tool.npu-migrate])'
 
+# The keyword-only parameter a factory gets to pick the class by amp's condition, the first
+# name its function does not use.
+AMP_PARAMETERS = ("apex_amp", "with_apex_amp", "npu_apex_amp")
+
 # Why neither class alone fits an optimizer whose amp.initialize runs only on some paths.
 _NEITHER_HOME = (
     "Ascend apex's fused optimizers raise in `step()` without amp, and torch_npu's step stale "
@@ -1915,7 +1978,11 @@ def _gated_why(draft: _Draft, gated: GatedPath, amp_always: bool) -> str:
 
 
 def _mixed_callers_refusal(
-    source: Source, target: str, with_amp: Sequence[CallSite], without_amp: Sequence[CallSite]
+    source: Source,
+    target: str,
+    with_amp: Sequence[CallSite],
+    without_amp: Sequence[CallSite],
+    no_parameter: str | None = None,
 ) -> str:
     factory = (with_amp or without_amp)[0].factory
     reaching = "; ".join(
@@ -1928,11 +1995,37 @@ def _mixed_callers_refusal(
         "pass it to "
         f"`amp.initialize`{passed} and to calls that do not ({_sites_listed(without_amp)}), "
         f"so no single NPU fused class fits: {_NEITHER_HOME}. "
+        + (
+            f"npu-migrate gives `{factory}` a parameter that its callers set to amp's "
+            f"condition, but not here: {no_parameter}. "
+            if no_parameter
+            else ""
+        )
         + _left_unfused(
             source,
             f"build `{APEX_HOME}.{target}` for the callers that use amp and "
             f"`{TORCH_NPU_HOME}.{target}` for the others (a parameter of `{factory}`)",
         )
+    )
+
+
+def _site_hazard_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
+    found = "; ".join(f"at {site.at}: {site.hazards}" for site in sites)
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it "
+        f"to code that would break an NPU fused optimizer ({found}). "
+        + _left_unfused(source, "change that code as the NPU fused optimizers need")
+    )
+
+
+def _parameter_why(draft: _Draft, parameter: AmpParameter, sites: Sequence[CallSite]) -> str:
+    """Why the class of an optimizer is picked by the parameter its factory gets."""
+    passed = "; ".join(f"`{site.argument}` at {site.at}" for site in sites)
+    return (
+        f"`{parameter.function.name}` returns it to calls whose optimizer goes through apex's "
+        f"`amp.initialize` on some paths only, so the class is picked by a new keyword-only "
+        f"parameter `{parameter.name}` that every call sets to the condition under which it "
+        f"does ({passed}): {_NEITHER_HOME}"
     )
 
 
@@ -2210,6 +2303,42 @@ _PLAIN_TEST_NODES = (
 
 
 _REBINDING_CALLS = frozenset({"setattr", "delattr", "exec", "vars"})
+
+
+def amp_runs_when(guards: Sequence[tuple[str, bool]], enabled_code: str | None) -> str | None:
+    """The condition under which an ``amp.initialize`` runs and enables amp, as one expression:
+    ``guards`` are the `if` tests around it (innermost first, each with whether it is in the
+    body), ``enabled_code`` its run-time ``enabled=``; None when it always does."""
+    if len(guards) == 1 and guards[0][1] and enabled_code is None:
+        return guards[0][0]
+    terms = [_term(test, in_body) for test, in_body in reversed(guards)]
+    if enabled_code is not None:
+        terms.append(_term(enabled_code, True))
+    return " and ".join(terms) or None
+
+
+def unportable_test(
+    flow: OptimizerFlow, at: ast.AST, amp_call: ast.AST, test: str, what: str = "the constructor"
+) -> str | None:
+    """Why ``test``, the condition under which ``amp_call`` runs (or enables amp), cannot be
+    evaluated at ``at`` (``what``, in messages) instead, with the same value; None when it can:
+    both are in the same function, ``amp_call`` after ``at``, and ``test`` is names and
+    attributes that nothing assigns in between."""
+    scope = flow.scope_of(at)
+    if scope is not flow.scope_of(amp_call) or line_of(amp_call) <= line_of(at):
+        return f"`amp.initialize` is not after {what} in the same function"
+    expression = _expression(test)
+    if expression is None or not _plain_test(expression):
+        return f"`{test}` is not made of names and attributes only"
+    stored = _stored_between(scope, line_of(at), line_of(amp_call))
+    names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
+    attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
+    if "*" in stored:
+        return "a `setattr`, `exec` or `vars` call between the two lines may change it"
+    changed = sorted((names | attributes) & stored)
+    if changed:
+        return f"`{changed[0]}` may change between the two lines"
+    return None
 
 
 def _term(test: str, holds: bool) -> str:

@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from migrator.analysis.calls import Argument, arguments
-from migrator.callargs import append_arg, keyword, no_space_equal, remove_arg_objects
+from migrator.callargs import (
+    add_keyword_only,
+    append_arg,
+    keyword,
+    no_space_equal,
+    remove_arg_objects,
+)
 from migrator.callargs import argument as find_argument
 from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._factories import (
+    PASSED_CONDITION,
     OptimizerFactories,
+    factory_arguments,
     factory_facts,
     shared_workers,
 )
 from migrator.rules.optimizers._fused_planner import (
     CODE,
+    AmpParameter,
     FuncStyle,
     ImportRewrite,
     Rewrite,
@@ -212,6 +222,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             if rewrite.import_rewrite is not None:
                 edits.append(self._import_edit(rewrite.import_rewrite))
             edits += [self._grad_fix_edit(fix) for fix in rewrite.grad_fixes]
+            if rewrite.amp_parameter is not None:
+                edits.append(self._parameter_edit(rewrite.amp_parameter))
             edits.extend(self._key_drop_edits(rewrite.key_drops))
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
@@ -230,6 +242,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))
         self._fix_method_callers()
+        self._pass_amp_conditions()
 
     def _fix_method_callers(self) -> None:
         """In a file that calls another module's method whose optimizer this run swaps for an
@@ -243,6 +256,30 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 "ValueError there)",
                 self._grad_fix_edit(fix),
             )
+
+    def _pass_amp_conditions(self) -> None:
+        """In a file that calls another module's factory that NPU101 makes pick its NPU fused
+        class by a new keyword-only parameter in this run: each call passes amp's condition
+        there (the link stage found its value)."""
+        for call, entry in factory_arguments(self):
+            name, value = entry["keyword"], entry["value"]
+            argument = keyword(name, cst.parse_expression(value))
+            self.fix(
+                call,
+                f"{PASSED_CONDITION}`{self.view.written(call.func)}`: `{name}={value}`, whether "
+                f"the optimizer it returns goes through apex's `amp.initialize` here; "
+                f"{entry['factory']} builds Ascend apex's NPU fused class when it is true and "
+                "torch_npu's otherwise",
+                self.replace(call, cst.Call, partial(_appended, argument=argument)),
+            )
+
+    def _parameter_edit(self, parameter: AmpParameter) -> NodeEdit:
+        """``def factory(args, model):`` -> ``def factory(args, model, *, apex_amp):``."""
+
+        def edit(node: cst.FunctionDef) -> cst.FunctionDef:
+            return node.with_changes(params=add_keyword_only(node.params, parameter.name))
+
+        return self.replace_statement(parameter.function, edit)
 
     def _add_home_import(self, home: str) -> None:
         if home == TORCH_NPU_HOME:
@@ -497,3 +534,7 @@ def _realign(call: cst.Call, moves: Sequence[bool], shift: int) -> cst.Call:
                 comma=comma.with_changes(whitespace_after=after.with_changes(last_line=last_line))
             )
     return call.with_changes(args=args)
+
+
+def _appended(node: cst.Call, argument: cst.Arg) -> cst.Call:
+    return append_arg(node, argument)
