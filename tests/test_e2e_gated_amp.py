@@ -12,8 +12,9 @@ The same holds for a class looked up by name (fixtures/e2e/gated_lookup, NVIDIA 
 `torch.optim.__dict__[name](params, **config)`): each entry of the mapping NPU101 writes next to
 the lookup is picked by amp's condition; and for a factory in another module whose callers use
 amp on some paths only (fixtures/e2e/factory_amp, timm's `create_optimizer` called by train.py
-under `use_amp == "apex"` and by benchmark.py without amp): the factory gets a keyword-only
-`apex_amp` that picks the class, and each call passes amp's condition there.
+under `use_amp == "apex"`, and the `create_optimizer_v2` it returns a call of, called by
+benchmark.py without amp): both get a keyword-only `apex_amp` that picks the class, and each
+call passes amp's condition there.
 """
 
 from __future__ import annotations
@@ -127,6 +128,10 @@ def test_a_factory_picks_the_class_by_the_condition_its_callers_pass(tmp_path: P
     migrated = migrated_copy(tmp_path, "factory", program=FACTORY).parent
     factory = (migrated / "optim_factory.py").read_text()
     assert "def create_optimizer(args, parameters, *, apex_amp):" in factory
+    assert "**optimizer_kwargs(args), apex_amp=apex_amp)" in factory  # passed on
+    assert (
+        'def create_optimizer_v2(parameters, opt="sgd", momentum=0.9, *, apex_amp, **kw' in factory
+    )
     assert "(apex.optimizers.NpuFusedAdamW if apex_amp else torch_npu.optim.NpuFusedAdamW)(" in (
         factory
     )
@@ -134,7 +139,7 @@ def test_a_factory_picks_the_class_by_the_condition_its_callers_pass(tmp_path: P
     assert 'create_optimizer(args, model.parameters(), apex_amp=use_amp == "apex")' in train
     assert "combine_grad=True" in train
     benchmark = (migrated / "benchmark.py").read_text()
-    assert "create_optimizer(args, model.parameters(), apex_amp=False)" in benchmark
+    assert "weight_decay=0.05, apex_amp=False)" in benchmark
     check = subprocess.run(
         [sys.executable, "-m", "migrator", "--check", "--no-cache", "-q", str(migrated)],
         capture_output=True,

@@ -137,6 +137,36 @@ def returned_origins(view: FileView, name: str) -> list[ast.expr]:
     return found
 
 
+# A function at the top of a module and a call it returns: `return f(...)`.
+_Returned = tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call]
+
+
+def forwarders(index: ModuleIndex, name: str) -> list[_Returned]:
+    """The other functions at the top of the module that return a call of the function
+    ``name`` there, with each such call: timm's ``create_optimizer(args, model)``, which
+    returns ``create_optimizer_v2(model, **optimizer_kwargs(args))``."""
+    return [(outer, call) for outer, call in returned_calls(index) if call.func.id == name]  # type: ignore[attr-defined]
+
+
+def returned_calls(index: ModuleIndex) -> list[_Returned]:
+    """Each ``return f(...)`` (``f`` a plain name) in the functions at the top of the module,
+    with the function it returns from (not counting the functions nested in it)."""
+    found: list[_Returned] = []
+    for statement in index.tree.body:
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in index.walk(statement):
+            if (
+                isinstance(node, ast.Return)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name)
+                and node.value.func.id != statement.name
+                and _function_of(index, node) is statement
+            ):
+                found.append((statement, node.value))
+    return found
+
+
 def _top_level_function(
     index: ModuleIndex, name: str
 ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

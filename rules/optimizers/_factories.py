@@ -47,7 +47,7 @@ from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import amp_options
-from migrator.rules.optimizers._call_sites import returned_origins
+from migrator.rules.optimizers._call_sites import returned_calls, returned_origins
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
@@ -229,7 +229,7 @@ def link(linking: Linking) -> Mapping[str, Facts] | None:
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
     if callers:
-        _find_call_sites(state, list(callers))
+        _find_call_sites(state, _with_forwarders(state, list(callers)))
         for factory_path in sorted({factory.path for factory in callers}):
             factories = [factory for factory in callers if factory.path == factory_path]
             for factory, entry in _verdicts(state, factory_path, factories).items():
@@ -351,7 +351,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
     by_name: dict[str, list[Factory]] = {}
     for factory in factories:
         by_name.setdefault(factory.name, []).append(factory)
-        entry = {"line": factory.line, "sites": [], "escapes": _own_references(state, factory)}
+        entry = {"line": factory.line, "sites": [], "escapes": None}
         state.of(factory.path, "factories")[factory.name] = entry
     containing = state.linking.files.containing(list(by_name))
     paths = sorted({path for name in by_name for path in containing[name]})
@@ -361,15 +361,18 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             continue
         wanted = {name for name in by_name if path in containing[name]}
         found = [(call, f) for call, f in _calls_of(state, reader, path, wanted) if f in factories]
+        called = [call for call, _ in found]
+        for factory, where in _other_references(state, reader, path, wanted, called).items():
+            if factory in factories:
+                facts = state.of(factory.path, "factories")[factory.name]
+                facts["escapes"] = facts["escapes"] or where
         if not found:
             continue
         flow = OptimizerFlow.of(reader)
-        hazards = FusionHazards(reader, flow, returned=frozenset(id(call) for call, _ in found))
-        escapes = _other_references(reader, path, wanted, [call for call, _ in found])
+        hazards = FusionHazards(reader, flow, returned=frozenset(id(call) for call in called))
         for call, factory in found:
             amp_calls = flow.amp_calls_reached.get(id(call), [])
             facts = state.of(factory.path, "factories")[factory.name]
-            facts["escapes"] = facts["escapes"] or escapes.get(factory.name)
             site = {
                 "at": _at(path, call),
                 "path": path,
@@ -425,32 +428,57 @@ def _site_facts(
     return facts
 
 
-def _own_references(state: _Link, factory: Factory) -> str | None:
-    """Where the module of ``factory`` uses it other than by defining it (a call of its own,
-    a value): there npu-migrate would not pass amp's condition."""
-    reader = state.reader(factory.path)
-    if reader is None:
-        return None
-    for node in reader.index.nodes(ast.Name):
-        if node.id == factory.name and isinstance(node.ctx, ast.Load):
-            return _at(factory.path, node)
-    return None
+def _with_forwarders(state: _Link, factories: list[Factory]) -> list[Factory]:
+    """``factories`` and the functions of their modules that return a call of one of them, or
+    whose call one of them returns (timm's ``create_optimizer``, which returns
+    ``create_optimizer_v2(...)``): their calls in other files pass amp's condition too when
+    NPU101 threads it through both."""
+    found = list(factories)
+    for factory in factories:
+        reader = state.reader(factory.path)
+        if reader is None:
+            continue
+        index = reader.index
+        functions = {
+            statement.name: statement
+            for statement in index.tree.body
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        related = []
+        for outer, call in returned_calls(index):
+            callee = call.func.id  # type: ignore[attr-defined]
+            if callee == factory.name:
+                related.append(outer)
+            elif outer.name == factory.name and callee in functions:
+                related.append(functions[callee])  # the function whose call the factory returns
+        for function in related:
+            other = Factory(factory.path, function.name, function.lineno)
+            if other not in found:
+                found.append(other)
+    return found
 
 
 def _other_references(
-    reader: FileView, path: str, names: set[str], calls: list[ast.Call]
-) -> dict[str, str]:
-    """name -> where ``path`` uses a factory of that name other than by calling it (``calls``)
-    or importing it: a value handed on, whose calls npu-migrate does not see."""
+    state: _Link, reader: FileView, path: str, names: set[str], calls: list[ast.Call]
+) -> dict[Factory, str]:
+    """factory -> where ``path`` (another file than its module) uses it other than by calling
+    it (``calls``) or importing it: a value handed on, whose calls npu-migrate does not see."""
     called = {id(call.func) for call in calls}
-    found: dict[str, str] = {}
-    for node in reader.index.nodes(ast.Name):
-        if node.id in names and isinstance(node.ctx, ast.Load) and id(node) not in called:
-            found.setdefault(node.id, _at(path, node))
+    nodes: list[ast.Name | ast.Attribute] = [
+        node for node in reader.index.nodes(ast.Name) if node.id in names
+    ]
     for name in names:
-        for attribute in reader.index.attributes(name):
-            if isinstance(attribute.ctx, ast.Load) and id(attribute) not in called:
-                found.setdefault(name, _at(path, attribute))
+        nodes.extend(reader.index.attributes(name))
+    found: dict[Factory, str] = {}
+    for node in nodes:
+        if not isinstance(node.ctx, ast.Load) or id(node) in called:
+            continue
+        dotted = reader.qualified_name(node)
+        if not isinstance(dotted, str):
+            continue
+        factory = _locate(state, dotted, path)
+        if isinstance(factory, Factory) and factory.path != path:
+            found.setdefault(factory, _at(path, node))
     return found
 
 
@@ -525,14 +553,15 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         amp_always=state.linking.settings.amp is AmpPolicy.ALWAYS,
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
-    parameters = {
-        rewrite.amp_parameter.function.name: rewrite.amp_parameter.name
-        for rewrite in decisions.rewrites
-        if rewrite.amp_parameter is not None
-    }
-    for factory in factories:
-        if factory.name in parameters:
-            _pass_condition(state, factory, parameters[factory.name])
+    parameters: dict[str, str] = {}
+    for rewrite in decisions.rewrites:
+        threaded = rewrite.amp_parameter
+        if threaded is not None:
+            for function in (threaded.function, *(outer for outer, _ in threaded.forwarding)):
+                parameters[function.name] = threaded.name
+    for name, parameter in parameters.items():
+        if name in facts.get("factories", {}):
+            _pass_condition(state, path, name, parameter)
     findings = decisions.lines(suppressions)
     verdicts = {factory: _verdict(view, factory, plans, findings, path) for factory in factories}
     # The decisions and the flow hold nodes of the index, which the link stage releases.
@@ -540,15 +569,18 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
     return verdicts
 
 
-def _pass_condition(state: _Link, factory: Factory, parameter: str) -> None:
-    """The edits of the callers of a factory that NPU101 gives the keyword-only ``parameter``:
-    each call passes amp's condition there (``factory_arguments`` facts of the caller)."""
-    for site in state.of(factory.path, "factories")[factory.name]["sites"]:
+def _pass_condition(state: _Link, path: str, name: str, parameter: str) -> None:
+    """The edits of the callers of the factory ``name`` of the module ``path`` that NPU101
+    gives the keyword-only ``parameter``: each call passes amp's condition there
+    (``factory_arguments`` facts of the caller)."""
+    facts = state.of(path, "factories")[name]
+    shown = Factory(path, name, facts["line"]).shown
+    for site in facts["sites"]:
         state.of(site["path"], "factory_arguments")[site["key"]] = {
             "code": site["code"],
             "keyword": parameter,
             "value": site["argument"],
-            "factory": factory.shown,
+            "factory": shown,
         }
 
 

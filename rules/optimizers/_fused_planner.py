@@ -30,6 +30,7 @@ from migrator.rules.optimizers._call_sites import (
     ExternalAmp,
     MethodCallers,
     factory_sites,
+    forwarders,
     method_callers,
 )
 from migrator.rules.optimizers._contract import Break, ParameterContract
@@ -159,6 +160,10 @@ class AmpParameter:
 
     function: ast.FunctionDef | ast.AsyncFunctionDef
     name: str
+    # The functions of the module that return a call of ``function`` (see
+    # :func:`~migrator.rules.optimizers._call_sites.forwarders`): each gets the parameter too
+    # and passes it on in that call.
+    forwarding: tuple[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -333,6 +338,7 @@ class _Planner:
         self.hazards = FusionHazards(view, self.flow)
         self.contract = ParameterContract(view, self.flow, shared)
         self.sites = factory_sites(view, factories, level)
+        self.factory_names = frozenset(factories)  # whose calls in other files the link found
         self.findings: list[Finding] = []
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
@@ -918,33 +924,51 @@ class _Planner:
     def _amp_parameter(self, call: ast.Call, sites: Sequence[CallSite]) -> AmpParameter | str:
         """The parameter to add to the factory that returns ``call``, so that each of its
         callers says whether the optimizer goes through apex's ``amp.initialize`` there; or why
-        there is none: the constructor must be in the factory itself, which must be used only
-        by calls npu-migrate edits, each able to tell amp's condition at the call."""
-        names = sorted({site.factory for site in sites})
-        if len(names) > 1:
-            return f"it is returned by more than one function ({', '.join(names)})"
-        name = names[0]
+        there is none: the constructor must be in the factory itself (or in the function it
+        returns a call of), which must be used only by calls npu-migrate edits, each able to
+        tell amp's condition at the call."""
         function = self.flow.scope_of(call)
         if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            return f"it is not built in `{name}` itself"
-        if function.name != name or self.index.parent(function) is not self.index.tree:
-            return f"it is built in `{function.name}`, not in `{name}` itself"
-        if function.decorator_list:
-            return f"`{name}` is decorated, and a decorator may call it without the parameter"
-        if function.args.posonlyargs:
-            return f"`{name}` has positional-only parameters"
+            return "it is not built in a function"
+        if self.index.parent(function) is not self.index.tree:
+            return f"it is built in `{function.name}`, which is not at the top of the module"
+        forwarding = forwarders(self.index, function.name)
+        functions = [function, *dict.fromkeys(outer for outer, _ in forwarding)]
+        names = {f.name for f in functions}
+        others = sorted({site.factory for site in sites} - names)
+        if others:
+            return f"it is returned by `{others[0]}`, not by `{function.name}` or a call of it"
+        builders = {id(self.flow.scope_of(candidate)) for candidate in self.flow.candidates}
+        for outer, _ in forwarding:
+            if id(outer) in builders:
+                return f"`{outer.name}` returns a call of `{function.name}` and builds one too"
+        for each in functions:
+            if each.name not in self.factory_names:
+                return f"npu-migrate did not look for the calls of `{each.name}` in other files"
+            if each.decorator_list:
+                return f"`{each.name}` is decorated, and a decorator may call it without it"
+            if each.args.posonlyargs:
+                return f"`{each.name}` has positional-only parameters"
+        passed_on = {id(inner.func) for _, inner in forwarding}
+        for node in self.index.nodes(ast.Name):
+            if node.id in names and isinstance(node.ctx, ast.Load) and id(node) not in passed_on:
+                return f"`{node.id}` is also used at line {node.lineno}, not as a call it edits"
         escapes = next((site.escapes for site in sites if site.escapes), None)
         if escapes is not None:
-            return f"`{name}` is also used at {escapes}, not as a call npu-migrate can edit"
+            return f"`{sites[0].factory}` is also used at {escapes}, not as a call it edits"
         for site in sites:
             if site.argument is None:
                 return f"at its call at {site.at}, {site.why}"
-        taken = {node.arg for node in ast.walk(function.args) if isinstance(node, ast.arg)}
-        taken |= {node.id for node in self.index.walk(function) if isinstance(node, ast.Name)}
+        taken = {
+            node.arg if isinstance(node, ast.arg) else node.id
+            for each in functions
+            for node in self.index.walk(each)
+            if isinstance(node, ast.arg | ast.Name)
+        }
         parameter = next((p for p in AMP_PARAMETERS if p not in taken), None)
         if parameter is None:
-            return f"`{name}` already uses the names {', '.join(AMP_PARAMETERS)}"
-        return AmpParameter(function, parameter)
+            return f"`{function.name}` already uses the names {', '.join(AMP_PARAMETERS)}"
+        return AmpParameter(function, parameter, tuple(forwarding))
 
     @staticmethod
     def _gated_site(sites: Sequence[CallSite]) -> tuple[CallSite, ExternalAmp] | None:

@@ -223,7 +223,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 edits.append(self._import_edit(rewrite.import_rewrite))
             edits += [self._grad_fix_edit(fix) for fix in rewrite.grad_fixes]
             if rewrite.amp_parameter is not None:
-                edits.append(self._parameter_edit(rewrite.amp_parameter))
+                edits += self._parameter_edits(rewrite.amp_parameter)
             edits.extend(self._key_drop_edits(rewrite.key_drops))
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
@@ -273,13 +273,20 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 self.replace(call, cst.Call, partial(_appended, argument=argument)),
             )
 
-    def _parameter_edit(self, parameter: AmpParameter) -> NodeEdit:
-        """``def factory(args, model):`` -> ``def factory(args, model, *, apex_amp):``."""
+    def _parameter_edits(self, parameter: AmpParameter) -> list[NodeEdit]:
+        """``def factory(args, model):`` -> ``def factory(args, model, *, apex_amp):``, and in
+        each function that returns a call of it, the same parameter passed on in that call."""
+        name = parameter.name
 
         def edit(node: cst.FunctionDef) -> cst.FunctionDef:
-            return node.with_changes(params=add_keyword_only(node.params, parameter.name))
+            return node.with_changes(params=add_keyword_only(node.params, name))
 
-        return self.replace_statement(parameter.function, edit)
+        functions = [parameter.function, *dict.fromkeys(f for f, _ in parameter.forwarding)]
+        edits = [self.replace_statement(function, edit) for function in functions]
+        passed_on = keyword(name, cst.Name(name))
+        for _, inner in parameter.forwarding:
+            edits.append(self.replace(inner, cst.Call, partial(_appended, argument=passed_on)))
+        return edits
 
     def _add_home_import(self, home: str) -> None:
         if home == TORCH_NPU_HOME:
