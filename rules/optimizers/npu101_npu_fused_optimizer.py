@@ -70,8 +70,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     left as it is: the fused optimizers pack on the NPU only. A constructor that a function
     returns to other modules of the run (`create_optimizer(args, model)` called from `train.py`)
     is placed by every call site of that function there: `apex.optimizers` when all of them pass
-    it to `amp.initialize`, `torch_npu.optim` when none does, reported when some do and some do
-    not or when one would be refused; the message names the calls and their `amp.initialize`. An
+    it to `amp.initialize`, `torch_npu.optim` when none does, reported when one would be refused
+    or when a caller's code breaks a fused optimizer (`model.zero_grad()`); the message names the
+    calls and their `amp.initialize`. When some calls pass it to `amp.initialize` and some do not,
+    or one does only under a condition, the function gets a required keyword-only `apex_amp`,
+    each call passes `True`, `False` or that condition (when it reads the same at the call), the
+    constructors pick `(apex.optimizers.X if apex_amp else torch_npu.optim.X)`, and a function
+    of the module that returns a call of it passes it on; reported where that cannot be done
+    (the function used as a value, decorated, a condition that calls a function). An
     optimizer whose `amp.initialize` runs, or enables amp, only under a condition that does not
     also guard its construction (`if args.amp: model, optimizer = amp.initialize(...)`, the
     shape of Ascend's ModelZoo scripts; `enabled=args.amp`) gets the class picked by that
@@ -80,8 +86,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     raises in `step()` without amp, and torch_npu's steps stale gradients under apex amp (which
     sets the gradients of any other optimizer to None before each backward). That is done where
     the condition reads the same at the constructor (same function, one condition, names and
-    attributes not assigned in between); otherwise, and for a factory whose callers gate amp or
-    whose callers differ (some with amp, some without), the constructor is reported. With `amp =
+    attributes not assigned in between); otherwise the constructor is reported. With `amp =
     "always"` in [tool.npu-migrate] (or `--amp always`: the project trains with amp on) such an
     `amp.initialize` counts as reached: `apex.optimizers.NpuFused*`, and the path without amp
     raises at its first step, which the message says. Arguments are mapped: apex FusedAdam's
