@@ -54,6 +54,8 @@ class CallSite:
     amps: tuple[ExternalAmp, ...]
     # Code there that breaks an NPU fused optimizer, described ("" without).
     hazards: str = ""
+    # How the caller shards or re-allocates the parameters it may hand the factory ("": never).
+    breaks: str = ""
     # The value of amp's condition at the call ("True", "False" or the test under which its
     # `amp.initialize` runs), for a factory that picks the class by it; None: why says why not.
     argument: str | None = None
@@ -85,6 +87,7 @@ def factory_sites(
                         site["at"],
                         amps,
                         site.get("hazards", ""),
+                        site.get("breaks", ""),
                         site.get("argument"),
                         site.get("why"),
                         factories[name].get("escapes"),

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.analysis.calls import NOT_LITERAL
+from migrator.analysis.calls import NOT_LITERAL, arguments
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, Module
@@ -48,6 +48,8 @@ from migrator.rule import Linking, Rule
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import amp_options
 from migrator.rules.optimizers._call_sites import returned_calls, returned_origins
+from migrator.rules.optimizers._contract import ParameterContract
+from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
@@ -370,6 +372,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             continue
         flow = OptimizerFlow.of(reader)
         hazards = FusionHazards(reader, flow, returned=frozenset(id(call) for call in called))
+        contract = ParameterContract(reader, flow)
         for call, factory in found:
             amp_calls = flow.amp_calls_reached.get(id(call), [])
             facts = state.of(factory.path, "factories")[factory.name]
@@ -378,8 +381,35 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
                 "path": path,
                 "amp": [_amp_facts(reader, path, amp, call) for amp in amp_calls],
                 **_site_facts(reader, path, call, amp_calls, hazards.of(call, None)),
+                "breaks": _site_breaks(contract, call),
             }
             facts["sites"].append(site)
+
+
+def _site_breaks(contract: ParameterContract, call: ast.Call) -> str:
+    """How the caller breaks the fused optimizers' contract for the parameters it may hand the
+    factory (parameters never sharded or re-allocated while the optimizer uses them), described;
+    "" when it does not. Each argument may be parameters (``model.parameters()``, a list of
+    them) or a model the factory takes them from."""
+    for argument in arguments(call):
+        if argument.star:
+            continue
+        given = argument.value
+        candidates: list[ast.expr] = [given]
+        if isinstance(given, ast.Name | ast.Attribute):
+            owned = ast.Call(
+                func=ast.Attribute(value=given, attr="parameters", ctx=ast.Load()),
+                args=[],
+                keywords=[],
+            )
+            ast.copy_location(owned, given)
+            ast.copy_location(owned.func, given)
+            candidates.append(owned)
+        for params in candidates:
+            breaks = contract.sharding(call, params) or contract.reallocations(call, params)
+            if breaks:
+                return describe_breaks(breaks)
+    return ""
 
 
 def _site_facts(

@@ -835,6 +835,10 @@ class _Planner:
                 if amp.refusal is not None:
                     self._report(call, _refused_elsewhere_message(source, target, site, amp))
                     return
+        breaking = [site for site in sites if site.breaks]
+        if breaking:
+            self._report(call, _site_break_message(source, target, breaking))
+            return
         hazardous = [site for site in sites if site.hazards]
         if hazardous:
             self._report(call, _site_hazard_message(source, target, hazardous))
@@ -1903,18 +1907,21 @@ _CONTRACT = (
 
 
 def _sharded_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
-    if source.unfused_replacement is None:
-        keep = f"Keep `{source.display}`: it runs on NPU unfused"
-    else:
-        name = source.display.rsplit(".", 1)[1]
-        keep = (
-            f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, "
-            f"which Ascend's apex lacks), so replace it by hand with "
-            f"{source.unfused_replacement}, which runs on NPU unfused"
-        )
     return (
         f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
-        f"{_CONTRACT}. {keep}"
+        f"{_CONTRACT}. {_keep(source)}"
+    )
+
+
+def _keep(source: Source) -> str:
+    """What to do with a constructor the fused optimizers' contract keeps unfused."""
+    if source.unfused_replacement is None:
+        return f"Keep `{source.display}`: it runs on NPU unfused"
+    name = source.display.rsplit(".", 1)[1]
+    return (
+        f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, "
+        f"which Ascend's apex lacks), so replace it by hand with "
+        f"{source.unfused_replacement}, which runs on NPU unfused"
     )
 
 
@@ -2030,6 +2037,14 @@ def _mixed_callers_refusal(
             f"build `{APEX_HOME}.{target}` for the callers that use amp and "
             f"`{TORCH_NPU_HOME}.{target}` for the others (a parameter of `{factory}`)",
         )
+    )
+
+
+def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
+    found = "; ".join(f"at its call at {site.at}, {site.breaks}" for site in sites)
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it, "
+        f"and {found}. {_CONTRACT}. {_keep(source)}"
     )
 
 
