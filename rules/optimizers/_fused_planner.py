@@ -1867,11 +1867,17 @@ def _left_unfused(source: Source, to_fuse: str) -> str:
     """What the unrewritten constructor does on NPU, and how to fuse it (``to_fuse``)."""
     if source.unfused_replacement is None:
         return f"It still runs on NPU unfused; to fuse it, {to_fuse}"
+    return (
+        f"{_not_on_ascend(source)}: with {source.unfused_replacement}, which runs on NPU "
+        f"unfused, or, to fuse it, {to_fuse}"
+    )
+
+
+def _not_on_ascend(source: Source) -> str:
     name = source.display.rsplit(".", 1)[1]
     return (
         f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, which "
-        f"Ascend's apex lacks, and fails when constructed), so replace it by hand: with "
-        f"{source.unfused_replacement}, which runs on NPU unfused, or, to fuse it, {to_fuse}"
+        "Ascend's apex lacks, and fails when constructed), so replace it by hand"
     )
 
 
@@ -1917,12 +1923,7 @@ def _keep(source: Source) -> str:
     """What to do with a constructor the fused optimizers' contract keeps unfused."""
     if source.unfused_replacement is None:
         return f"Keep `{source.display}`: it runs on NPU unfused"
-    name = source.display.rsplit(".", 1)[1]
-    return (
-        f"NVIDIA's `{name}` does not run on Ascend (it needs apex's CUDA extension `amp_C`, "
-        f"which Ascend's apex lacks), so replace it by hand with "
-        f"{source.unfused_replacement}, which runs on NPU unfused"
-    )
+    return f"{_not_on_ascend(source)} with {source.unfused_replacement}, which runs on NPU unfused"
 
 
 def _reallocated_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
