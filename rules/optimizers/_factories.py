@@ -617,7 +617,12 @@ def _pass_condition(state: _Link, path: str, name: str, parameter: str) -> None:
 def _verdict(
     view: FileView, factory: Factory, plans: Mapping[int, Any], findings: set[int], path: str
 ) -> Facts:
-    origins = returned_origins(view, factory.name)
+    # `optimizer = None` on a path that builds none: nothing to combine there.
+    origins = [
+        origin
+        for origin in returned_origins(view, factory.name)
+        if not (isinstance(origin, ast.Constant) and origin.value is None)
+    ]
     if not origins:
         why = f"its optimizer comes from {factory.shown}, which returns nothing npu-migrate follows"
         return _verdict_entry(False, why, False, why)

@@ -231,6 +231,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         for origin in self.flow.origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
                 continue  # built only on the path where this amp.initialize does not run
+            if _is_none(origin):
+                continue  # no optimizer on that path: amp.initialize hands back the model alone
             verdict = factory_verdict(self, origin) if isinstance(origin, ast.Call) else None
             name = (
                 fused_name(self.view, planned(self), origin)
@@ -374,3 +376,9 @@ def _set_opt_level(level: str) -> Change:
 
 def _add_combine_grad(call: cst.Call) -> cst.Call:
     return append_arg(call, keyword("combine_grad", cst.Name("True")))
+
+
+def _is_none(node: ast.expr) -> bool:
+    """``None`` written as the optimizer (``optimizer = None`` before an ``if`` that builds it):
+    on that path there is nothing to combine, with or without ``combine_grad``."""
+    return isinstance(node, ast.Constant) and node.value is None
