@@ -423,8 +423,9 @@ def _site_facts(
       NPU101 makes the factory pick the class by it (``"True"``, ``"False"`` or the test under
       which ``amp.initialize`` runs there), with ``key`` and ``code`` to find the call again;
       None with ``why`` when it cannot be passed."""
+    blocking = [hazard for hazard in hazards if not hazard.loud]  # see Hazard.loud
     facts: dict[str, Any] = {
-        "hazards": describe(hazards) if hazards else "",
+        "hazards": describe(blocking) if blocking else "",
         "key": _key(call),
         "code": reader.written(call.func),
         "argument": None,

@@ -790,6 +790,10 @@ class _Planner:
             self._report(call, _reallocated_message(source, target, reallocated))
             return
         hazards = self.hazards.of(call, params)
+        # A dtype chosen at run time that the fused optimizers may refuse: a TypeError at the
+        # first step on those paths, the same training on the others.
+        loud = [hazard for hazard in hazards if hazard.loud]
+        hazards = [hazard for hazard in hazards if not hazard.loud]
         grad_fixes: list[GradFix] = []
         unsafe: dict[int, str] = {}  # id(zero_grad call) -> why its edit is an unsafe fix
         # Reported once nothing else blocks the constructor: its zero_grad fixes rely on other
@@ -895,6 +899,12 @@ class _Planner:
         if grad_fixes:
             draft.grad_fixes = tuple(grad_fixes)
             draft.notes.append(_grad_fix_note(self.view, grad_fixes, unsafe))
+        if loud:
+            draft.notes.append(
+                f"{describe_hazards(loud)}: where it does, the fused optimizer stops the program "
+                "at its first step (torch_npu: \"Fused optimizer's parameters must be either "
+                'float32 or float16") instead of training'
+            )
         if sites:
             draft.why = _factory_why(draft, amp_call, with_amp, without_amp)
         if added is not None:

@@ -92,6 +92,9 @@ class Hazard:
     effect: str  # what it does and what breaks, e.g. "sets the gradients to None, which ..."
     remedy: str  # how to make the optimizer fusable
     fix: GradFix | None = None  # the edit that removes it, when there is one
+    # What it breaks can only be a loud error at the first step, and only on some paths (a
+    # dtype chosen at run time): the swap is made and the message says so.
+    loud: bool = False
 
     @property
     def line(self) -> int:
@@ -363,7 +366,7 @@ class FusionHazards:
                     "first step)"
                 )
             remedy = _KEEP_FLOAT32
-            found.append(Hazard(call, written, effect, remedy))
+            found.append(Hazard(call, written, effect, remedy, loud=dtype is None))
         return found
 
     def _casts_model(self, call: ast.Call, models: set[str]) -> bool:

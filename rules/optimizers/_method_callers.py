@@ -551,7 +551,7 @@ class _Judge:
                 problems.append(f"{_display(path)}, which calls it, is left alone by `skip-file`")
                 continue
             hazards, breaks = found[id(call)]
-            blocking = [hazard for hazard in hazards if not _fixable(hazard)]
+            blocking = [h for h in hazards if not _fixable(h) and not h.loud]  # see Hazard.loud
             if blocking:
                 problems.append(f"its caller at {where} uses it where {describe(blocking)}")
                 continue
