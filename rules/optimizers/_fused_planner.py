@@ -2348,7 +2348,9 @@ _DYNAMIC_LOOKUP_ADVICE = (
 
 _PLAIN_TEST_NODES = (
     ast.Name, ast.Attribute, ast.Constant, ast.UnaryOp, ast.Not, ast.BoolOp, ast.And, ast.Or,
-    ast.Compare, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Load,
+    ast.Compare, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Lt, ast.LtE,
+    ast.Gt, ast.GtE, ast.Load,
+    ast.Tuple, ast.List, ast.Set,  # `args.dtype in ("O1", "O2")`: built anew, nothing else done
 )  # fmt: skip
 
 
@@ -2379,7 +2381,10 @@ def unportable_test(
         return f"`amp.initialize` is not after {what} in the same function"
     expression = _expression(test)
     if expression is None or not _plain_test(expression):
-        return f"`{test}` is not made of names and attributes only"
+        return (
+            f"`{test}` is not made of names, attributes, constants and comparisons only (a call "
+            "or a subscript, evaluated once more there, may give another value or do something)"
+        )
     stored = _stored_between(scope, line_of(at), line_of(amp_call))
     names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
     attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
