@@ -19,7 +19,7 @@ from itertools import combinations
 from typing import Any, Literal
 
 from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
-from migrator.analysis.index import line_of
+from migrator.analysis.index import full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.analysis.view import FileView
@@ -51,8 +51,10 @@ from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
     FP16_OPTIMIZERS,
+    FUSED_PREFIX,
     KNOWN_OPTIMIZERS,
     NPU1_ROOTS,
+    OPTIMIZER_LAST_NAMES,
     OPTIMIZER_MODULES,
     SOURCES,
     TARGET_PARAMETERS,
@@ -1084,8 +1086,8 @@ class _Planner:
         """The optimizer constructors where ``model`` may name what it names at ``call``: in
         the same function (with the functions nested in it), at module level, and for
         ``self.<attr>`` in every method of the class."""
-        candidates = filter(self._may_hold_parameters, self.flow.candidates)
-        return self._in_units_of(call, model, candidates)
+        constructors = [c for c in self.flow.candidates if self._may_construct(c)]
+        return self._in_units_of(call, model, filter(self._may_hold_parameters, constructors))
 
     def _in_units_of(self, call: ast.Call, model: str, calls: Iterable[ast.Call]) -> list[ast.Call]:
         """The ``calls`` where ``model`` may name what it names at ``call``."""
@@ -1111,20 +1113,40 @@ class _Planner:
         parameters, `x(model.parameters(), ...)`, and may keep them: any of them may be an
         optimizer of a class npu-migrate does not know (`torch.optim.Adagrad`, a project's
         own LAMB)."""
-        candidates = {id(candidate) for candidate in self.flow.candidates}
         given = [
             other
             for other in self.index.nodes(ast.Call)
-            if id(other) not in candidates and self._params_of(other) is not None
+            if not self._may_construct(other) and self._params_of(other) is not None
         ]
         found = []
         for other in self._in_units_of(call, model, filter(self._may_hold_parameters, given)):
             params = self._params_of(other)
-            if any(id(origin) in candidates for origin in self.flow.origins(params)):
+            origins = self.flow.origins(params)
+            if any(isinstance(o, ast.Call) and self._may_construct(o) for o in origins):
                 continue  # given an optimizer (`scaler.unscale_(optimizer)`), not parameters
             if any(overlaps(model, part) for part in models_feeding(self.flow, params)):
                 found.append(other)
         return found
+
+    def _may_construct(self, call: ast.Call) -> bool:
+        """Whether ``call`` may build an optimizer npu-migrate knows, wrap one
+        (``FP16_Optimizer``) or hand them back (``amp.initialize``): its callee is a name that
+        an import or a value alias may bind under torch, apex or torch_npu, or a dotted name
+        from such a name that ends in one of their class names (``optim.Adam``, ``NpuFused*``).
+
+        What the flow's candidate filter keeps in fast mode, decided here whatever the mode:
+        with the filters off every call is a candidate, and counting `criterion(output, y)` or
+        `netD.parameters()` as an optimizer whose parameters cannot be traced would refuse in
+        slow mode the `zero_grad` fixes that fast mode applies.
+        """
+        dotted = full_name(call.func)  # through calls and subscripts, as names are resolved
+        if dotted is None:
+            return False
+        _, dot, last = dotted.rpartition(".")
+        if dot and last not in OPTIMIZER_LAST_NAMES and not last.startswith(FUSED_PREFIX):
+            return False
+        base = resolution_base(call.func)
+        return base is not None and base.id in self.flow.reaching_names
 
     def _may_hold_parameters(self, call: ast.Call) -> bool:
         """Whether ``call`` may build an optimizer of its own: not `amp.initialize` (it hands
