@@ -107,6 +107,9 @@ _NOT_OPTIMIZER_ROOTS = frozenset(
     {"builtins", "itertools", "functools", "operator", "collections", "copy", "math", "logging"}
 )
 
+# torch's LR schedulers: built from an optimizer, they never hold the model's parameters.
+_SCHEDULER_MODULES = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.SWALR")
+
 TORCH_SGD_DEFAULT_LR = "0.001"  # torch.optim.SGD's default; NpuFusedSGD requires lr
 
 # How a rewritten call spells the new class: the whole dotted name, only its last attribute
@@ -1151,15 +1154,16 @@ class _Planner:
     def _may_hold_parameters(self, call: ast.Call) -> bool:
         """Whether ``call`` may build an optimizer of its own: not `amp.initialize` (it hands
         back the optimizers it is given), nor a class or function of torch, apex or torch_npu
-        outside their optimizer modules (`DistributedDataParallel(model)`), nor one of Python's
-        own (`list(model.parameters())`)."""
+        outside their optimizer modules (`DistributedDataParallel(model)`), nor one of their LR
+        schedulers (`LambdaLR(optimizer, ...)`, given the optimizer), nor one of Python's own
+        (`list(model.parameters())`)."""
         if self.flow.is_amp_initialize(call):
             return False
         name = self.view.qualified_name(call.func)
         if not isinstance(name, str):
             return True
         root = name.split(".", 1)[0]
-        if root in _NOT_OPTIMIZER_ROOTS:
+        if root in _NOT_OPTIMIZER_ROOTS or name.startswith(_SCHEDULER_MODULES):
             return False
         return root not in NPU1_ROOTS or any("optim" in part.lower() for part in name.split("."))
 
