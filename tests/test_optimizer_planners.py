@@ -299,7 +299,7 @@ def test_nested_and_elif_conditions_are_combined() -> None:
                 if use_amp(args):
                     model, optimizer = amp.initialize(model, optimizer)
             """,
-            "`use_amp(args)` is not made of names and attributes only",
+            "`use_amp(args)` is not made of names, attributes, constants and comparisons only",
         ),
         (
             """
