@@ -62,6 +62,9 @@ class CallSite:
     why: str | None = None
     # Where the factory is used other than by the calls npu-migrate found (None: nowhere).
     escapes: str | None = None
+    # Why npu-migrate cannot tell that a call that reaches no `amp.initialize` in its file
+    # never reaches one (its optimizer handed on out of sight); "" when it can.
+    handed_on: str = ""
 
     @property
     def with_amp(self) -> tuple[ExternalAmp, ...]:
@@ -91,6 +94,7 @@ def factory_sites(
                         site.get("argument"),
                         site.get("why"),
                         factories[name].get("escapes"),
+                        site.get("handed_on", ""),
                     )
                 )
     return found
@@ -124,7 +128,7 @@ def _exported(view: FileView, factories: Mapping[str, Any]) -> dict[int, list[st
 def returned_origins(view: FileView, name: str) -> list[ast.expr]:
     """Where the values that the function ``name`` at the top of the module returns come
     from, through the module's flow (its local helpers included), in source order."""
-    function = _top_level_function(view.index, name)
+    function = top_level_function(view.index, name)
     if function is None:
         return []
     flow = OptimizerFlow.of(view)
@@ -170,7 +174,7 @@ def returned_calls(index: ModuleIndex) -> list[_Returned]:
     return found
 
 
-def _top_level_function(
+def top_level_function(
     index: ModuleIndex, name: str
 ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     found = [

@@ -35,19 +35,24 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from migrator.analysis.calls import NOT_LITERAL, arguments
-from migrator.analysis.index import ModuleIndex
+from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, Module
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import amp_options
-from migrator.rules.optimizers._call_sites import returned_calls, returned_origins
+from migrator.rules.optimizers._call_sites import (
+    returned_calls,
+    returned_origins,
+    top_level_function,
+)
 from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
@@ -380,7 +385,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
                 "at": _at(path, call),
                 "path": path,
                 "amp": [_amp_facts(reader, path, amp, call) for amp in amp_calls],
-                **_site_facts(reader, path, call, amp_calls, hazards.of(call, None)),
+                **_site_facts(state, reader, path, call, amp_calls, hazards.of(call, None)),
                 "breaks": _site_breaks(contract, call),
             }
             facts["sites"].append(site)
@@ -413,7 +418,12 @@ def _site_breaks(contract: ParameterContract, call: ast.Call) -> str:
 
 
 def _site_facts(
-    reader: FileView, path: str, call: ast.Call, amp_calls: list[ast.Call], hazards: list[Hazard]
+    state: _Link,
+    reader: FileView,
+    path: str,
+    call: ast.Call,
+    amp_calls: list[ast.Call],
+    hazards: list[Hazard],
 ) -> dict[str, Any]:
     """What a factory's call site says about the optimizer the factory builds:
 
@@ -430,6 +440,7 @@ def _site_facts(
         "code": reader.written(call.func),
         "argument": None,
         "why": None,
+        "handed_on": "",
     }
     flow = OptimizerFlow.of(reader)
     enabled = [amp for amp in amp_calls if not amp_options(reader, amp, None).disabled]
@@ -447,6 +458,15 @@ def _site_facts(
         else:
             why = unportable_test(flow, call, amp, test, what="the call")
             argument = test if why is None else None
+    if not enabled:
+        handed = _handed_on(partial(_followed, state, reader, path), reader, call)
+        if handed is not None:
+            facts["handed_on"] = (
+                f"its optimizer is handed on there (`{reader.written(handed)}`, line "
+                f"{line_of(handed)}), where npu-migrate does not see whether it goes through "
+                "`amp.initialize`"
+            )
+            argument, why = None, facts["handed_on"]
     suppressions = Suppressions.scan(reader.index.source.text)
     text = reader.index.source.text
     if suppressions.skip_file:
@@ -457,6 +477,91 @@ def _site_facts(
         argument, why = None, f"NPU101 does not look at {_display(path)} (it names no optimizer)"
     facts["argument"], facts["why"] = argument, why
     return facts
+
+
+def _handed_on(
+    followed: Callable[[ast.Call], bool], reader: FileView, call: ast.Call
+) -> ast.AST | None:
+    """Where the optimizer that a factory's ``call`` gives leaves the sight of its file: the
+    call returned, yielded or handed to another call directly, stored where the file's reads
+    are not followed (a subscript, an unpacking, an attribute other than ``self.<name>``), or,
+    through the names and ``self.<name>`` that hold it, given to a call whose effect the file
+    does not show (``followed``: the calls it does). None: it stays in sight."""
+    index = reader.index
+    parent = index.parent(call)
+    if isinstance(parent, ast.Expr):
+        return None
+    if isinstance(parent, ast.Lambda):
+        # `_test_basic_cases(lambda w, b: create_optimizer([w, b], ...))`: the lambda's callers.
+        holder = index.parent(parent)
+        given = index.parent(holder) if isinstance(holder, ast.keyword) else holder
+        if isinstance(given, ast.Call) and given.func is not parent and followed(given):
+            return None
+        return parent
+    if not isinstance(parent, ast.Assign | ast.AnnAssign) or parent.value is not call:
+        return parent
+    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+    for target in targets:
+        if isinstance(target, ast.Name):
+            continue
+        if isinstance(target, ast.Attribute) and _is_self(target.value):
+            found = _self_attribute_handed_on(followed, reader, target.attr)
+            if found is not None:
+                return found
+            continue
+        return target
+    return method_callers.escape(reader, call, followed)
+
+
+def _self_attribute_handed_on(
+    followed: Callable[[ast.Call], bool], reader: FileView, name: str
+) -> ast.AST | None:
+    """Where a read of ``self.<name>`` in the file hands the optimizer it holds on: anything but
+    its own attributes (``self.optimizer.step()``) and a call that ``followed`` sees."""
+    index = reader.index
+    for read in index.attributes(name):
+        if not isinstance(read.ctx, ast.Load) or not _is_self(read.value):
+            continue
+        parent = index.parent(read)
+        if isinstance(parent, ast.Attribute) and parent.value is read:
+            continue
+        given = index.parent(parent) if isinstance(parent, ast.keyword) else parent
+        if isinstance(given, ast.Call) and given.func is not read and followed(given):
+            continue
+        return given
+    return None
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _followed(state: _Link, reader: FileView, path: str, call: ast.Call) -> bool:
+    """Calls given an optimizer that do not pass it to an ``amp.initialize`` the file's flow
+    does not see: an ``amp.initialize``, an LR scheduler or a GradScaler's step, a function or a
+    method (``self.train_epoch(...)``) defined in the file, a function at the top of another
+    file of the run whose code never says ``initialize`` (``utils.auto_load_model(...)``; one
+    call deep, as the factories' call sites are: where that function hands it on is not
+    followed)."""
+    if OptimizerFlow.of(reader).is_amp_initialize(call) or method_callers.takes(reader, call):
+        return True
+    dotted = reader.qualified_name(call.func)
+    if isinstance(dotted, str):
+        found = _locate(state, dotted, path)
+        other = state.reader(found.path) if isinstance(found, Factory) else None
+        if other is None or not isinstance(found, Factory):
+            return False
+        function = top_level_function(other.index, found.name)
+        return function is not None and "initialize" not in other.index.source.segment(function)
+    func = call.func
+    if isinstance(func, ast.Name):
+        name = func.id
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        name = func.attr if func.value.id in ("self", "cls") else ""
+    else:
+        name = ""
+    defined = reader.index.nodes(ast.FunctionDef) + reader.index.nodes(ast.AsyncFunctionDef)
+    return bool(name) and any(function.name == name for function in defined)
 
 
 def _with_forwarders(state: _Link, factories: list[Factory]) -> list[Factory]:

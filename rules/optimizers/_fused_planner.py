@@ -852,6 +852,10 @@ class _Planner:
         if hazardous:
             self._report(call, _site_hazard_message(source, target, hazardous))
             return
+        handed = [site for site in sites if site.handed_on and not site.with_amp]
+        if handed:
+            self._report(call, _handed_on_message(source, target, handed))
+            return
         enabled = [options for options in settings if not options.disabled]
         amp_call = enabled[0].call if enabled else None
         with_amp = [site for site in sites if site.with_amp]
@@ -2082,6 +2086,20 @@ def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) 
     return (
         f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it, "
         f"and {found}. {_CONTRACT}. {_keep(source)}"
+    )
+
+
+def _handed_on_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
+    found = "; ".join(f"at {site.at}, {site.handed_on}" for site in sites)
+    return (
+        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it "
+        f"to calls that reach no `amp.initialize` in their file, and {found}: {_NEITHER_HOME}, "
+        "so the class depends on a place npu-migrate cannot see. "
+        + _left_unfused(
+            source,
+            "pick the class where the optimizer's path through amp is known, or pass it to "
+            "`amp.initialize` (or not) in the file that calls the factory",
+        )
     )
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -561,11 +561,11 @@ class _Judge:
                     f"never re-allocated while in use): {breaks}"
                 )
                 continue
-            escape = _escape(view, call)
-            if escape is not None:
+            escaped = escape(view, call)
+            if escaped is not None:
                 problems.append(
-                    f"its caller at {where} hands it on (`{view.written(escape)}`, line "
-                    f"{line_of(escape)}), where npu-migrate does not see how it is zeroed and "
+                    f"its caller at {where} hands it on (`{view.written(escaped)}`, line "
+                    f"{line_of(escaped)}), where npu-migrate does not see how it is zeroed and "
                     "stepped"
                 )
                 continue
@@ -603,11 +603,13 @@ def _fixable(hazard: Hazard) -> bool:
     return hazard.fix is not None and hazard.fix.receiver is None
 
 
-def _escape(view: FileView, call: ast.Call) -> ast.AST | None:
+def escape(
+    view: FileView, call: ast.Call, followed: Callable[[ast.Call], bool] | None = None
+) -> ast.AST | None:
     """The first place where the optimizer ``call`` returns leaves the sight of the caller's
     checks: given to a call (other than an LR scheduler's constructor or a GradScaler's
-    ``step`` / ``unscale_``), stored, returned, yielded. Its own attributes, aliases and tests
-    are in sight."""
+    ``step`` / ``unscale_``, and the calls ``followed`` says the caller's checks see into),
+    stored, returned, yielded. Its own attributes, aliases and tests are in sight."""
     flow = OptimizerFlow.of(view)
     index = view.index
     for read in index.nodes(ast.Name):
@@ -625,7 +627,11 @@ def _escape(view: FileView, call: ast.Call) -> ast.AST | None:
         if isinstance(parent, ast.If | ast.IfExp | ast.While) and parent.test is read:
             continue
         given = index.parent(parent) if isinstance(parent, ast.keyword) else parent
-        if isinstance(given, ast.Call) and given.func is not read and _takes(view, given):
+        if (
+            isinstance(given, ast.Call)
+            and given.func is not read
+            and (takes(view, given) or (followed is not None and followed(given)))
+        ):
             continue
         return given
     return None
@@ -642,7 +648,7 @@ _SCALERS = frozenset(
 )
 
 
-def _takes(view: FileView, call: ast.Call) -> bool:
+def takes(view: FileView, call: ast.Call) -> bool:
     """A call that only reads and steps an optimizer it is given: an LR scheduler, a
     GradScaler's ``step`` and ``unscale_``."""
     name = view.qualified_name(call.func)
