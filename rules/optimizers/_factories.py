@@ -432,7 +432,9 @@ def _site_facts(
     - ``argument``: the value of amp's condition at the call, to pass to the factory when
       NPU101 makes the factory pick the class by it (``"True"``, ``"False"`` or the test under
       which ``amp.initialize`` runs there), with ``key`` and ``code`` to find the call again;
-      None with ``why`` when it cannot be passed."""
+      None with ``why`` when it cannot be passed;
+    - ``handed_on``: for a call that reaches no ``amp.initialize`` in its file, why that does
+      not show it never reaches one (its optimizer leaves the file's sight); "" when it does."""
     blocking = [hazard for hazard in hazards if not hazard.loud]  # see Hazard.loud
     facts: dict[str, Any] = {
         "hazards": describe(blocking) if blocking else "",

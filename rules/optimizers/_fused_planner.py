@@ -925,7 +925,7 @@ class _Planner:
         if gated is not None:
             draft.why = _gated_why(draft, gated, self.amp_always)
         if draft.amp_parameter is not None:
-            draft.why = _parameter_why(draft, draft.amp_parameter, sites)
+            draft.why = _parameter_why(draft.amp_parameter, sites)
         if settings and not enabled:
             draft.disabled_amp_line = line_of(settings[0].call)
         for options in enabled:
@@ -2112,7 +2112,7 @@ def _site_hazard_message(source: Source, target: str, sites: Sequence[CallSite])
     )
 
 
-def _parameter_why(draft: _Draft, parameter: AmpParameter, sites: Sequence[CallSite]) -> str:
+def _parameter_why(parameter: AmpParameter, sites: Sequence[CallSite]) -> str:
     """Why the class of an optimizer is picked by the parameter its factory gets."""
     passed = "; ".join(f"`{site.argument}` at {site.at}" for site in sites)
     return (
