@@ -14,7 +14,8 @@ the lookup is picked by amp's condition; and for a factory in another module who
 amp on some paths only (fixtures/e2e/factory_amp, timm's `create_optimizer` called by train.py
 under `use_amp == "apex"`, and the `create_optimizer_v2` it returns a call of, called by
 benchmark.py without amp): both get a keyword-only `apex_amp` that picks the class, and each
-call passes amp's condition there.
+call passes amp's condition there; the same for a function of the script itself called on two
+paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's shape).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
 LOOKUP = REPO / "fixtures" / "e2e" / "gated_lookup"
 FACTORY = REPO / "fixtures" / "e2e" / "factory_amp"
+OWN_FACTORY = REPO / "fixtures" / "e2e" / "own_factory"
 TIMEOUT_S = 180
 VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -154,6 +156,26 @@ def test_a_factory_picks_the_class_by_the_condition_its_callers_pass(tmp_path: P
             FACTORY / "train.py", migrated / "train.py", "--amp", "--opt", "adamw"
         ),
         "benchmark": start_verify(FACTORY / "benchmark.py", migrated / "benchmark.py"),
+    }
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
+
+
+def test_a_function_of_the_script_gets_the_condition_from_its_own_calls(tmp_path: Path) -> None:
+    migrated = migrated_copy(tmp_path, "own", program=OWN_FACTORY)
+    text = migrated.read_text()
+    assert "def create_optimizer(args, parameters, *, apex_amp):" in text
+    assert text.count('parameters(), apex_amp=use_amp == "apex")') == 2  # both branches
+    assert "combine_grad=True" in text
+    original = OWN_FACTORY / "train.py"
+    runs = {
+        "fp32": start_verify(original, migrated),
+        "amp": start_verify(original, migrated, "--amp"),
+        "amp, adamw, fine-tuning": start_verify(
+            original, migrated, "--amp", "--opt", "adamw", "--finetune"
+        ),
     }
     for name, process in runs.items():
         code, output = finish(process)

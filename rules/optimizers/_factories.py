@@ -55,7 +55,7 @@ from migrator.rules.optimizers._call_sites import (
 )
 from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
-from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._flow import OptimizerFlow, escape, npu_fused_name, takes
 from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
 from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
@@ -512,7 +512,7 @@ def _handed_on(
                 return found
             continue
         return target
-    return method_callers.escape(reader, call, followed)
+    return escape(reader, call, followed)
 
 
 def _self_attribute_handed_on(
@@ -545,7 +545,7 @@ def _followed(state: _Link, reader: FileView, path: str, call: ast.Call) -> bool
     file of the run whose code never says ``initialize`` (``utils.auto_load_model(...)``; one
     call deep, as the factories' call sites are: where that function hands it on is not
     followed)."""
-    if OptimizerFlow.of(reader).is_amp_initialize(call) or method_callers.takes(reader, call):
+    if OptimizerFlow.of(reader).is_amp_initialize(call) or takes(reader, call):
         return True
     dotted = reader.qualified_name(call.func)
     if isinstance(dotted, str):

@@ -9,7 +9,7 @@ as written or as NPU101 will write it.
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Container, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -242,3 +242,67 @@ class OptimizerFlow:
             return []
         arg = argument(call, "optimizers", AMP_OPTIMIZERS_POSITION)
         return [arg.value] if arg is not None else []
+
+
+# -- where an optimizer leaves a file's sight ---------------------------------------------------
+
+
+def escape(
+    view: FileView, call: ast.Call, followed: Callable[[ast.Call], bool] | None = None
+) -> ast.AST | None:
+    """The first place where the optimizer ``call`` returns leaves the sight of the caller's
+    checks: given to a call (other than an LR scheduler's constructor or a GradScaler's
+    ``step`` / ``unscale_``, and the calls ``followed`` says the caller's checks see into),
+    stored, returned, yielded. Its own attributes, aliases and tests are in sight."""
+    flow = OptimizerFlow.of(view)
+    index = view.index
+    for read in index.nodes(ast.Name):
+        if not isinstance(read.ctx, ast.Load):
+            continue
+        if not any(origin is call for origin in flow.origins(read)):
+            continue
+        parent = index.parent(read)
+        if isinstance(parent, ast.Attribute) and parent.value is read:
+            continue
+        if isinstance(parent, ast.Assign) and parent.value is read:
+            continue  # an alias: its reads are checked too
+        if isinstance(parent, ast.Compare | ast.BoolOp | ast.UnaryOp):
+            continue
+        if isinstance(parent, ast.If | ast.IfExp | ast.While) and parent.test is read:
+            continue
+        given = index.parent(parent) if isinstance(parent, ast.keyword) else parent
+        if (
+            isinstance(given, ast.Call)
+            and given.func is not read
+            and (takes(view, given) or (followed is not None and followed(given)))
+        ):
+            continue
+        return given
+    return None
+
+
+_SCALERS = frozenset(
+    {
+        "torch.cuda.amp.GradScaler",
+        "torch.amp.GradScaler",
+        "torch.cpu.amp.GradScaler",
+        "torch.npu.amp.GradScaler",
+        "torch.GradScaler",
+    }
+)
+
+
+def takes(view: FileView, call: ast.Call) -> bool:
+    """A call that only reads and steps an optimizer it is given: an LR scheduler, a
+    GradScaler's ``step`` and ``unscale_``."""
+    name = view.qualified_name(call.func)
+    if isinstance(name, str) and name.startswith("torch.optim.lr_scheduler."):
+        return True
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in ("step", "unscale_"):
+        return False
+    origins = OptimizerFlow.of(view).origins(func.value)
+    return bool(origins) and all(
+        isinstance(origin, ast.Call) and view.qualified_name(origin.func) in _SCALERS
+        for origin in origins
+    )

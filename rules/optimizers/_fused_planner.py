@@ -35,7 +35,7 @@ from migrator.rules.optimizers._call_sites import (
 )
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
-from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._flow import OptimizerFlow, escape, npu_fused_name, takes
 from migrator.rules.optimizers._fp16 import uncovered_condition
 from migrator.rules.optimizers._hazards import (
     FusionHazards,
@@ -169,6 +169,9 @@ class AmpParameter:
     # :func:`~migrator.rules.optimizers._call_sites.forwarders`): each gets the parameter too
     # and passes it on in that call.
     forwarding: tuple[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call], ...] = ()
+    # The calls of ``function`` in its own module, with the value each passes (the module's own
+    # edits; the calls in other files get theirs from the link stage).
+    own_calls: tuple[tuple[ast.Call, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -896,11 +899,20 @@ class _Planner:
             unportable = None if gate and gate.planned else self._unportable_gate(call, gate)
             if gate is None and isinstance(parameter, str):
                 unportable = parameter
-            if unportable is not None:
+            own = None
+            if unportable is not None and gate is not None and not sites:
+                own = self._own_parameter(call)
+                if isinstance(own, AmpParameter):
+                    draft.choice = (own.name, True)
+                    draft.amp_parameter = own
+                else:
+                    unportable += f" (and npu-migrate cannot pass it as a parameter: {own})"
+            if unportable is not None and not isinstance(own, AmpParameter):
                 self._report(call, _gated_refusal(source, target, gated, unportable))
                 return
-            assert gate is not None
-            draft.choice = (gate.test, gate.amp_when_true)
+            if draft.amp_parameter is None:
+                assert gate is not None
+                draft.choice = (gate.test, gate.amp_when_true)
         problems = self._map_arguments(draft, names)
         if problems:
             self._report(call, _blocked_message(source, target, problems))
@@ -926,6 +938,8 @@ class _Planner:
             draft.why = _gated_why(draft, gated, self.amp_always)
         if draft.amp_parameter is not None:
             draft.why = _parameter_why(draft.amp_parameter, sites)
+            notes = [note for note in draft.notes if not note.startswith("at ")]
+            draft.notes = notes
         if settings and not enabled:
             draft.disabled_amp_line = line_of(settings[0].call)
         for options in enabled:
@@ -992,6 +1006,123 @@ class _Planner:
         if parameter is None:
             return f"`{function.name}` already uses the names {', '.join(AMP_PARAMETERS)}"
         return AmpParameter(function, parameter, tuple(forwarding))
+
+    def _own_parameter(self, call: ast.Call) -> AmpParameter | str:
+        """The parameter to add to the function of the module that builds ``call`` when its
+        calls in the module, not the function itself, decide whether the optimizer goes
+        through a gated ``amp.initialize`` (a script's `create_optimizer(args, model)` called by
+        its `main()`, which runs `amp.initialize` only `if use_amp == "apex"`); or why not.
+
+        Each call passes the condition under which the `amp.initialize` its result reaches (the
+        name it is assigned to, read there, not reassigned on the way) runs, or `False` when
+        its result reaches none and stays in sight; every `amp.initialize` the optimizer reaches
+        must be reached that way."""
+        function = self.flow.scope_of(call)
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            return "it is not built in a function"
+        name = function.name
+        if self.index.parent(function) is not self.index.tree:
+            return f"`{name}` is not at the top of the module"
+        if function.decorator_list or function.args.posonlyargs:
+            return f"`{name}` is decorated or has positional-only parameters"
+        if name in self.factory_names or forwarders(self.index, name):
+            return f"`{name}` is also called through other functions or files"
+        calls: list[ast.Call] = []
+        for node in self.index.nodes(ast.Name):
+            if node.id != name or not isinstance(node.ctx, ast.Load):
+                continue
+            parent = self.index.parent(node)
+            if not isinstance(parent, ast.Call) or parent.func is not node:
+                return f"`{name}` is used at line {node.lineno} other than by a call"
+            calls.append(parent)
+        if not calls:
+            return f"`{name}` is not called in this module"
+        reached = {id(amp) for amp in self.flow.amp_calls_reached.get(id(call), [])}
+        accounted: set[int] = set()
+        passed: list[tuple[ast.Call, str]] = []
+        for own_call in calls:
+            value, why = self._own_argument(own_call, reached, accounted)
+            if value is None:
+                return why
+            passed.append((own_call, value))
+        if reached - accounted:
+            return "an `amp.initialize` it reaches is not reached from one of its calls directly"
+        taken = {
+            node.arg if isinstance(node, ast.arg) else node.id
+            for node in self.index.walk(function)
+            if isinstance(node, ast.arg | ast.Name)
+        }
+        parameter = next((p for p in AMP_PARAMETERS if p not in taken), None)
+        if parameter is None:
+            return f"`{name}` already uses the names {', '.join(AMP_PARAMETERS)}"
+        return AmpParameter(function, parameter, own_calls=tuple(passed))
+
+    def _own_argument(
+        self, own_call: ast.Call, reached: set[int], accounted: set[int]
+    ) -> tuple[str | None, str]:
+        """What a call of the module's own factory passes for amp's condition (among the
+        `amp.initialize` calls the optimizer ``reached``, adding to ``accounted`` the one this
+        call's result goes to); None and why when it cannot say."""
+        statement = self.index.parent(own_call)
+        at = f"its call at line {line_of(own_call)}"
+        if not (
+            isinstance(statement, ast.Assign)
+            and statement.value is own_call
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            return None, f"{at} does not assign its result to a name"
+        held = statement.targets[0].id
+        scope = self.flow.scope_of(own_call)
+        amps = [
+            sink.call
+            for sink in self.flow.amp_sinks
+            if id(sink.call) in reached
+            and isinstance(sink.optimizers, ast.Name)
+            and sink.optimizers.id == held
+            and self.flow.scope_of(sink.call) is scope
+            and line_of(sink.call) > line_of(own_call)
+            and not self.flow.exclusive(sink.call, own_call)
+        ]
+        for amp in amps:
+            for store in _stores_of(scope, held, line_of(own_call), line_of(amp)):
+                if store is statement or any(node is amp for node in ast.walk(store)):
+                    continue  # the call's own assignment, or what amp.initialize hands back
+                if _calls_function(store, own_call):
+                    # Another call of the same function (CSWin's `if args.resume:` and
+                    # `if not args.resume:` blocks): it passes the same condition, and the
+                    # optimizer it replaces never gets to this amp.initialize.
+                    continue
+                if not self.flow.exclusive(store, own_call):
+                    return None, f"`{held}` is assigned again at line {store.lineno}"
+        if len(amps) > 1:
+            return None, f"{at} gives its result to more than one `amp.initialize`"
+        if not amps:
+            if escape(self.view, own_call, self._own_sight) is not None:
+                return None, f"{at} hands its result on where npu-migrate does not follow it"
+            return "False", ""
+        amp = amps[0]
+        accounted.add(id(amp))
+        options = amp_options(self.view, amp, self.level)
+        run_time = options.enabled_code if options.enabled is NOT_LITERAL else None
+        test = amp_runs_when(self.flow.guards_only_for(amp, own_call), run_time)
+        if test is None:
+            return "True", ""
+        why = unportable_test(self.flow, own_call, amp, test, what="the call")
+        return (test, "") if why is None else (None, f"at {at}, {why}")
+
+    def _own_sight(self, given: ast.Call) -> bool:
+        """A call that an optimizer may be handed to and stay in the module's sight: an
+        ``amp.initialize``, an LR scheduler or a GradScaler's step, a function of the module."""
+        if self.flow.is_amp_initialize(given) or takes(self.view, given):
+            return True
+        func = given.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            name = func.attr if func.value.id in ("self", "cls") else ""
+        else:
+            name = func.id if isinstance(func, ast.Name) else ""
+        defined = self.index.nodes(ast.FunctionDef) + self.index.nodes(ast.AsyncFunctionDef)
+        return bool(name) and any(function.name == name for function in defined)
 
     @staticmethod
     def _gated_site(sites: Sequence[CallSite]) -> tuple[CallSite, ExternalAmp] | None:
@@ -2114,7 +2245,10 @@ def _site_hazard_message(source: Source, target: str, sites: Sequence[CallSite])
 
 def _parameter_why(parameter: AmpParameter, sites: Sequence[CallSite]) -> str:
     """Why the class of an optimizer is picked by the parameter its factory gets."""
-    passed = "; ".join(f"`{site.argument}` at {site.at}" for site in sites)
+    passed = "; ".join(
+        [f"`{value}` at line {line_of(call)}" for call, value in parameter.own_calls]
+        + [f"`{site.argument}` at {site.at}" for site in sites]
+    )
     return (
         f"`{parameter.function.name}` returns it to calls whose optimizer goes through apex's "
         f"`amp.initialize` on some paths only, so the class is picked by a new keyword-only "
@@ -2465,6 +2599,32 @@ def _dotted(node: ast.expr) -> str:
     if isinstance(node, ast.Attribute):
         return f"{_dotted(node.value)}.{node.attr}"
     return node.id if isinstance(node, ast.Name) else "?"
+
+
+def _calls_function(store: ast.stmt, call: ast.Call) -> bool:
+    """``store`` assigns the result of a call of the function ``call`` calls (by name)."""
+    value = store.value if isinstance(store, ast.Assign | ast.AnnAssign) else None
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and isinstance(call.func, ast.Name)
+        and value.func.id == call.func.id
+    )
+
+
+def _stores_of(scope: ast.AST, name: str, first: int, last: int) -> list[ast.stmt]:
+    """The statements of ``scope`` on lines ``first`` to ``last`` that assign ``name``."""
+    found: list[ast.stmt] = []
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            continue
+        if not first <= node.lineno <= last:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+        if name in names:
+            found.append(node)
+    return found
 
 
 def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:

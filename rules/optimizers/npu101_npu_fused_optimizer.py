@@ -291,6 +291,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         passed_on = keyword(name, cst.Name(name))
         for _, inner in parameter.forwarding:
             edits.append(self.replace(inner, cst.Call, partial(_appended, argument=passed_on)))
+        for own_call, value in parameter.own_calls:  # the module's own calls of the factory
+            passed = keyword(name, cst.parse_expression(value))
+            edits.append(self.replace(own_call, cst.Call, partial(_appended, argument=passed)))
         return edits
 
     def _add_home_import(self, home: str) -> None:
