@@ -77,7 +77,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     each call passes `True`, `False` or that condition (when it reads the same at the call), the
     constructors pick `(apex.optimizers.X if apex_amp else torch_npu.optim.X)`, and a function
     of the module that returns a call of it passes it on; reported where that cannot be done
-    (the function used as a value, decorated, a condition that calls a function). An
+    (the function used as a value, decorated, a condition that calls a function). A function of
+    the module whose own calls decide whether the optimizer meets a gated `amp.initialize`
+    (a script's `create_optimizer` called by its `main()`) gets the same parameter. An
     optimizer whose `amp.initialize` runs, or enables amp, only under a condition that does not
     also guard its construction (`if args.amp: model, optimizer = amp.initialize(...)`, the
     shape of Ascend's ModelZoo scripts; `enabled=args.amp`) gets the class picked by that
