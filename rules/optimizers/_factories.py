@@ -55,7 +55,13 @@ from migrator.rules.optimizers._call_sites import (
 )
 from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
-from migrator.rules.optimizers._flow import OptimizerFlow, escape, npu_fused_name, takes
+from migrator.rules.optimizers._flow import (
+    OptimizerFlow,
+    defined_here,
+    escape,
+    npu_fused_name,
+    takes,
+)
 from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
 from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
@@ -555,15 +561,7 @@ def _followed(state: _Link, reader: FileView, path: str, call: ast.Call) -> bool
             return False
         function = top_level_function(other.index, found.name)
         return function is not None and "initialize" not in other.index.source.segment(function)
-    func = call.func
-    if isinstance(func, ast.Name):
-        name = func.id
-    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        name = func.attr if func.value.id in ("self", "cls") else ""
-    else:
-        name = ""
-    defined = reader.index.nodes(ast.FunctionDef) + reader.index.nodes(ast.AsyncFunctionDef)
-    return bool(name) and any(function.name == name for function in defined)
+    return defined_here(reader, call)
 
 
 def _with_forwarders(state: _Link, factories: list[Factory]) -> list[Factory]:

@@ -306,3 +306,15 @@ def takes(view: FileView, call: ast.Call) -> bool:
         isinstance(origin, ast.Call) and view.qualified_name(origin.func) in _SCALERS
         for origin in origins
     )
+
+
+def defined_here(view: FileView, call: ast.Call) -> bool:
+    """``call`` calls a function or a method (``self.train_epoch(...)``) that the file of
+    ``view`` defines, by name: what it does with an optimizer it is given, the file shows."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        name = func.attr if func.value.id in ("self", "cls") else ""
+    else:
+        name = func.id if isinstance(func, ast.Name) else ""
+    defined = view.index.nodes(ast.FunctionDef) + view.index.nodes(ast.AsyncFunctionDef)
+    return bool(name) and any(function.name == name for function in defined)

@@ -35,7 +35,13 @@ from migrator.rules.optimizers._call_sites import (
 )
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
-from migrator.rules.optimizers._flow import OptimizerFlow, escape, npu_fused_name, takes
+from migrator.rules.optimizers._flow import (
+    OptimizerFlow,
+    defined_here,
+    escape,
+    npu_fused_name,
+    takes,
+)
 from migrator.rules.optimizers._fp16 import uncovered_condition
 from migrator.rules.optimizers._hazards import (
     FusionHazards,
@@ -1114,15 +1120,11 @@ class _Planner:
     def _own_sight(self, given: ast.Call) -> bool:
         """A call that an optimizer may be handed to and stay in the module's sight: an
         ``amp.initialize``, an LR scheduler or a GradScaler's step, a function of the module."""
-        if self.flow.is_amp_initialize(given) or takes(self.view, given):
-            return True
-        func = given.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            name = func.attr if func.value.id in ("self", "cls") else ""
-        else:
-            name = func.id if isinstance(func, ast.Name) else ""
-        defined = self.index.nodes(ast.FunctionDef) + self.index.nodes(ast.AsyncFunctionDef)
-        return bool(name) and any(function.name == name for function in defined)
+        return (
+            self.flow.is_amp_initialize(given)
+            or takes(self.view, given)
+            or defined_here(self.view, given)
+        )
 
     @staticmethod
     def _gated_site(sites: Sequence[CallSite]) -> tuple[CallSite, ExternalAmp] | None:
