@@ -114,13 +114,20 @@ TWO_MODULES = (
 )
 
 
+# gloo's transport aborting a process on this shared machine (SIGABRT from a C++ thread left
+# joinable), seen in the original program as often as in the moved one: not a result.
+GLOO_ABORT = "terminate called without an active exception"
+
+
 def run_two_processes(script: Path, out: Path) -> dict[str, Any]:
     # The port is free when probed but may be taken before rank 0 listens on it (another test
-    # process on the machine): only that failure is retried, with a new port.
+    # process on the machine), or gloo may abort a process: only those failures are retried,
+    # with a new port.
+    signs = (*PORT_TAKEN, GLOO_ABORT)
     for _ in range(3):
         outputs = start_and_wait(script, out, free_port())
         failed = [output for code, output in outputs if code != 0]
-        if not any(sign in output.lower() for output in failed for sign in PORT_TAKEN):
+        if not any(sign in output.lower() for output in failed for sign in signs):
             break
     for code, output in outputs:
         assert code == 0, f"{script.name} failed:\n{output[-4000:]}"
