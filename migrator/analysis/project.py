@@ -50,6 +50,7 @@ from typing import Any
 
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.parse import index_of_bytes
+from migrator.analysis.view import FileView
 
 # JSON-serialisable facts about one file, produced by a rule's summarize / summarize_native.
 Facts = Mapping[str, Any]
@@ -477,3 +478,26 @@ class ProjectFiles:
         self._indexes.clear()
         self._sizes.clear()
         self._kept = 0
+
+
+class FileViews:
+    """One :class:`~migrator.analysis.view.FileView` per file of the run for a link stage,
+    made on first use and shared by every analysis of that stage (None: the file cannot be read
+    or parsed); :meth:`release` forgets them and what their analyses keep, so that the run's
+    bound on the indexes it keeps holds again."""
+
+    def __init__(self, files: ProjectFiles) -> None:
+        self.files = files
+        self._views: dict[str, FileView | None] = {}
+
+    def __call__(self, path: str) -> FileView | None:
+        if path not in self._views:
+            index = self.files.index(path)
+            self._views[path] = None if index is None else FileView(index)
+        return self._views[path]
+
+    def release(self) -> None:
+        for view in self._views.values():
+            if view is not None:
+                view.release()
+        self._views.clear()

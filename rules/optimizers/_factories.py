@@ -43,7 +43,7 @@ from typing import Any
 from migrator.analysis.calls import NOT_LITERAL, arguments
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
-from migrator.analysis.project import AmbiguousModule, Facts, Module
+from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.optimizers import _method_callers as method_callers
@@ -202,16 +202,10 @@ class _Link:
     """The state of one link stage."""
 
     linking: Linking
-    readers: dict[str, FileView | None] = field(default_factory=dict)
+    # The view of a file of the run (None: it cannot be read or parsed).
+    reader: FileViews
     located: dict[tuple[str, str], Factory | str] = field(default_factory=dict)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> facts
-
-    def reader(self, path: str) -> FileView | None:
-        """The view of a file of the run (None: it cannot be read or parsed)."""
-        if path not in self.readers:
-            index = self.linking.files.index(path)
-            self.readers[path] = None if index is None else FileView(index)
-        return self.readers[path]
 
     @property
     def switched_level(self) -> str | None:
@@ -223,10 +217,10 @@ class _Link:
         return self.facts.setdefault(path, {}).setdefault(part, {})
 
 
-def link(linking: Linking) -> Mapping[str, Facts] | None:
+def link(linking: Linking, views: FileViews) -> Mapping[str, Facts] | None:
     """The factories' facts (NPU101's planner decides, in each factory's module, what the
-    factory returns)."""
-    state = _Link(linking)
+    factory returns); ``views``: the files' views this link stage shares."""
+    state = _Link(linking, views)
     callers: dict[Factory, list[tuple[str, str, str]]] = {}  # -> (caller, origin key, callee)
     for path, summary in linking.project.summaries(KEY).items():
         for worker in summary.get("workers", []):
@@ -858,8 +852,11 @@ class OptimizerFactories:
     def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
         """The factories' facts and the callers of methods that return an optimizer (each
         part of a file's facts comes from one of the two)."""
-        found = {path: dict(facts) for path, facts in (link(linking) or {}).items()}
-        methods = method_callers.link(linking, linking.project.summaries(KEY), found)
+        views = FileViews(linking.files)
+        found = {path: dict(facts) for path, facts in (link(linking, views) or {}).items()}
+        views.release()  # as before: the methods' stage starts with the index bound free
+        methods = method_callers.link(linking, linking.project.summaries(KEY), found, views)
+        views.release()
         for path, facts in methods.items():
             found.setdefault(path, {}).update(facts)
         return found or None

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.analysis.index import ModuleIndex, line_of
-from migrator.analysis.project import AmbiguousModule, Facts, ProjectFiles
+from migrator.analysis.project import AmbiguousModule, Facts, FileViews, ProjectFiles
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.optimizers._contract import ParameterContract
@@ -160,29 +160,21 @@ class Method:
         return f"`{self.key}` ({_display(self.path)}:{self.line})"
 
 
-@dataclass
-class _Readers:
-    files: ProjectFiles
-    views: dict[str, FileView | None] = field(default_factory=dict)
-
-    def __call__(self, path: str) -> FileView | None:
-        if path not in self.views:
-            index = self.files.index(path)
-            self.views[path] = None if index is None else FileView(index)
-        return self.views[path]
-
-
 _OURS = "ours"
 _OTHER = "other"
 _NOTHING = "nothing"  # a path that only raises (`gpt.module` on the class itself)
 
 
 def link(
-    linking: Linking, summaries: Mapping[str, Facts], known: Mapping[str, Facts]
+    linking: Linking,
+    summaries: Mapping[str, Facts],
+    known: Mapping[str, Facts],
+    readers: FileViews,
 ) -> dict[str, dict[str, Any]]:
     """path -> facts: ``methods`` (key -> callers, verdict) in each method's module,
     ``method_calls`` (position -> the call and the method) in each caller's whose fixes the
-    run writes. ``known``: the facts the factories' link found (the planner reads them)."""
+    run writes. ``known``: the facts the factories' link found (the planner reads them);
+    ``readers``: the files' views the link stage shares."""
     methods = [
         Method(path, entry["class"], entry["name"], entry["line"])
         for path, summary in summaries.items()
@@ -190,7 +182,6 @@ def link(
     ]
     if not methods:
         return {}
-    readers = _Readers(linking.files)
     containing = linking.files.containing(sorted({method.name for method in methods}))
     facts: dict[str, dict[str, Any]] = {}
     safe: dict[Method, _Judged] = {}
@@ -214,9 +205,6 @@ def link(
                 found = facts.setdefault(caller, {}).setdefault("method_calls", {})
                 for key, code in codes.items():
                     found[key] = {"code": code, "method": method.shown}
-    for view in readers.views.values():
-        if view is not None:
-            view.release()
     return facts
 
 
@@ -273,7 +261,7 @@ class _Judged:
 
 
 class _Judge:
-    def __init__(self, files: ProjectFiles, readers: _Readers, method: Method) -> None:
+    def __init__(self, files: ProjectFiles, readers: FileViews, method: Method) -> None:
         self.files = files
         self.readers = readers
         self.method = method
