@@ -33,7 +33,8 @@ reads, with no error. :class:`ParameterContract` finds, for one optimizer constr
   FSDP (``FullyShardedDataParallel``, ``fully_shard``), tensor and sequence parallelism
   (``parallelize_module``, ``distribute_module``, ``distribute_tensor``), DeepSpeed
   (``deepspeed.initialize``), ``ZeroRedundancyOptimizer``, ``share_memory()`` (hogwild workers):
-  they re-allocate or share the parameters themselves.
+  they re-allocate or share the parameters themselves; and Accelerate's ``accelerator.prepare``,
+  which does either or neither, as the launch configuration says.
 
 "May run between two steps" is decided on the module's ``ast`` with an automaton over three
 events in program order: the optimizer's construction (it starts unpacked), its steps (it is
@@ -121,6 +122,17 @@ SHARDING = {
 }
 _DEEPSPEED = "deepspeed.initialize"
 _DEEPSPEED_EFFECT = "hands this optimizer's parameters to DeepSpeed, which partitions them"
+# Hugging Face Accelerate: `accelerator.prepare(model, optimizer, ...)` wraps the model and the
+# optimizer as the launch configuration says (`accelerate launch`, its config file, the
+# ACCELERATE_* variables), which the code does not show: plain DDP, or FSDP (the optimizer's
+# parameter groups are pointed at the sharded flat parameters), or DeepSpeed (ZeRO partitions
+# them and replaces their gradients at every step).
+_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+_ACCELERATE_PREPARE = ("prepare", "prepare_model", "prepare_optimizer")
+ACCELERATE_EFFECT = (
+    "lets Accelerate wrap this optimizer's parameters as its launch configuration (not the "
+    "code) says: sharded by FSDP, partitioned by DeepSpeed, or left as they are"
+)
 _DTENSOR_MAKERS = frozenset({"distribute_tensor", "from_local"})
 
 # -- calls that take the optimizer without stepping it -------------------------------------------
@@ -1364,6 +1376,28 @@ class ParameterContract:
                     elif candidate == _DEEPSPEED:
                         found.append((call, _DEEPSPEED_EFFECT))
                     break
+        found += [(call, ACCELERATE_EFFECT) for call in self._accelerate_prepares]
+        return found
+
+    @cached_property
+    def _accelerate_prepares(self) -> list[ast.Call]:
+        """``accelerator.prepare(...)`` (``prepare_model``, ``prepare_optimizer``) in a file
+        that imports Accelerate, on an ``Accelerator(...)`` or on a receiver that cannot be
+        followed (a parameter, an attribute set elsewhere): never on a receiver that is known
+        to be something else (``processor.prepare(...)``)."""
+        if not any(_imports_root(statement, "accelerate") for statement in self.index.imports()):
+            return []
+        found: list[ast.Call] = []
+        for method in _ACCELERATE_PREPARE:
+            for call in self._calls_named(method):
+                if not isinstance(call.func, ast.Attribute):
+                    continue
+                origins = self.flow.origins(call.func.value)
+                built = [origin for origin in origins if isinstance(origin, ast.Call)]
+                if not built or any(
+                    self.view.qualified_name(origin.func) in _ACCELERATORS for origin in built
+                ):
+                    found.append(call)
         return found
 
     @cached_property
@@ -1409,6 +1443,15 @@ class ParameterContract:
             if isinstance(ancestor, _FUNCTIONS):
                 return ancestor
         return self.index.tree
+
+
+def _imports_root(statement: ast.Import | ast.ImportFrom, root: str) -> bool:
+    """``statement`` imports the package ``root`` or something from it."""
+    if isinstance(statement, ast.ImportFrom):
+        modules = [statement.module or ""] if not statement.level else []
+    else:
+        modules = [alias.name for alias in statement.names]
+    return any(module.split(".", 1)[0] == root for module in modules)
 
 
 def _stored_names(target: ast.expr) -> Iterator[str]:

@@ -135,7 +135,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     order: FSDP (`FullyShardedDataParallel`, `fully_shard`), tensor and sequence parallelism
     (`parallelize_module`, DTensor parameters), DeepSpeed (`deepspeed.initialize` given the
     model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
-    when another file of the run starts them); optimizer classes used as values that
+    when another file of the run starts them), Accelerate's `accelerator.prepare(...)` (its
+    launch configuration, not the code, decides between DDP, FSDP and DeepSpeed); optimizer
+    classes used as values that
     stay dynamic (`{"adam": FusedAdam}[name]`).
 
     Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
