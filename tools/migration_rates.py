@@ -21,8 +21,8 @@ issue "Migrate, don't report" (docs/rules-optimizers.md, "How much is migrated")
 A second column counts the reported constructions that are right as written: torch's own
 optimizers that run on NPU unfused, kept because fusing them would break the fused optimizers'
 contract (parameters sharded, moved, cast to a dtype the NPU classes refuse, replaced, kept on
-the CPU, shared by hogwild workers, gradients replaced by hand, handed to Accelerate, whose launch
-configuration may shard them). They need nobody; the second rate leaves them aside too:
+the CPU, shared by hogwild workers, gradients replaced by hand, handed to Accelerate or Lightning
+Fabric, whose launch configuration may shard them). They need nobody; the second rate leaves them aside too:
 rewritten / (rewritten + reported - no counterpart - kept).
 """
 
@@ -60,7 +60,7 @@ CONTRACT = (
     "runs in hogwild worker processes",
     "replaces a gradient tensor",
     "drops a gradient from",
-    "lets Accelerate wrap this optimizer's parameters",
+    "wrap this optimizer's parameters as its launch configuration",  # Accelerate, Fabric
 )
 # ... unless the class itself does not run on Ascend (NVIDIA apex's): then a person must act.
 NOT_ON_ASCEND = "does not run on Ascend"

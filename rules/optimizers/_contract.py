@@ -33,8 +33,9 @@ reads, with no error. :class:`ParameterContract` finds, for one optimizer constr
   FSDP (``FullyShardedDataParallel``, ``fully_shard``), tensor and sequence parallelism
   (``parallelize_module``, ``distribute_module``, ``distribute_tensor``), DeepSpeed
   (``deepspeed.initialize``), ``ZeroRedundancyOptimizer``, ``share_memory()`` (hogwild workers):
-  they re-allocate or share the parameters themselves; and Accelerate's ``accelerator.prepare``,
-  which does either or neither, as the launch configuration says.
+  they re-allocate or share the parameters themselves; and Accelerate's ``accelerator.prepare``
+  and Lightning Fabric's ``fabric.setup``, which do either or neither, as the launch
+  configuration says.
 
 "May run between two steps" is decided on the module's ``ast`` with an automaton over three
 events in program order: the optimizer's construction (it starts unpacked), its steps (it is
@@ -122,17 +123,53 @@ SHARDING = {
 }
 _DEEPSPEED = "deepspeed.initialize"
 _DEEPSPEED_EFFECT = "hands this optimizer's parameters to DeepSpeed, which partitions them"
-# Hugging Face Accelerate: `accelerator.prepare(model, optimizer, ...)` wraps the model and the
-# optimizer as the launch configuration says (`accelerate launch`, its config file, the
-# ACCELERATE_* variables), which the code does not show: plain DDP, or FSDP (the optimizer's
-# parameter groups are pointed at the sharded flat parameters), or DeepSpeed (ZeRO partitions
-# them and replaces their gradients at every step).
-_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
-_ACCELERATE_PREPARE = ("prepare", "prepare_model", "prepare_optimizer")
-ACCELERATE_EFFECT = (
-    "lets Accelerate wrap this optimizer's parameters as its launch configuration (not the "
-    "code) says: sharded by FSDP, partitioned by DeepSpeed, or left as they are"
+
+
+# Hugging Face Accelerate's `accelerator.prepare(model, optimizer, ...)` and Lightning Fabric's
+# `fabric.setup(model, optimizer)` wrap the model and the optimizer as the launch configuration
+# says (`accelerate launch` / `lightning run model` options, a config file, environment
+# variables; for Fabric also its `strategy=`), which the call does not show: plain DDP, or FSDP
+# (the optimizer's parameter groups are pointed at the sharded flat parameters), or DeepSpeed
+# (ZeRO partitions them and replaces their gradients at every step).
+@dataclass(frozen=True)
+class _Launcher:
+    package: str  # the import root of a file that may use it
+    classes: frozenset[str]  # qualified names of the object whose methods wrap
+    methods: tuple[str, ...]
+    name: str  # as messages say it
+
+
+_LAUNCHERS = (
+    _Launcher(
+        "accelerate",
+        frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"}),
+        ("prepare", "prepare_model", "prepare_optimizer"),
+        "Accelerate",
+    ),
+    _Launcher(
+        "lightning",
+        frozenset(
+            {"lightning.Fabric", "lightning.fabric.Fabric", "lightning.fabric.fabric.Fabric"}
+        ),
+        ("setup", "setup_module", "setup_optimizers"),
+        "Lightning Fabric",
+    ),
+    _Launcher(
+        "lightning_fabric",
+        frozenset({"lightning_fabric.Fabric", "lightning_fabric.fabric.Fabric"}),
+        ("setup", "setup_module", "setup_optimizers"),
+        "Lightning Fabric",
+    ),
 )
+
+
+def launcher_effect(name: str) -> str:
+    return (
+        f"lets {name} wrap this optimizer's parameters as its launch configuration (not the "
+        "code) says: sharded by FSDP, partitioned by DeepSpeed, or left as they are"
+    )
+
+
 _DTENSOR_MAKERS = frozenset({"distribute_tensor", "from_local"})
 
 # -- calls that take the optimizer without stepping it -------------------------------------------
@@ -1376,28 +1413,31 @@ class ParameterContract:
                     elif candidate == _DEEPSPEED:
                         found.append((call, _DEEPSPEED_EFFECT))
                     break
-        found += [(call, ACCELERATE_EFFECT) for call in self._accelerate_prepares]
+        found += self._launcher_wraps
         return found
 
     @cached_property
-    def _accelerate_prepares(self) -> list[ast.Call]:
-        """``accelerator.prepare(...)`` (``prepare_model``, ``prepare_optimizer``) in a file
-        that imports Accelerate, on an ``Accelerator(...)`` or on a receiver that cannot be
-        followed (a parameter, an attribute set elsewhere): never on a receiver that is known
-        to be something else (``processor.prepare(...)``)."""
-        if not any(_imports_root(statement, "accelerate") for statement in self.index.imports()):
-            return []
-        found: list[ast.Call] = []
-        for method in _ACCELERATE_PREPARE:
-            for call in self._calls_named(method):
-                if not isinstance(call.func, ast.Attribute):
-                    continue
-                origins = self.flow.origins(call.func.value)
-                built = [origin for origin in origins if isinstance(origin, ast.Call)]
-                if not built or any(
-                    self.view.qualified_name(origin.func) in _ACCELERATORS for origin in built
-                ):
-                    found.append(call)
+    def _launcher_wraps(self) -> list[tuple[ast.Call, str]]:
+        """``accelerator.prepare(...)``, ``fabric.setup(...)`` and their siblings (see
+        ``_LAUNCHERS``) in a file that imports the package, on an object of its class or on a
+        receiver that cannot be followed (a parameter, an attribute set elsewhere): never on a
+        receiver known to be something else (``processor.prepare(...)``)."""
+        imports = self.index.imports()
+        found: list[tuple[ast.Call, str]] = []
+        for launcher in _LAUNCHERS:
+            if not any(_imports_root(statement, launcher.package) for statement in imports):
+                continue
+            for method in launcher.methods:
+                for call in self._calls_named(method):
+                    if not isinstance(call.func, ast.Attribute):
+                        continue
+                    origins = self.flow.origins(call.func.value)
+                    built = [origin for origin in origins if isinstance(origin, ast.Call)]
+                    if not built or any(
+                        self.view.qualified_name(origin.func) in launcher.classes
+                        for origin in built
+                    ):
+                        found.append((call, launcher_effect(launcher.name)))
         return found
 
     @cached_property

@@ -135,8 +135,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     order: FSDP (`FullyShardedDataParallel`, `fully_shard`), tensor and sequence parallelism
     (`parallelize_module`, DTensor parameters), DeepSpeed (`deepspeed.initialize` given the
     model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
-    when another file of the run starts them), Accelerate's `accelerator.prepare(...)` (its
-    launch configuration, not the code, decides between DDP, FSDP and DeepSpeed); optimizer
+    when another file of the run starts them), Accelerate's `accelerator.prepare(...)` and Lightning
+    Fabric's `fabric.setup(...)` (the launch configuration, not the code, decides between DDP,
+    FSDP and DeepSpeed); optimizer
     classes used as values that
     stay dynamic (`{"adam": FusedAdam}[name]`).
 
