@@ -22,8 +22,8 @@ A second column counts the reported constructions that are right as written: tor
 optimizers that run on NPU unfused, kept because fusing them would break the fused optimizers'
 contract (parameters sharded, moved, cast to a dtype the NPU classes refuse, replaced, kept on
 the CPU, shared by hogwild workers, gradients replaced by hand, handed to Accelerate or Lightning
-Fabric, whose launch configuration may shard them). They need nobody; the second rate leaves them aside too:
-rewritten / (rewritten + reported - no counterpart - kept).
+Fabric, whose launch configuration may shard them). They need nobody; the second rate leaves
+them aside too: rewritten / (rewritten + reported - no counterpart - kept).
 """
 
 from __future__ import annotations
