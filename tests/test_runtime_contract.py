@@ -27,7 +27,8 @@ How a fragment of a training script is run (``exercise`` below):
   are plausible values (``args.lr`` is 0.01, ``args.opt_level`` "O1" then "O2",
   ``args.master_weights`` True: what the rules' notes say must hold at run time), which are
   true or false by run, iterate as empty, and which, called under an optimizer-like name
-  (``make_optimizer``, a project's own ``SGD``), build a plain ``torch.optim.SGD``.
+  (``make_optimizer``, a project's own ``SGD``), build a plain ``torch.optim.SGD``; as a base
+  class (``class LitModel(pl.LightningModule)``) they give their own class.
 - **Rejections** are exceptions raised inside the runtime (``apex``) or the shim (``torch_npu``),
   or a ``TypeError`` raised at a target's own line (a constructor given an argument it does not
   take). Anything else is a failure of the stand-ins, reported as such.
@@ -354,6 +355,10 @@ def make_standin_class() -> type:
             if "optim" in name.lower() or name in OPTIMIZER_NAMES:
                 return plain_optimizer()
             return StandInModule(f"{name}()")
+
+        def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+            # `class LitModel(pl.LightningModule)` of a stub package: a stand-in module class.
+            return (StandInModule,)
 
         def __bool__(self) -> bool:
             return Flags.truthy

@@ -57,6 +57,7 @@ from migrator.analysis.index import line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
+from migrator.rules.optimizers import _lightning as lightning_facts
 from migrator.rules.optimizers._flow import OptimizerFlow
 
 Path = tuple[str, ...]
@@ -352,7 +353,11 @@ class ParameterContract:
     """The contract checks of one file (see the module docstring)."""
 
     def __init__(
-        self, view: FileView, flow: OptimizerFlow, shared: Mapping[str, str] | None = None
+        self,
+        view: FileView,
+        flow: OptimizerFlow,
+        shared: Mapping[str, str] | None = None,
+        lightning: str | None = lightning_facts.default_doubt(),
     ) -> None:
         self.view = view
         self.index = view.index
@@ -360,6 +365,9 @@ class ParameterContract:
         # Functions of the module that another file starts as hogwild workers: where the model
         # they get is put in shared memory.
         self.shared = shared or {}
+        # Why the run's Lightning Trainers may build a strategy that re-allocates parameters
+        # (None: none of them can, and there is one).
+        self.lightning = lightning
         self._names_cache: dict[int, frozenset[str]] = {}
         # The summaries that no candidate changes, per constructor (see _Search).
         self._shared: dict[int, dict[_Key, Transfer]] = {}
@@ -1316,6 +1324,14 @@ class ParameterContract:
             if any(self._builds_with(origin, call) for origin in fed):
                 effect = "makes the model's parameters DTensors, which a sharding layer owns"
                 found.append(Break(call, f"`{self.view.written(call.func)}(...)`", effect))
+        module = lightning_facts.lightning_class(self.view, constructor)
+        if module is not None and self.lightning is not None:
+            effect = (
+                "is a LightningModule: the Trainer hands this optimizer to its strategy, and "
+                f"{self.lightning}, so one that shards the parameters (FSDP) or partitions them "
+                "(DeepSpeed) cannot be ruled out"
+            )
+            found.append(Break(module, f"`{module.name}`", effect))
         found.sort(key=lambda b: (b.line, b.node.col_offset))  # type: ignore[attr-defined]
         return found
 

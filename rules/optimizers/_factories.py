@@ -46,6 +46,7 @@ from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
+from migrator.rules.optimizers import _lightning as lightning
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import amp_options
 from migrator.rules.optimizers._call_sites import (
@@ -82,7 +83,8 @@ PASSED_CONDITION = "passed amp's condition to "
 # A file that calls apex.amp.initialize names both (Rule.wants_summary); one that shares a model
 # with hogwild workers calls `share_memory()`; one whose methods return an optimizer calls its
 # class (see _method_callers).
-PROJECT_TRIGGER = ("initialize", "share_memory", *method_callers.CONSTRUCTED)
+# A file that mentions Lightning may build a Trainer or define a LightningModule (_lightning).
+PROJECT_TRIGGER = ("initialize", "share_memory", "lightning", *method_callers.CONSTRUCTED)
 _ALSO_NEEDED = b"apex"
 _SHARED = b"share_memory"
 # How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.
@@ -681,6 +683,7 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         shared=facts.get("shared", {}),
         suppressions=suppressions,
         amp_always=state.linking.settings.amp is AmpPolicy.ALWAYS,
+        lightning=lightning.run_doubt(state.linking.project.summaries(KEY)),
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
     parameters: dict[str, str] = {}
@@ -781,6 +784,13 @@ def factory_facts(rule: Rule) -> Mapping[str, Any]:
     return facts.get("factories", {})
 
 
+def lightning_doubt(rule: Rule) -> str | None:
+    """Why the run's Lightning Trainers may shard the parameters of the optimizers of the
+    LightningModules in the module ``rule`` checks (None: none of them can)."""
+    facts: Mapping[str, Any] = rule.project.links(KEY).get(rule.context.path, {})
+    return facts.get("lightning", {}).get("doubt", lightning.default_doubt())
+
+
 def shared_workers(rule: Rule) -> Mapping[str, str]:
     """The functions of the module ``rule`` checks that another file of the run starts as
     hogwild workers on a model in shared memory (name -> where it calls ``share_memory()``)."""
@@ -836,7 +846,11 @@ class OptimizerFactories:
 
     @classmethod
     def wants_summary(cls, source: bytes) -> bool:
-        return wants_summary(source) or method_callers.wants_summary(source)
+        return (
+            wants_summary(source)
+            or method_callers.wants_summary(source)
+            or lightning.mentions_lightning(source)
+        )
 
     @classmethod
     def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
@@ -846,6 +860,8 @@ class OptimizerFactories:
             methods = method_callers.summarize(index)
             if methods:
                 facts["methods"] = methods
+        if lightning.mentions_lightning(source):
+            facts.update(lightning.summarize(FileView(index)))
         return facts or None
 
     @classmethod
@@ -854,6 +870,11 @@ class OptimizerFactories:
         part of a file's facts comes from one of the two)."""
         views = FileViews(linking.files)
         found = {path: dict(facts) for path, facts in (link(linking, views) or {}).items()}
+        summaries = linking.project.summaries(KEY)
+        doubt = lightning.run_doubt(summaries)
+        for path, summary in summaries.items():
+            if summary.get("lightning_modules"):
+                found.setdefault(path, {})["lightning"] = {"doubt": doubt}
         views.release()  # as before: the methods' stage starts with the index bound free
         methods = method_callers.link(linking, linking.project.summaries(KEY), found, views)
         views.release()

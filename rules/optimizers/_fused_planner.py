@@ -53,6 +53,7 @@ from migrator.rules.optimizers._hazards import (
 )
 from migrator.rules.optimizers._hazards import describe as describe_hazards
 from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_keys
+from migrator.rules.optimizers._lightning import default_doubt as default_lightning_doubt
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
@@ -267,6 +268,7 @@ def plan_fused(
     unsafe_fixes: bool = False,
     planned_amp: PlannedAmp | None = None,
     methods: Mapping[str, Any] | None = None,
+    lightning: str | None = default_lightning_doubt(),
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -280,14 +282,18 @@ def plan_fused(
     ``unsafe_fixes`` also applies the `zero_grad` edits that may change other optimizers;
     ``planned_amp`` the ``amp.initialize`` calls NPU105 and NPU106 write in this run;
     ``methods`` the link stage's verdicts on the callers of the module's methods that return
-    an optimizer (:mod:`~migrator.rules.optimizers._method_callers`).
+    an optimizer (:mod:`~migrator.rules.optimizers._method_callers`); ``lightning`` why the
+    run's Lightning Trainers may shard the parameters of a LightningModule's optimizers (None:
+    they cannot; :mod:`~migrator.rules.optimizers._lightning`).
     """
     # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
     # module's parameters is fused too: plan assuming every constructor is, then again with only
     # those that were, until the assumption holds (each round assumes fewer: it ends).
     assumed: set[int] | None = None
     while True:
-        planner = _Planner(view, level, factories, suppressions, shared or {}, planned_amp)
+        planner = _Planner(
+            view, level, factories, suppressions, shared or {}, planned_amp, lightning
+        )
         planner.amp_always, planner.unsafe_fixes = amp_always, unsafe_fixes
         planner.assumed_fused = assumed
         planner.methods = methods or {}
@@ -342,6 +348,7 @@ class _Planner:
         suppressions: Suppressions,
         shared: Mapping[str, str],
         planned_amp: PlannedAmp | None = None,
+        lightning: str | None = default_lightning_doubt(),
     ) -> None:
         self.view = view
         self.planned_amp = planned_amp or PlannedAmp()
@@ -350,7 +357,7 @@ class _Planner:
         self.suppressions = suppressions
         self.flow = OptimizerFlow.of(view)
         self.hazards = FusionHazards(view, self.flow)
-        self.contract = ParameterContract(view, self.flow, shared)
+        self.contract = ParameterContract(view, self.flow, shared, lightning)
         self.sites = factory_sites(view, factories, level)
         self.factory_names = frozenset(factories)  # whose calls in other files the link found
         self.findings: list[Finding] = []

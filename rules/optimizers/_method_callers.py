@@ -48,6 +48,7 @@ from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, escape
 from migrator.rules.optimizers._fused_planner import plan_fused
 from migrator.rules.optimizers._hazards import FusionHazards, GradFix, Hazard, describe
+from migrator.rules.optimizers._lightning import default_doubt as default_lightning_doubt
 from migrator.rules.optimizers._plans import OptLevelSwitch
 from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, OPTIMIZER_TRIGGER, SOURCES
 from migrator.settings import AmpPolicy
@@ -233,6 +234,7 @@ def _swapped(
         amp_always=linking.settings.amp is AmpPolicy.ALWAYS,
         unsafe_fixes=linking.settings.unsafe_fixes,
         methods=methods,
+        lightning=known.get("lightning", {}).get("doubt", default_lightning_doubt()),
     )
     rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
     flow = OptimizerFlow.of(view)

@@ -23,6 +23,7 @@ from migrator.rules.optimizers._factories import (
     OptimizerFactories,
     factory_arguments,
     factory_facts,
+    lightning_doubt,
     shared_workers,
 )
 from migrator.rules.optimizers._fused_planner import (
@@ -137,7 +138,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
     when another file of the run starts them), Accelerate's `accelerator.prepare(...)` and Lightning
     Fabric's `fabric.setup(...)` (the launch configuration, not the code, decides between DDP,
-    FSDP and DeepSpeed); optimizer
+    FSDP and DeepSpeed), a LightningModule's optimizers unless every
+    Lightning `Trainer(...)` of the run rules out a sharding strategy; optimizer
     classes used as values that
     stay dynamic (`{"adam": FusedAdam}[name]`).
 
@@ -220,6 +222,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             unsafe_fixes=self.settings.unsafe_fixes,
             planned_amp=PlannedAmp(self.read_plan(Fp16Rewrites), self.read_plan(AddedAmp)),
             methods=methods_facts(self, self.PROJECT_KEY),
+            lightning=lightning_doubt(self),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
