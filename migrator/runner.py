@@ -4,8 +4,9 @@
 file, sorted by path whatever order the work finished in:
 
 1. every file is read once here and hashed; the result cache answers unchanged contents;
-2. files with identical contents (vendored copies, generated modules) form one group that is
-   analysed once; each of its files still gets its own outcome, write, diff or copy;
+2. files with identical contents (vendored copies, generated modules) and the same link facts
+   form one group that is analysed once; each of its files still gets its own outcome, write,
+   diff or copy;
 3. groups are processed here, in path order, unless the work pays for worker processes
    (:mod:`migrator.pool`): each costs a fresh interpreter and the engine's imports before its
    first file. Without ``-j``, the run times its first files here and, from what they cost, the
@@ -99,14 +100,18 @@ class Member:
 
 @dataclass
 class Group:
-    """Files with the same bytes: analysed once.
+    """Files with the same bytes and the same link facts: analysed once.
 
     ``source`` is dropped before the group goes to a worker process, which reads the first
     member again: the parent then never holds the whole tree's bytes, and they are not copied
-    through the pipes."""
+    through the pipes. ``digest`` is the bytes' hash (to tell a file changed since it was
+    read); ``key`` the result's, in the cache and among the groups: the bytes' hash and the
+    hash of what the link stages found about the files (a vendored copy of a factory whose
+    callers differ from the other copy's has a result of its own)."""
 
     source: bytes | None
     digest: str
+    key: str
     size: int
     members: list[Member] = field(default_factory=list)
 
@@ -164,16 +169,15 @@ def run(
             outcomes.append(error_outcome(task.path, failed_links[task.path]))
             answered += 1
             continue
+        key = digest + facts.links_digest(task.path) if facts else digest
         hit = (
-            cache.get(task.path, digest, changed=job.mode is Mode.CHECK)
-            if cache is not None
-            else None
+            cache.get(task.path, key, changed=job.mode is Mode.CHECK) if cache is not None else None
         )
         if hit is not None:
             outcomes.append(_act_on_hit(hit, read_file, job))
             answered += 1
             continue
-        group = groups.setdefault(digest, Group(read_file.source, digest, read_file.size))
+        group = groups.setdefault(key, Group(read_file.source, digest, key, read_file.size))
         group.members.append(Member(task, read_file.mode_bits))
     del read_files
     if advance is not None and answered:
@@ -440,7 +444,7 @@ def process_group(group: Group, job: Job, engine: Engine) -> list[Outcome]:
     outcomes = []
     for member in group.members:
         try:
-            outcomes.append(_act(member, result, group.digest, job))
+            outcomes.append(_act(member, result, group.key, job))
         except Exception as error:
             message = f"internal error: {type(error).__name__}: {error}"
             outcomes.append(error_outcome(member.task.path, message))

@@ -5,6 +5,7 @@ command line on a two-file project: the module in ``model.py``, the Trainer in `
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,3 +90,38 @@ def test_a_strategy_that_may_shard_keeps_torch_s_class(
     [finding] = check(tmp_path, trainer)
     assert finding["severity"] == "manual", finding
     assert f"train.py:8) {why}, so one that shards" in finding["message"], finding["message"]
+
+
+@pytest.mark.parametrize("cache", [(), ("--no-cache",)], ids=["cached", "uncached"])
+def test_a_sibling_project_s_trainer_does_not_decide(tmp_path: Path, cache: tuple[str]) -> None:
+    # A monorepo of two model folders: each has its own project root, and the Trainer of one
+    # (which takes its strategy from the command line) cannot train the other's module. The
+    # two model.py have the same bytes and different link facts: two analyses, and two results
+    # in the cache (the second cached run answers from it).
+    run = tmp_path / "zoo"
+    for name, trainer in (("plain", "pl.Trainer(devices=8)"), ("cli", CLI_TRAINER)):
+        project = run / name
+        project.mkdir(parents=True)
+        (project / "setup.py").write_text("")
+        (project / "model.py").write_text(textwrap.dedent(MODEL))
+        (project / "train.py").write_text(textwrap.dedent(TRAIN).format(trainer=trainer))
+    for _ in range(2 if cache == () else 1):
+        done = subprocess.run(
+            [sys.executable, "-m", "migrator", "--check", *cache, "--format", "json", "."],
+            cwd=run,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        )
+        report = json.loads(done.stdout)
+        found = [*report.get("edits", []), *report.get("diagnostics", [])]
+        severities = {
+            Path(d["path"]).parent.name: d["severity"]
+            for d in found
+            if d["code"] == "NPU101" and d["path"].endswith("model.py")
+        }
+        assert severities == {"plain": "fixed", "cli": "manual"}, found
+
+
+CLI_TRAINER = "pl.Trainer.from_argparse_args(args)"

@@ -219,9 +219,8 @@ def test_a_worker_reads_the_file_again_and_refuses_one_that_changed(tmp_path: Pa
     path.write_bytes(UNMIGRATED)
     job = Job(Mode.WRITE, ("NPU102",), Settings())
     engine = Engine(job.rules(), job.settings)
-    group = Group(
-        None, content_digest(UNMIGRATED), len(UNMIGRATED), [Member(Task(str(path)), 0o644)]
-    )
+    digest = content_digest(UNMIGRATED)
+    group = Group(None, digest, digest, len(UNMIGRATED), [Member(Task(str(path)), 0o644)])
     [outcome] = process_group(group, job, engine)
     assert outcome.status is Status.CHANGED and b"combine_grad=True" in path.read_bytes()
 
@@ -272,7 +271,8 @@ def groups_of(discovery: Discovery) -> list[Group]:
     groups = []
     for task in discovery.tasks:
         data = Path(task.path).read_bytes()
-        groups.append(Group(None, content_digest(data), len(data), [Member(task, 0o644)]))
+        digest = content_digest(data)
+        groups.append(Group(None, digest, digest, len(data), [Member(task, 0o644)]))
     return groups
 
 

@@ -113,6 +113,17 @@ class ProjectFacts:
         ).encode()
         return hashlib.sha256(encoded).hexdigest()[:32]
 
+    def links_digest(self, path: str) -> str:
+        """A hash of what the link stages found about the file ``path`` ("" when nothing): two
+        files with the same contents are analysed once only when this is the same for both (a
+        vendored copy of a factory whose callers differ from the other copy's gets its own
+        analysis)."""
+        about = {code: facts[path] for code, facts in self.linked.items() if path in facts}
+        if not about:
+            return ""
+        encoded = json.dumps(about, sort_keys=True).encode()
+        return hashlib.sha256(encoded).hexdigest()[:32]
+
     def summaries(self, code: str) -> Mapping[str, Facts]:
         """The facts ``code``'s ``summarize`` returned, by path of the Python file."""
         return self.python.get(code, {})
@@ -428,6 +439,17 @@ class ProjectFiles:
     def resolve(self, dotted: str, importer: str) -> Resolved | AmbiguousModule | None:
         """Like :meth:`ProjectFacts.resolve`, over every Python file of the run."""
         return self.resolver.resolve(dotted, importer)
+
+    @functools.cached_property
+    def top(self) -> str:
+        """The folder of the whole run: the deepest one that holds every file."""
+        top = os.path.commonpath([os.path.abspath(path) for path in self.paths])
+        return os.path.dirname(top) if os.path.isfile(top) else top
+
+    def sees(self, importer: str, path: str) -> bool:
+        """Whether ``importer``'s absolute imports may find ``path``, within the run
+        (:meth:`ImportRoots.sees`): in a monorepo, not a file of a sibling project."""
+        return importer == path or self.resolver.roots.sees(importer, path, self.top)
 
     def absolute(self, dotted: str, importer: str) -> str | None:
         return self.resolver.absolute(dotted, importer)

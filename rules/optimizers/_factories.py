@@ -683,7 +683,9 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         shared=facts.get("shared", {}),
         suppressions=suppressions,
         amp_always=state.linking.settings.amp is AmpPolicy.ALWAYS,
-        lightning=lightning.run_doubt(state.linking.project.summaries(KEY)),
+        lightning=lightning.run_doubt(
+            state.linking.project.summaries(KEY), path, state.linking.files.sees
+        ),
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
     parameters: dict[str, str] = {}
@@ -871,9 +873,9 @@ class OptimizerFactories:
         views = FileViews(linking.files)
         found = {path: dict(facts) for path, facts in (link(linking, views) or {}).items()}
         summaries = linking.project.summaries(KEY)
-        doubt = lightning.run_doubt(summaries)
         for path, summary in summaries.items():
             if summary.get("lightning_modules"):
+                doubt = lightning.run_doubt(summaries, path, linking.files.sees)
                 found.setdefault(path, {})["lightning"] = {"doubt": doubt}
         views.release()  # as before: the methods' stage starts with the index bound free
         methods = method_callers.link(linking, linking.project.summaries(KEY), found, views)

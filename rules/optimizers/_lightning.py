@@ -6,12 +6,14 @@ parameters (FSDP, DeepSpeed, fairscale's sharded DDP), which breaks the NPU fuse
 "never re-allocate a parameter" constraint without an error. The strategy is an argument of the
 Trainer, usually in another file, and often not in the code at all (``Trainer.from_argparse_args``,
 ``LightningCLI``, ``Trainer(**config)``). So NPU101 fuses the optimizers of a LightningModule only
-when every ``Trainer`` of the run is built in a way that rules those strategies out, and there is
-at least one:
+when every ``Trainer`` that may train them is built in a way that rules those strategies out, and
+there is at least one:
 
 - :func:`trainer_facts` (in the summary of each file that mentions Lightning) says for each
   Trainer of the file whether its strategy is plain, or why it may not be;
-- :func:`run_doubt` (in the link stage) gives the first doubt of the run, or None;
+- :func:`run_doubt` (in the link stage) gives, for a file of LightningModules, the first doubt
+  among the Trainers of the files that may import it (in a monorepo, not a sibling project's),
+  or None;
 - :func:`lightning_class` finds the LightningModule a constructor (or a factory's call) is in.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from migrator.analysis.calls import literal_value
@@ -166,13 +168,18 @@ def summarize(view: FileView) -> dict[str, Any]:
     return facts
 
 
-def run_doubt(summaries: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """Why a strategy that re-allocates the parameters cannot be ruled out for the run whose
-    file summaries are ``summaries`` (path -> facts with ``trainers``); None when every Trainer
-    of the run is plain and there is one."""
+def run_doubt(
+    summaries: Mapping[str, Mapping[str, Any]], module: str, sees: Callable[[str, str], bool]
+) -> str | None:
+    """Why a strategy that re-allocates the parameters cannot be ruled out for the
+    LightningModules of the file ``module``, from the file summaries of the run (path -> facts
+    with ``trainers``) of the files that may import it (``sees(importer, path)``: in a
+    monorepo, not a sibling project's); None when each of those Trainers is plain and there is
+    one."""
     trainers: Iterable[tuple[str, dict[str, Any]]] = (
         (path, trainer)
         for path, facts in sorted(summaries.items())
+        if sees(path, module)
         for trainer in facts.get("trainers", [])
     )
     seen = False

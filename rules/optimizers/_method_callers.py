@@ -271,12 +271,8 @@ class _Judge:
     def judge(self, paths: list[str]) -> _Judged:
         judged = _Judged()
         problems: list[str] = []
-        roots = self.files.resolver.roots
-        top = os.path.commonpath([os.path.abspath(path) for path in self.files.paths])
-        if os.path.isfile(top):
-            top = os.path.dirname(top)
         for path in sorted(paths):
-            if path != self.method.path and not roots.sees(path, self.method.path, top):
+            if not self.files.sees(path, self.method.path):
                 continue  # another project of a monorepo: its objects are not this class's
             view = self.readers(path)
             if view is None:
