@@ -35,6 +35,7 @@ from migrator.analysis.functions import (
 )
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.names import Ambiguous
+from migrator.analysis.origins import OPTIMIZER_VALUES, origins_of
 from migrator.analysis.project import Facts
 from migrator.analysis.view import FileView
 
@@ -233,7 +234,21 @@ class CallNames:
         name = self.view.qualified_name(call.func)
         if isinstance(name, str) and (is_optimizer_class(name) or name == AMP_INITIALIZE):
             return True
-        return self.optimizer_class(call) is not None
+        return self.optimizer_class(call) is not None or self.class_value_call(call)
+
+    def class_value_call(self, call: ast.Call) -> bool:
+        """``opt_class(params, ...)`` where the local name ``opt_class`` can only hold
+        optimizer classes of torch, apex or torch_npu (``opt_class = torch.optim.AdamW if
+        args.adamw else torch.optim.SGD``; a value alias, which name resolution calls
+        ambiguous, is followed here to what it holds)."""
+        func = call.func
+        if not isinstance(func, ast.Name) or isinstance(self.view.qualified_name(func), str):
+            return False  # an import: the class itself (or not a class)
+        origins = origins_of(self.view, OPTIMIZER_VALUES).of(func)
+        if not origins or any(origin is func for origin in origins):
+            return False  # something the flow cannot follow (a parameter) is among them
+        names = [self.view.qualified_name(origin) for origin in origins]
+        return all(isinstance(name, str) and is_optimizer_class(name) for name in names)
 
     def movable_class(self, call: ast.Call) -> bool:
         """``call`` builds an optimizer class of the repository that does nothing else."""
@@ -544,6 +559,8 @@ class EffectsCollector:
             callee = dotted_path(func)
             if callee is not None:
                 self.read(callee)
+        elif isinstance(func, ast.Name) and self.calls.class_value_call(node):
+            self.read((func.id,))  # a name holding torch's classes: constructs, as they do
         elif (summary := self.calls.function_summary(node)) is not None:
             # A pure function (of this module, or of another per the project facts): it reads
             # its arguments and its free names.
