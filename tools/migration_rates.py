@@ -62,6 +62,7 @@ CONTRACT = (
     "drops a gradient from",
     "wrap this optimizer's parameters as its launch configuration",  # Accelerate, Fabric
     "is a LightningModule: the Trainer hands this optimizer to its strategy",
+    "Hugging Face's Trainer, whose loop zeroes the gradients",
 )
 # ... unless the class itself does not run on Ascend (NVIDIA apex's): then a person must act.
 NOT_ON_ASCEND = "does not run on Ascend"

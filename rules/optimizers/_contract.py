@@ -164,6 +164,26 @@ _LAUNCHERS = (
 )
 
 
+# Hugging Face's Trainer, given the optimizer (`optimizers=(optimizer, scheduler)`), runs its own
+# loop: it zeroes the gradients with `model.zero_grad()` (None since torch 2.0, which detaches
+# them from a fused optimizer's flat buffer) and prepares model and optimizer through
+# Accelerate, with FSDP or DeepSpeed when its arguments ask for them.
+_HF_TRAINER_ROOTS = frozenset({"transformers", "trl"})
+_HF_TRAINER_EFFECT = (
+    "hands this optimizer to Hugging Face's Trainer, whose loop zeroes the gradients with "
+    "`model.zero_grad()` (to None, which detaches them from a fused optimizer's flat buffer) and "
+    "which shards or partitions the parameters when its arguments ask for FSDP or DeepSpeed"
+)
+
+
+def _hf_trainer_name(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and name.split(".", 1)[0] in _HF_TRAINER_ROOTS
+        and name.rpartition(".")[2].endswith("Trainer")
+    )
+
+
 def launcher_effect(name: str) -> str:
     return (
         f"lets {name} wrap this optimizer's parameters as its launch configuration (not the "
@@ -1324,6 +1344,12 @@ class ParameterContract:
             if any(self._builds_with(origin, call) for origin in fed):
                 effect = "makes the model's parameters DTensors, which a sharding layer owns"
                 found.append(Break(call, f"`{self.view.written(call.func)}(...)`", effect))
+        ancestors = self.index.ancestors(constructor)
+        classes = self._hf_trainer_classes
+        trainer = next((c for c in classes if any(a is c for a in ancestors)), None)
+        if trainer is not None:
+            effect = _HF_TRAINER_EFFECT.replace("hands this optimizer to", "is", 1)
+            found.append(Break(trainer, f"`{trainer.name}`", effect))
         module = lightning_facts.lightning_class(self.view, constructor)
         if module is not None and self.lightning is not None:
             effect = (
@@ -1430,6 +1456,29 @@ class ParameterContract:
                         found.append((call, _DEEPSPEED_EFFECT))
                     break
         found += self._launcher_wraps
+        found += [(call, _HF_TRAINER_EFFECT) for call in self._hf_trainers]
+        return found
+
+    @cached_property
+    def _hf_trainer_classes(self) -> list[ast.ClassDef]:
+        """The classes of this file derived from Hugging Face's ``Trainer``."""
+        return [
+            class_def
+            for class_def in self.index.nodes(ast.ClassDef)
+            if any(_hf_trainer_name(self.view.qualified_name(base)) for base in class_def.bases)
+        ]
+
+    @cached_property
+    def _hf_trainers(self) -> list[ast.Call]:
+        """Calls of Hugging Face's ``Trainer`` (``transformers``, ``trl``: any class whose name
+        ends with ``Trainer``), or of a class of this file derived from one."""
+        local = {class_def.name for class_def in self._hf_trainer_classes}
+        found: list[ast.Call] = []
+        for call in self.index.nodes(ast.Call):
+            func = call.func
+            local_class = isinstance(func, ast.Name) and func.id in local
+            if local_class or _hf_trainer_name(self.view.qualified_name(func)):
+                found.append(call)
         return found
 
     @cached_property

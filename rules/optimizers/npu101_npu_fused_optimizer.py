@@ -138,9 +138,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     model or the optimizer), `ZeroRedundancyOptimizer`, `share_memory()` hogwild workers (also
     when another file of the run starts them), Accelerate's `accelerator.prepare(...)` and Lightning
     Fabric's `fabric.setup(...)` (the launch configuration, not the code, decides between DDP,
-    FSDP and DeepSpeed), a LightningModule's optimizers unless every
-    Lightning `Trainer(...)` of the run rules out a sharding strategy; optimizer
-    classes used as values that
+    FSDP and DeepSpeed), a LightningModule's optimizers unless every Lightning `Trainer(...)`
+    of the run rules out a sharding strategy, an optimizer handed to Hugging Face's `Trainer`
+    (whose loop calls `model.zero_grad()`); optimizer classes used as values that
     stay dynamic (`{"adam": FusedAdam}[name]`).
 
     Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
