@@ -189,7 +189,7 @@ class MoveProof:
                         f"line {self.line(index)} wraps a model npu-migrate cannot name in DDP "
                         "before"
                     )
-                wrapped = {wrap.target, wrap.source}
+                wrapped = self.aliases({wrap.target, wrap.source})
                 for line in moved:
                     read = next(
                         (
@@ -206,6 +206,30 @@ class MoveProof:
                             "DDP before"
                         )
         return None
+
+    def aliases(self, models: set[Path]) -> set[Path]:
+        """``models`` and the names the block binds to one of them or to a part of one
+        (``model_without_ddp = model.module``, ``net = model``), and so on: the same modules
+        under other names, whose parameters a wrap of ``models`` wraps too."""
+        found = set(models)
+        assignments = [
+            (node.targets[0].id, path)
+            for line in self.lines
+            for statement in line
+            for node in ast.walk(statement)
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and (path := dotted_path(node.value)) is not None
+        ]
+        grown = True
+        while grown:
+            grown = False
+            for name, path in assignments:
+                if (name,) not in found and any(related(path, model) for model in found):
+                    found.add((name,))
+                    grown = True
+        return found
 
     def unsafe_reason(self, first_wrap: int, moved: list[int], accepted: list[int]) -> str | None:
         """Why ``moved`` cannot go above ``first_wrap``: an unknown call, a use of the wrapped
