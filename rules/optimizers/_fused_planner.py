@@ -1182,8 +1182,8 @@ class _Planner:
         The second value is True when the only risk is that that one optimizer stays unfused.
         """
         model = fix.receiver
-        if model is None:
-            return None, False
+        if model is None or fix.wrapper is not None:
+            return None, False  # the wrapper zeroes this optimizer's own parameters
         candidates = self._sharing_names(fix.call, model)
         owners = [c for c in candidates if exact_model(self._params_of(c)) == model]
         # One owner on each path (`if args.optimizer == "adam": ... elif ...: ...`) will do.
@@ -2269,16 +2269,23 @@ def _parameter_why(parameter: AmpParameter, sites: Sequence[CallSite]) -> str:
 def _grad_fix_note(view: FileView, fixes: Sequence[GradFix], unsafe: Mapping[int, str]) -> str:
     """What the `zero_grad` edits that go with the rewrite do, one part per code as written;
     ``unsafe``: why the edit of a call (by id) is an unsafe fix."""
-    lines: dict[tuple[str, bool, str | None], list[int]] = {}
+    lines: dict[tuple[str, bool, str | None, str | None], list[int]] = {}
     for fix in fixes:
-        key = (view.written(fix.call), fix.receiver is None, unsafe.get(id(fix.call)))
+        key = (view.written(fix.call), fix.receiver is None, unsafe.get(id(fix.call)), fix.wrapper)
         lines.setdefault(key, []).append(fix.line)
     parts: list[str] = []
-    for (code, own, risk), numbers in lines.items():
+    for (code, own, risk, wrapper), numbers in lines.items():
         where = ", ".join(str(n) for n in dict.fromkeys(numbers))
         quoted = f"`{code}` ({'lines' if ',' in where else 'line'} {where})"
         if own:
             parts.append(f"dropped `set_to_none` from {quoted}: the fused optimizers zero in place")
+        elif wrapper is not None:
+            parts.append(
+                f"passed `set_to_none=False` to {quoted}, the `zero_grad` of `{wrapper}(...)` "
+                "around this optimizer: it zeroes the same parameters' gradients in place "
+                "instead of setting them to None, so they stay in the fused optimizer's flat "
+                "buffer"
+            )
         elif risk is not None:
             parts.append(
                 f"passed `set_to_none=False` to `{code}` ({'lines' if ',' in where else 'line'} "

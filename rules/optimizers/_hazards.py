@@ -63,6 +63,8 @@ _SPARSE_LAYERS = frozenset(
         "torch.nn.functional.embedding_bag",
     }
 )
+# Optimizer wrappers by name, wherever they are defined (timm, torchcontrib, copies in projects).
+_OPTIMIZER_WRAPPERS = frozenset({"Lookahead", "SWA", "Lookahead_", "LookAhead"})
 _KEEP_FLOAT32 = "keep the parameters in float32 and get lower-precision compute from autocast"
 _ZERO_IN_PLACE = (
     "zero the gradients with `optimizer.zero_grad()` (it zeroes the flat buffer in place)"
@@ -77,6 +79,10 @@ class GradFix:
 
     call: ast.Call
     receiver: str | None = None  # None: the optimizer's own zero_grad, set_to_none dropped
+    # The optimizer wrapper whose zero_grad ``call`` is (timm's `Lookahead(...)`, as written):
+    # it zeroes the fused optimizer's own parameters, so `set_to_none=False` changes nothing
+    # but keeping their gradients in the flat buffer.
+    wrapper: str | None = None
 
     @property
     def line(self) -> int:
@@ -119,6 +125,7 @@ class FusionHazards:
         order (see the module docstring for where they are looked for)."""
         units = self._units_of(constructor)
         found = list(self._own_zero_grads(constructor))
+        found += self._wrapper_zero_grads(constructor)
         found += [h for unit, h in self._module_zero_grads if id(unit) in units]
         found += [h for unit, h in self._grad_stores if id(unit) in units]
         found += [h for unit, h in self._default_dtypes if id(unit) in units]
@@ -223,6 +230,86 @@ class FusionHazards:
                     "their flat gradient buffer in place)",
                     fix,
                 )
+
+    def _wrapper_zero_grads(self, constructor: ast.Call) -> Iterator[Hazard]:
+        """``optimizer.zero_grad()`` where ``optimizer`` is a wrapper built around this one
+        (timm's ``Lookahead(optimizer)``): the wrapper's own ``zero_grad``, torch's
+        ``Optimizer.zero_grad`` for an Optimizer subclass, which sets the gradients of the
+        shared parameter groups to None by default. Horovod's ``DistributedOptimizer`` is a
+        subclass of the wrapped optimizer's own class: its ``zero_grad`` is the fused one's."""
+        for call, _ in self._optimizer_calls:
+            if not _is_method(call, "zero_grad"):
+                continue
+            assert isinstance(call.func, ast.Attribute)
+            wrappers = [
+                origin
+                for origin in self.flow.origins(call.func.value)
+                if isinstance(origin, ast.Call)
+                and origin is not constructor
+                and self._wraps(origin, constructor)
+            ]
+            if not wrappers:
+                continue
+            set_to_none = argument(call, "set_to_none", 0)
+            value = True if set_to_none is None else literal_value(set_to_none.value)
+            if value is False:
+                continue
+            wrapper = wrappers[0]
+            written = f"`{self.view.written(call)}`"
+            shown = f"`{self.view.written(wrapper.func)}(...)` (line {line_of(wrapper)})"
+            optimizer_like = self._optimizer_wrapper(wrapper)
+            how = (
+                "torch's Optimizer.zero_grad, which it inherits, sets the gradients to None by "
+                "default"
+                if optimizer_like
+                else "npu-migrate does not know what its `zero_grad` does, and setting the "
+                "gradients to None (torch's Optimizer.zero_grad's default) or replacing them"
+            )
+            effect = (
+                f"is the `zero_grad` of {shown}, which wraps this optimizer: {how} detaches them "
+                "from the NPU fused optimizer's flat gradient buffer (it then keeps stepping with "
+                "stale gradients)"
+            )
+            remedy = (
+                f"pass `set_to_none=False` to {written}"
+                if optimizer_like
+                else "zero the gradients in place there (`zero_()`, or the optimizer's own "
+                "`zero_grad()`)"
+            )
+            plain = set_to_none is None or _plain_value(set_to_none.value)
+            receiver = dotted_name(call.func.value)
+            fix = (
+                GradFix(call, receiver, wrapper=self.view.written(wrapper.func))
+                if plain and optimizer_like and receiver is not None
+                else None
+            )
+            yield Hazard(call, written, effect, remedy, fix)
+
+    def _wraps(self, call: ast.Call, constructor: ast.Call) -> bool:
+        """``call`` is given the optimizer ``constructor`` builds and is not Horovod's
+        ``DistributedOptimizer`` (nor `amp.initialize`, which the flow looks through, nor
+        apex's ``FP16_Optimizer``, which NPU106 and NPU101 handle on their own)."""
+        name = self.view.qualified_name_in(call.func, FP16_OPTIMIZERS)
+        if isinstance(name, str):
+            return False  # apex's FP16_Optimizer: NPU106 replaces it, else NPU101 reports it
+        name = self.view.qualified_name(call.func)
+        if isinstance(name, str) and name.rpartition(".")[2] == "DistributedOptimizer":
+            return False
+        return any(
+            origin is constructor
+            for arg in arguments(call)
+            for origin in self.flow.origins(arg.value)
+        )
+
+    def _optimizer_wrapper(self, call: ast.Call) -> bool:
+        """``call`` builds an optimizer wrapper whose ``zero_grad`` takes ``set_to_none``: a
+        class of an optimizer package (``timm.optim.Lookahead``, ``torchcontrib.optim.SWA``),
+        or one whose name says so."""
+        name = self.view.qualified_name(call.func)
+        if not isinstance(name, str):
+            return False
+        module, _, last = name.rpartition(".")
+        return "optim" in module.lower() or last in _OPTIMIZER_WRAPPERS
 
     @cached_property
     def _module_zero_grads(self) -> list[tuple[ast.AST, Hazard]]:
