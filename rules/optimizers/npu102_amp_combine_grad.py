@@ -181,8 +181,11 @@ class AmpCombineGrad(OptimizerFactories, Rule):
 
     def _examine(self, sink: AmpSink) -> None:
         call = sink.call
-        if sink.optimizers is None or literal_value(sink.optimizers) is None:
+        optimizers = sink.optimizers
+        if optimizers is None or literal_value(optimizers) is None:
             return  # models only: nothing to combine
+        if isinstance(optimizers, ast.List | ast.Tuple) and not optimizers.elts:
+            return  # `amp.initialize(model, [], ...)` (inference): nothing to combine either
         if argument(call, "combine_grad", AMP_POSITIONS["combine_grad"]) is not None:
             return  # already decided, by the user or a previous run
         if has_star(call):
