@@ -286,6 +286,15 @@ _CPU_FACTORIES = frozenset(
         "rand_like",
     )
 )
+# What gives a parameter made from the tensor it is given, on the same device.
+_WRAPPING_TENSORS = frozenset(
+    {
+        "torch.nn.Parameter",
+        "torch.nn.parameter.Parameter",
+        "torch.autograd.Variable",
+        "torch.autograd.variable.Variable",
+    }
+)
 # Attributes of a tensor through which it may end up on a device.
 _MOVES = frozenset({"cuda", "npu", "to", "data", "set_", "copy_"})
 
@@ -1111,9 +1120,10 @@ class ParameterContract:
 
     def _cpu_parameter(self, call: ast.Call) -> bool:
         """`nn.Parameter(torch.zeros(0))` or `torch.randn(3, requires_grad=True)`: a tensor
-        made by a torch factory without `device=`, on the CPU."""
+        made by a torch factory without `device=`, on the CPU (also through the old
+        `Variable(...)` wrapper, which gives the tensor itself)."""
         name = self.view.qualified_name(call.func)
-        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+        if name in _WRAPPING_TENSORS:
             if len(call.args) != 1 or not isinstance(call.args[0], ast.Call):
                 return False
             call = call.args[0]
