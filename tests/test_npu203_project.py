@@ -124,6 +124,7 @@ def test_only_checked_files_are_summarised_and_only_named_modules_are_read(
         "get_params_groups": {
             "line": 2,
             "pure": True,
+            "builds": False,
             "parameters": ["model"],
             "free": [],
             "invariance": {

@@ -30,6 +30,7 @@ from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimize
 from migrator.analysis.functions import (
     FunctionSummary,
     ModuleFunctions,
+    linked_builder,
     linked_class,
     linked_summary,
 )
@@ -234,7 +235,19 @@ class CallNames:
         name = self.view.qualified_name(call.func)
         if isinstance(name, str) and (is_optimizer_class(name) or name == AMP_INITIALIZE):
             return True
-        return self.optimizer_class(call) is not None or self.class_value_call(call)
+        return (
+            self.optimizer_class(call) is not None
+            or self.class_value_call(call)
+            or self.linked_builder(call)
+        )
+
+    def linked_builder(self, call: ast.Call) -> bool:
+        """``create_optimizer(args, model)``: a function of another module of the run that
+        builds an optimizer, per the project facts."""
+        if not self.links or dotted_path(call.func) is None:
+            return False
+        name = self.view.qualified_name(call.func)
+        return isinstance(name, str) and linked_builder(self.links, self.path, name)
 
     def class_value_call(self, call: ast.Call) -> bool:
         """``opt_class(params, ...)`` where the local name ``opt_class`` can only hold

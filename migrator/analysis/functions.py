@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.analysis import names
-from migrator.analysis.classes import ModuleClasses, OptimizerClass
+from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimizer_class
 from migrator.analysis.classes import summary_from_facts as class_from_facts
 from migrator.analysis.index import ModuleIndex, full_name, resolution_base
 from migrator.analysis.project import Facts, ProjectFiles, Resolved
@@ -605,14 +605,18 @@ def _star_imports(index: ModuleIndex) -> bool:
 
 def verdict(functions: ModuleFunctions, name: str) -> Facts:
     """The analysis of the module-level function ``name`` as plain data: impure, or pure with
-    its parameters, its free names and, per parameter, whether it is wrapper-invariant."""
+    its parameters, its free names and, per parameter, whether it is wrapper-invariant; and
+    whether it builds an optimizer (``builds``: timm's ``create_optimizer``), so that a call of
+    it after a DDP wrap is an optimizer built there."""
     definition = functions.definitions[name]
     summary = functions.summary(name)
+    builds = _builds_optimizer(functions, name, set())
     if summary is None:
-        return {"line": definition.lineno, "pure": False}
+        return {"line": definition.lineno, "pure": False, "builds": builds}
     return {
         "line": definition.lineno,
         "pure": True,
+        "builds": builds,
         "parameters": list(summary.parameters),
         "free": sorted(summary.free_names),
         "invariance": {
@@ -620,6 +624,37 @@ def verdict(functions: ModuleFunctions, name: str) -> Facts:
             for parameter, found in summary.invariance.items()
         },
     }
+
+
+def _builds_optimizer(functions: ModuleFunctions, name: str, seen: set[str]) -> bool:
+    """The module-level function ``name`` constructs an optimizer class of torch, apex or
+    torch_npu, itself or through another function of its module that it calls by name."""
+    seen.add(name)
+    index = functions.index
+    for node in ast.walk(functions.definitions[name]):
+        if not isinstance(node, ast.Call):
+            continue
+        called = _resolve(index, node.func)
+        if isinstance(called, str) and is_optimizer_class(called):
+            return True
+        if (
+            isinstance(node.func, ast.Name)
+            and node.func.id in functions.definitions
+            and node.func.id not in seen
+            and _builds_optimizer(functions, node.func.id, seen)
+        ):
+            return True
+    return False
+
+
+def linked_builder(links: Mapping[str, Facts], importer: str, qualified: str) -> bool:
+    """The function of another module that ``qualified`` names from the file ``importer``
+    builds an optimizer, per the linked facts (``links``: NPU203's)."""
+    entry = links.get(importer, {}).get("callees", {}).get(qualified)
+    if entry is None:
+        return False
+    facts = links.get(entry["path"], {}).get("functions", {}).get(entry["name"])
+    return bool(facts and facts.get("builds"))
 
 
 def summary_from_facts(name: str, facts: Facts, home: str) -> FunctionSummary | None:
