@@ -51,6 +51,9 @@ _REFUSED_DTYPES = {
 _ACCEPTED_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float16", "torch.half"})
 _REFUSED_DTYPE_METHODS = {"bfloat16": "bfloat16", "double": "float64"}
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+# Calls that hold every element of the one iterable they are given, for whole_models.
+_COPIES = frozenset({"builtins.list", "builtins.tuple"})
+_WHOLE_DEPTH = 32  # nested concatenations followed by whole_models
 _SPARSE_LAYERS = frozenset(
     {
         "torch.nn.Embedding",
@@ -470,18 +473,76 @@ def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
     return models
 
 
-def exact_model(params: ast.expr | None) -> str | None:
-    """``model`` when an optimizer's params argument is exactly ``model.parameters()``: then
-    every parameter of ``model`` is in that optimizer."""
-    if (
-        isinstance(params, ast.Call)
-        and isinstance(params.func, ast.Attribute)
-        and params.func.attr == "parameters"
-        and not params.args
-        and not params.keywords
-    ):
-        return dotted_name(params.func.value)
-    return None
+def whole_models(view: FileView, params: ast.expr | None) -> frozenset[str]:
+    """The models every parameter of which is in an optimizer built from ``params``, by their
+    spelling: ``model`` for ``model.parameters()``, and each model whose ``.parameters()`` is
+    put in whole into a concatenation: ``itertools.chain(g.parameters(), e.parameters())``,
+    ``list(g.parameters()) + list(e.parameters())``, ``[*g.parameters(), *e.parameters()]``,
+    parameter groups ``[{"params": g.parameters(), "lr": ...}, ...]``.
+
+    A name stands for its value only when that is its one binding in its scope and this is its
+    one read: an iterator read elsewhere first may be partly consumed, a list changed in place
+    (``params.pop()``), a name bound twice may hold another value on some path. Anything else
+    (a condition, a comprehension, a filter) holds no model whole."""
+    return _whole_models(view, params, 0) if params is not None else frozenset()
+
+
+def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
+    if depth > _WHOLE_DEPTH:
+        return frozenset()
+    depth += 1
+    if isinstance(node, ast.Name):
+        value = _only_value(view, node)
+        return _whole_models(view, value, depth) if value is not None else frozenset()
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _whole_models(view, node.left, depth) | _whole_models(view, node.right, depth)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        found: frozenset[str] = frozenset()
+        for element in node.elts:
+            if isinstance(element, ast.Starred):
+                found |= _whole_models(view, element.value, depth)
+            elif isinstance(element, ast.Dict):
+                group = _group_params(element)
+                if group is not None:
+                    found |= _whole_models(view, group, depth)
+        return found
+    if not isinstance(node, ast.Call) or node.keywords:
+        return frozenset()
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "parameters" and not node.args:
+        model = dotted_name(node.func.value)
+        return frozenset({model}) if model is not None else frozenset()
+    if any(isinstance(arg, ast.Starred) for arg in node.args):
+        return frozenset()
+    callee = view.qualified_name(node.func)
+    if callee == "itertools.chain" or (callee in _COPIES and len(node.args) == 1):
+        return frozenset().union(*(_whole_models(view, arg, depth) for arg in node.args))
+    return frozenset()
+
+
+def _only_value(view: FileView, name: ast.Name) -> ast.expr | None:
+    """What ``name = <value>`` gave ``name`` when that is its only binding and ``name`` is
+    read nowhere else."""
+    bindings = view.index.bindings_of(name)
+    if len(bindings) != 1:
+        return None
+    value = bindings[0].assigned_value
+    references = view.index.references(bindings[0])
+    if value is None or len(references) != 1 or references[0] is not name:
+        return None
+    return value
+
+
+def _group_params(group: ast.Dict) -> ast.expr | None:
+    """The ``"params"`` of a parameter group written as a dict display (with no ``**other``,
+    or a computed key, either of which could replace them)."""
+    if not all(isinstance(key, ast.Constant) for key in group.keys):
+        return None
+    values = [
+        value
+        for key, value in zip(group.keys, group.values, strict=True)
+        if isinstance(key, ast.Constant) and key.value == "params"
+    ]
+    return values[0] if len(values) == 1 else None
 
 
 def overlaps(model: str, other: str) -> bool:
