@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_value
-from migrator.analysis.index import dotted_name, line_of
+from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
@@ -456,21 +456,94 @@ class FusionHazards:
 
 def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
     """The spellings of ``x`` in the ``x.parameters()`` / ``x.named_parameters()`` calls that
-    ``params`` (an optimizer's first argument) comes from: ``model``, ``self.model``."""
+    ``params`` (an optimizer's first argument) comes from: ``model``, ``self.model``; and of
+    what ``x`` may be a part or another name of: ``model.layers`` for ``model.layers[0]``,
+    ``netG.body`` for ``block`` in ``for block in netG.body[1:]``, the names an assignment to
+    ``x`` mentions (``netG.head`` for ``part = netG.head``, ``net`` for ``model = DDP(net)``).
+    A list grown with ``params += [...]`` is followed through what is added."""
     if params is None:
         return set()
     models: set[str] = set()
-    for expression in [params, *flow.origins(params)]:
+    for expression in _params_sources(flow, params):
         for node in ast.walk(expression):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _PARAMETER_METHODS
             ):
-                spelled = dotted_name(_strip_method_calls(node.func.value))
-                if spelled is not None:
-                    models.add(spelled)
+                models |= _receiver_spellings(flow, node.func.value)
     return models
+
+
+def _params_sources(flow: OptimizerFlow, params: ast.expr) -> list[ast.expr]:
+    """``params`` and its origins, with what ``x += <value>`` adds to a name among them."""
+    found = [params, *flow.origins(params)]
+    for origin in list(found):
+        if not isinstance(origin, ast.Name):
+            continue
+        for binding in flow.index.bindings_of(origin):
+            parent = flow.index.parent(binding.node) if binding.node is not None else None
+            if isinstance(parent, ast.AugAssign) and parent.target is binding.node:
+                found.append(parent.value)
+    return found
+
+
+def _receiver_spellings(flow: OptimizerFlow, receiver: ast.expr) -> set[str]:
+    """The spelling of the module in ``receiver.parameters()`` and of what it may be a part or
+    another name of (see :func:`models_feeding`)."""
+    base = receiver
+    while True:
+        if isinstance(base, ast.Subscript):
+            base = base.value
+        elif isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute):
+            base = base.func.value
+        else:
+            break
+    spelled = dotted_name(base)
+    if spelled is None:
+        return set()
+    found = {spelled}
+    for origin in flow.origins(base):
+        if origin is not base:
+            found.update(_mentioned(origin))
+            continue
+        root = base_name(base)
+        for binding in flow.index.bindings_of(root) if root is not None else []:
+            iterable = _iterated_by(flow.index, binding.node)
+            if iterable is not None:
+                found.update(_mentioned(iterable))
+    return found
+
+
+def _iterated_by(index: ModuleIndex, target: ast.AST | None) -> ast.expr | None:
+    """The iterable of the ``for`` loop or comprehension whose target binds ``target``."""
+    if target is None:
+        return None
+    node, parent = target, index.parent(target)
+    while isinstance(parent, (ast.Tuple, ast.List, ast.Starred)):
+        node, parent = parent, index.parent(parent)
+    if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) and parent.target is node:
+        return parent.iter
+    return None
+
+
+def _mentioned(expression: ast.AST) -> Iterator[str]:
+    """The dotted names ``expression`` computes its value from: the receivers of its method
+    calls, the arguments of its calls, what it subscripts (not the callees, nor the index)."""
+    pending: list[ast.AST] = [expression]
+    while pending:
+        node = pending.pop()
+        spelled = dotted_name(node)
+        if spelled is not None:
+            yield spelled
+        elif isinstance(node, ast.Call):
+            pending += [*node.args, *(keyword.value for keyword in node.keywords)]
+            if isinstance(node.func, ast.Attribute):
+                pending.append(node.func.value)
+        elif isinstance(node, ast.Subscript):
+            pending.append(node.value)
+        else:
+            pending += ast.iter_child_nodes(node)
 
 
 def whole_models(view: FileView, params: ast.expr | None) -> frozenset[str]:
