@@ -553,10 +553,17 @@ def whole_models(view: FileView, params: ast.expr | None) -> frozenset[str]:
     ``list(g.parameters()) + list(e.parameters())``, ``[*g.parameters(), *e.parameters()]``,
     parameter groups ``[{"params": g.parameters(), "lr": ...}, ...]``.
 
+    The parameters that require gradients count as the whole model:
+    ``filter(lambda p: p.requires_grad, model.parameters())``, ``[p for p in
+    model.parameters() if p.requires_grad]`` (or over ``model.named_parameters()``). A
+    parameter left out gets no gradient from backward, and one that still holds an old gradient
+    is in no optimizer that could step it (no other optimizer may hold the model's parameters,
+    see the NPU101 planner): zeros or None there change nothing.
+
     A name stands for its value only when that is its one binding in its scope and this is its
     one read: an iterator read elsewhere first may be partly consumed, a list changed in place
     (``params.pop()``), a name bound twice may hold another value on some path. Anything else
-    (a condition, a comprehension, a filter) holds no model whole."""
+    (a condition, another filter) holds no model whole."""
     return _whole_models(view, params, 0) if params is not None else frozenset()
 
 
@@ -579,6 +586,8 @@ def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
                 if group is not None:
                     found |= _whole_models(view, group, depth)
         return found
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        return _trainable_models(view, node, depth)
     if not isinstance(node, ast.Call) or node.keywords:
         return frozenset()
     if isinstance(node.func, ast.Attribute) and node.func.attr == "parameters" and not node.args:
@@ -589,7 +598,66 @@ def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
     callee = view.qualified_name(node.func)
     if callee == "itertools.chain" or (callee in _COPIES and len(node.args) == 1):
         return frozenset().union(*(_whole_models(view, arg, depth) for arg in node.args))
+    if callee == "builtins.filter" and len(node.args) == 2 and _keeps_trainable(node.args[0]):
+        return _whole_models(view, node.args[1], depth)
     return frozenset()
+
+
+def _keeps_trainable(function: ast.expr) -> bool:
+    """``lambda p: p.requires_grad``."""
+    if not isinstance(function, ast.Lambda):
+        return False
+    arguments = function.args
+    if arguments.posonlyargs or arguments.vararg or arguments.kwonlyargs or arguments.kwarg:
+        return False
+    if len(arguments.args) != 1 or arguments.defaults:
+        return False
+    return _is_requires_grad(function.body, arguments.args[0].arg)
+
+
+def _trainable_models(
+    view: FileView, comprehension: ast.ListComp | ast.GeneratorExp, depth: int
+) -> frozenset[str]:
+    """The whole models of ``[p for p in <params> if p.requires_grad]`` (the test optional):
+    those of ``<params>``; ``model`` for ``(p for n, p in model.named_parameters())``, which
+    yields every parameter ``model.parameters()`` does. Nothing for any other comprehension."""
+    if len(comprehension.generators) != 1 or not isinstance(comprehension.elt, ast.Name):
+        return frozenset()
+    loop = comprehension.generators[0]
+    name = comprehension.elt.id
+    if loop.is_async or len(loop.ifs) > 1:
+        return frozenset()
+    if loop.ifs and not _is_requires_grad(loop.ifs[0], name):
+        return frozenset()
+    target, iterated = loop.target, loop.iter
+    if isinstance(target, ast.Name) and target.id == name:
+        return _whole_models(view, iterated, depth)
+    key, value = (
+        target.elts if isinstance(target, ast.Tuple) and len(target.elts) == 2 else (None, None)
+    )
+    if not (
+        isinstance(key, ast.Name)
+        and isinstance(value, ast.Name)
+        and value.id == name != key.id
+        and isinstance(iterated, ast.Call)
+        and isinstance(iterated.func, ast.Attribute)
+        and iterated.func.attr == "named_parameters"
+        and not iterated.args
+        and not iterated.keywords
+    ):
+        return frozenset()
+    model = dotted_name(iterated.func.value)
+    return frozenset({model}) if model is not None else frozenset()
+
+
+def _is_requires_grad(test: ast.expr, name: str) -> bool:
+    """``<name>.requires_grad``."""
+    return (
+        isinstance(test, ast.Attribute)
+        and test.attr == "requires_grad"
+        and isinstance(test.value, ast.Name)
+        and test.value.id == name
+    )
 
 
 def _only_value(view: FileView, name: ast.Name) -> ast.expr | None:

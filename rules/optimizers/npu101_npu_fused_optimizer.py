@@ -143,7 +143,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     plain flag) on the optimizer itself loses the argument, and `model.zero_grad()` gets
     `set_to_none=False` when the optimizer holds all of `model.parameters()` (alone, or with
     other whole models: `itertools.chain(G.parameters(), E.parameters())`, a sum of lists, a
-    starred list, parameter groups) and no other optimizer in scope may hold them (each fused
+    starred list, parameter groups; or those that require gradients, `filter(lambda p:
+    p.requires_grad, ...)`) and no other optimizer in scope may hold them (each fused
     optimizer steps every parameter it packed, None or zero, so nothing else could see the
     zeros); otherwise that is an unsafe fix, applied
     with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
