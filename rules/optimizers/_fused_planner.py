@@ -1195,8 +1195,7 @@ class _Planner:
             lines = " and ".join(str(line_of(owner)) for owner in owners)
             return (
                 f"the optimizers at lines {lines} may each hold all of `{model}.parameters()` "
-                "on one path, and the edit is proven only for one optimizer that holds them, "
-                "which no other may see"
+                "on one path, and the edit is proven for one such optimizer only"
             ), False
         for other in candidates:
             if any(other is owner for owner in owners):
