@@ -318,3 +318,23 @@ def test_verify_names_the_step_where_a_wrong_migration_departs(
     assert verdict in result.stdout, cli_output(result)
     steps = re.findall(r"^\S\s+(\d+) \S", result.stdout, re.MULTILINE)  # the table's rows
     assert steps == [str(step) for step in range(1, STEPS + 1)], cli_output(result)
+
+
+def test_verify_departs_when_the_chained_models_keep_none_gradients(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The `set_to_none=False` edits are what keep zero_grad_chain's numbers: the same fused
+    optimizers with the networks' `zero_grad()` left as written step gradients that no longer
+    reach their flat buffers, and the first generator step after a skipped batch departs."""
+    case = next(case for case in CASES if case.name == "zero_grad_chain")
+    migration = migration_of(case, tmp_path_factory)
+    wrong = tmp_path / "wrong"
+    shutil.copytree(migration.migrated, wrong, ignore=shutil.ignore_patterns("*.pt", "*.json"))
+    script = wrong / case.script
+    text = script.read_text()
+    assert text.count(".zero_grad(set_to_none=False)") == 3, "the program changed: adapt this test"
+    script.write_text(text.replace(".zero_grad(set_to_none=False)", ".zero_grad()"))
+
+    result = verify(verify_command(case, migration.original, wrong, 1))
+    assert result.returncode == 1, cli_output(result)
+    assert "different from step 3" in result.stdout, cli_output(result)

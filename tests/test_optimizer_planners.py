@@ -20,6 +20,7 @@ from migrator.rules.optimizers._combine_ddp_planner import (
     plan_combine_ddp,
 )
 from migrator.rules.optimizers._fused_planner import FusedDecisions, Rewrite, plan_fused
+from migrator.rules.optimizers._hazards import whole_models
 from migrator.rules.optimizers._plans import FusedPlan
 from migrator.suppressions import Suppressions
 
@@ -645,3 +646,48 @@ def test_a_zero_grad_fix_that_relies_on_an_unfused_optimizer_is_not_made() -> No
     by_line = {line_of(finding.node): finding.message for finding in decisions.findings}
     assert "`maximize=True`" in by_line[6]
     assert "the optimizer of `netG` (line 6) stays unfused" in by_line[5]
+
+
+# The params argument of `Adam(...)` on the last line, and the models it holds whole.
+WHOLE_MODELS = {
+    "one model": ("Adam(g.parameters())", {"g"}),
+    "chain, aliased": (
+        "from itertools import chain as ichain\nAdam(ichain(g.parameters(), e.parameters()))",
+        {"g", "e"},
+    ),
+    "list sum": ("Adam(list(g.parameters()) + list(e.parameters()) + extra)", {"g", "e"}),
+    "starred": ("Adam([*g.parameters(), *e.parameters(), p])", {"g", "e"}),
+    "groups": (
+        'Adam([{"params": g.parameters()}, {"params": e.parameters(), "lr": 1}])',
+        {"g", "e"},
+    ),
+    "bound once": ("params = [*g.parameters()]\nAdam(params)", {"g"}),
+    "trainable": ("Adam(filter(lambda p: p.requires_grad, g.parameters()))", {"g"}),
+    "named": ("Adam([p for n, p in g.named_parameters() if p.requires_grad])", {"g"}),
+    # Not provably whole: nothing.
+    "read before": ("params = list(g.parameters())\nparams.pop()\nAdam(params)", set()),
+    "bound twice": (
+        "params = g.parameters()\nif c:\n    params = e.parameters()\nAdam(params)",
+        set(),
+    ),
+    "group unpacked": ('Adam([{"params": g.parameters(), **extra}])', set()),
+    "group key computed": ('Adam([{"params": g.parameters(), key: e.parameters()}])', set()),
+    "other filter": ("Adam(filter(lambda p: p.dim() > 1, g.parameters()))", set()),
+    "other test": ("Adam([p for p in g.parameters() if p.dim() > 1])", set()),
+    "names swapped": ("Adam([n for n, p in g.named_parameters()])", set()),
+    "local chain": (
+        "def chain(*a):\n    return a[0]\nAdam(chain(g.parameters(), e.parameters()))",
+        set(),
+    ),
+    "recurse off": ("Adam(g.parameters(recurse=False))", set()),
+    "conditional": ("Adam(g.parameters() if c else e.parameters())", set()),
+}
+
+
+@pytest.mark.parametrize("case", WHOLE_MODELS)
+def test_whole_models_are_only_those_every_parameter_of_which_is_held(case: str) -> None:
+    code, expected = WHOLE_MODELS[case]
+    view = view_of(code)
+    last = view.index.tree.body[-1]
+    assert isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+    assert whole_models(view, last.value.args[0]) == expected

@@ -65,6 +65,40 @@ DCGAN = textwrap.dedent(
     """
 )
 
+# PyTorch-GAN's ClusterGAN in miniature: one optimizer over the generator and the encoder through
+# `itertools.chain` (imported under another name, bound to a name read once), the discriminator's
+# own, and `Tensor(...)`, a name for torch's tensor classes, called with sizes.
+CLUSTER_GAN = textwrap.dedent(
+    """
+    from itertools import chain as ichain
+
+    import torch
+    import torch.nn as nn
+
+    cuda = torch.cuda.is_available()
+    Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+    generator, encoder = nn.Linear(4, 8).cuda(), nn.Linear(8, 4).cuda()
+    discriminator = nn.Linear(8, 1).cuda()
+
+    ge_chain = ichain(generator.parameters(), encoder.parameters())
+    optimizer_GE = torch.optim.Adam(ge_chain, lr=1e-4, weight_decay=2.5e-5)
+    optimizer_D = torch.optim.Adam(discriminator.parameters(), lr=1e-4)
+
+    for step in range(4):
+        generator.zero_grad()
+        encoder.zero_grad()
+        discriminator.zero_grad()
+        z = torch.randn(8, 4).cuda()
+        fake = generator(z)
+        valid = Tensor(fake.size(0), 1).fill_(1.0)
+        ((discriminator(fake) - valid).pow(2).mean() + (encoder(fake) - z).pow(2).mean()).backward()
+        optimizer_GE.step()
+        optimizer_D.zero_grad()
+        discriminator(fake.detach()).mean().backward()
+        optimizer_D.step()
+    """
+)
+
 # A second optimizer over the same model, of a class npu-migrate does not fuse: the zeros of
 # `set_to_none=False` would reach it. Spelled through an attribute, it is found among the calls
 # given the model's parameters; imported by name, among the constructors sharing the model.
@@ -92,7 +126,7 @@ ADAGRAD_SPELLINGS = {  # imports, callee, why the fix is unsafe
     "from-import": (
         "from torch.optim import Adagrad",
         "Adagrad",
-        "no single optimizer is built from exactly `model.parameters()`",
+        "the optimizers at lines 6 and 7 may each hold all of `model.parameters()`",
     ),
 }
 
@@ -119,6 +153,16 @@ def test_dcgan_module_zero_grad_fixed_in_both_modes() -> None:
     assert "netD.zero_grad(set_to_none=False)" in migrated
     assert "netG.zero_grad(set_to_none=False)" in migrated
     assert "combine_grad=True" in migrated
+
+
+def test_chained_models_fixed_in_both_modes() -> None:
+    fast, slow = both_modes(CLUSTER_GAN)
+    assert shown(slow) == shown(fast)
+    assert slow.migrated == fast.migrated
+    migrated = fast.migrated.decode()
+    assert migrated.count("torch_npu.optim.NpuFusedAdam(") == 2
+    for model in ("generator", "encoder", "discriminator"):
+        assert f"{model}.zero_grad(set_to_none=False)" in migrated
 
 
 @pytest.mark.parametrize("spelling", ADAGRAD_SPELLINGS)

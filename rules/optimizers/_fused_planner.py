@@ -47,9 +47,9 @@ from migrator.rules.optimizers._hazards import (
     FusionHazards,
     GradFix,
     Hazard,
-    exact_model,
     models_feeding,
     overlaps,
+    whole_models,
 )
 from migrator.rules.optimizers._hazards import describe as describe_hazards
 from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_keys
@@ -1179,22 +1179,30 @@ class _Planner:
         every parameter of ``model`` is in one optimizer, fused in this run, and in no other:
         a fused optimizer updates every parameter it packed at each step whether its gradient is
         None or zero (it steps its flat buffer), so only another optimizer could see the zeros.
+        That optimizer may hold other models too (`chain(G.parameters(), E.parameters())`, see
+        :func:`whole_models`): each of them is then in it whole.
         The second value is True when the only risk is that that one optimizer stays unfused.
         """
         model = fix.receiver
         if model is None or fix.wrapper is not None:
             return None, False  # the wrapper zeroes this optimizer's own parameters
         candidates = self._sharing_names(fix.call, model)
-        owners = [c for c in candidates if exact_model(self._params_of(c)) == model]
+        owners = [c for c in candidates if model in whole_models(self.view, self._params_of(c))]
         # One owner on each path (`if args.optimizer == "adam": ... elif ...: ...`) will do.
         one_per_path = all(
             self.flow.exclusive(first, second) for first, second in combinations(owners, 2)
         )
-        if not owners or not one_per_path:
+        if not owners:
             return (
-                f"no single optimizer is built from exactly `{model}.parameters()` where `{model}` "
-                "is in scope, so some of its parameters may be in an optimizer that skips None "
+                f"no single optimizer holds all of `{model}.parameters()` where `{model}` is in "
+                "scope, so some of its parameters may be in an optimizer that skips None "
                 "gradients"
+            ), False
+        if not one_per_path:
+            lines = " and ".join(str(line_of(owner)) for owner in owners)
+            return (
+                f"the optimizers at lines {lines} may each hold all of `{model}.parameters()` "
+                "on one path, and the edit is proven for one such optimizer only"
             ), False
         for other in candidates:
             if any(other is owner for owner in owners):
@@ -1300,10 +1308,25 @@ class _Planner:
         back the optimizers it is given), nor a class or function of torch, apex or torch_npu
         outside their optimizer modules (`DistributedDataParallel(model)`), nor one of their LR
         schedulers (`LambdaLR(optimizer, ...)`, given the optimizer), nor one of Python's own
-        (`list(model.parameters())`)."""
+        (`list(model.parameters())`), nor a name that holds only such classes (`Tensor =
+        torch.cuda.FloatTensor if cuda else torch.FloatTensor`)."""
         if self.flow.is_amp_initialize(call):
             return False
-        name = self.view.qualified_name(call.func)
+        if isinstance(call.func, ast.Name):
+            held = self.flow.origins(call.func)
+            if held and all(
+                origin is not call.func
+                and isinstance(origin, (ast.Name, ast.Attribute))
+                and not self._may_name_optimizer(origin)
+                for origin in held
+            ):
+                return False
+        return self._may_name_optimizer(call.func)
+
+    def _may_name_optimizer(self, func: ast.expr) -> bool:
+        """Whether ``func`` may name a callable that builds an optimizer, by its qualified name
+        (see :meth:`_may_hold_parameters`)."""
+        name = self.view.qualified_name(func)
         if not isinstance(name, str):
             return True
         root = name.split(".", 1)[0]

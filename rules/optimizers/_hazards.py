@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_value
-from migrator.analysis.index import dotted_name, line_of
+from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
@@ -51,6 +51,9 @@ _REFUSED_DTYPES = {
 _ACCEPTED_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float16", "torch.half"})
 _REFUSED_DTYPE_METHODS = {"bfloat16": "bfloat16", "double": "float64"}
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+# Calls that hold every element of the one iterable they are given, for whole_models.
+_COPIES = frozenset({"builtins.list", "builtins.tuple"})
+_WHOLE_DEPTH = 32  # nested concatenations followed by whole_models
 _SPARSE_LAYERS = frozenset(
     {
         "torch.nn.Embedding",
@@ -540,35 +543,234 @@ class FusionHazards:
 
 def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
     """The spellings of ``x`` in the ``x.parameters()`` / ``x.named_parameters()`` calls that
-    ``params`` (an optimizer's first argument) comes from: ``model``, ``self.model``."""
+    ``params`` (an optimizer's first argument) comes from: ``model``, ``self.model``; and of
+    what ``x`` may be a part or another name of: ``model.layers`` for ``model.layers[0]``,
+    ``netG.body`` for ``block`` in ``for block in netG.body[1:]``, the names an assignment to
+    ``x`` mentions (``netG.head`` for ``part = netG.head``, ``net`` for ``model = DDP(net)``).
+    A list grown with ``params += [...]`` is followed through what is added."""
     if params is None:
         return set()
     models: set[str] = set()
-    for expression in [params, *flow.origins(params)]:
+    for expression in _params_sources(flow, params):
         for node in ast.walk(expression):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _PARAMETER_METHODS
             ):
-                spelled = dotted_name(_strip_method_calls(node.func.value))
-                if spelled is not None:
-                    models.add(spelled)
+                models |= _receiver_spellings(flow, node.func.value)
     return models
 
 
-def exact_model(params: ast.expr | None) -> str | None:
-    """``model`` when an optimizer's params argument is exactly ``model.parameters()``: then
-    every parameter of ``model`` is in that optimizer."""
-    if (
-        isinstance(params, ast.Call)
-        and isinstance(params.func, ast.Attribute)
-        and params.func.attr == "parameters"
-        and not params.args
-        and not params.keywords
-    ):
-        return dotted_name(params.func.value)
+def _params_sources(flow: OptimizerFlow, params: ast.expr) -> list[ast.expr]:
+    """``params`` and its origins, with what ``x += <value>`` adds to a name among them."""
+    found = [params, *flow.origins(params)]
+    for origin in list(found):
+        if not isinstance(origin, ast.Name):
+            continue
+        for binding in flow.index.bindings_of(origin):
+            parent = flow.index.parent(binding.node) if binding.node is not None else None
+            if isinstance(parent, ast.AugAssign) and parent.target is binding.node:
+                found.append(parent.value)
+    return found
+
+
+def _receiver_spellings(flow: OptimizerFlow, receiver: ast.expr) -> set[str]:
+    """The spelling of the module in ``receiver.parameters()`` and of what it may be a part or
+    another name of (see :func:`models_feeding`)."""
+    base = receiver
+    while True:
+        if isinstance(base, ast.Subscript):
+            base = base.value
+        elif isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute):
+            base = base.func.value
+        else:
+            break
+    spelled = dotted_name(base)
+    if spelled is None:
+        return set()
+    found = {spelled}
+    for origin in flow.origins(base):
+        if origin is not base:
+            found.update(_mentioned(origin))
+            continue
+        root = base_name(base)
+        for binding in flow.index.bindings_of(root) if root is not None else []:
+            iterable = _iterated_by(flow.index, binding.node)
+            if iterable is not None:
+                found.update(_mentioned(iterable))
+    return found
+
+
+def _iterated_by(index: ModuleIndex, target: ast.AST | None) -> ast.expr | None:
+    """The iterable of the ``for`` loop or comprehension whose target binds ``target``."""
+    if target is None:
+        return None
+    node, parent = target, index.parent(target)
+    while isinstance(parent, (ast.Tuple, ast.List, ast.Starred)):
+        node, parent = parent, index.parent(parent)
+    if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) and parent.target is node:
+        return parent.iter
     return None
+
+
+def _mentioned(expression: ast.AST) -> Iterator[str]:
+    """The dotted names ``expression`` computes its value from: the receivers of its method
+    calls, the arguments of its calls, what it subscripts (not the callees, nor the index)."""
+    pending: list[ast.AST] = [expression]
+    while pending:
+        node = pending.pop()
+        spelled = dotted_name(node)
+        if spelled is not None:
+            yield spelled
+        elif isinstance(node, ast.Call):
+            pending += [*node.args, *(keyword.value for keyword in node.keywords)]
+            if isinstance(node.func, ast.Attribute):
+                pending.append(node.func.value)
+        elif isinstance(node, ast.Subscript):
+            pending.append(node.value)
+        else:
+            pending += ast.iter_child_nodes(node)
+
+
+def whole_models(view: FileView, params: ast.expr | None) -> frozenset[str]:
+    """The models every parameter of which is in an optimizer built from ``params``, by their
+    spelling: ``model`` for ``model.parameters()``, and each model whose ``.parameters()`` is
+    put in whole into a concatenation: ``itertools.chain(g.parameters(), e.parameters())``,
+    ``list(g.parameters()) + list(e.parameters())``, ``[*g.parameters(), *e.parameters()]``,
+    parameter groups ``[{"params": g.parameters(), "lr": ...}, ...]``.
+
+    The parameters that require gradients count as the whole model:
+    ``filter(lambda p: p.requires_grad, model.parameters())``, ``[p for p in
+    model.parameters() if p.requires_grad]`` (or over ``model.named_parameters()``). A
+    parameter left out gets no gradient from backward, and one that still holds an old gradient
+    is in no optimizer that could step it (no other optimizer may hold the model's parameters,
+    see the NPU101 planner): zeros or None there change nothing.
+
+    A name stands for its value only when that is its one binding in its scope and this is its
+    one read: an iterator read elsewhere first may be partly consumed, a list changed in place
+    (``params.pop()``), a name bound twice may hold another value on some path. Anything else
+    (a condition, another filter) holds no model whole."""
+    return _whole_models(view, params, 0) if params is not None else frozenset()
+
+
+def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
+    if depth > _WHOLE_DEPTH:
+        return frozenset()
+    depth += 1
+    if isinstance(node, ast.Name):
+        value = _only_value(view, node)
+        return _whole_models(view, value, depth) if value is not None else frozenset()
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _whole_models(view, node.left, depth) | _whole_models(view, node.right, depth)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        found: frozenset[str] = frozenset()
+        for element in node.elts:
+            if isinstance(element, ast.Starred):
+                found |= _whole_models(view, element.value, depth)
+            elif isinstance(element, ast.Dict):
+                group = _group_params(element)
+                if group is not None:
+                    found |= _whole_models(view, group, depth)
+        return found
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        return _trainable_models(view, node, depth)
+    if not isinstance(node, ast.Call) or node.keywords:
+        return frozenset()
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "parameters" and not node.args:
+        model = dotted_name(node.func.value)
+        return frozenset({model}) if model is not None else frozenset()
+    if any(isinstance(arg, ast.Starred) for arg in node.args):
+        return frozenset()
+    callee = view.qualified_name(node.func)
+    if callee == "itertools.chain" or (callee in _COPIES and len(node.args) == 1):
+        return frozenset().union(*(_whole_models(view, arg, depth) for arg in node.args))
+    if callee == "builtins.filter" and len(node.args) == 2 and _keeps_trainable(node.args[0]):
+        return _whole_models(view, node.args[1], depth)
+    return frozenset()
+
+
+def _keeps_trainable(function: ast.expr) -> bool:
+    """``lambda p: p.requires_grad``."""
+    if not isinstance(function, ast.Lambda):
+        return False
+    arguments = function.args
+    if arguments.posonlyargs or arguments.vararg or arguments.kwonlyargs or arguments.kwarg:
+        return False
+    if len(arguments.args) != 1 or arguments.defaults:
+        return False
+    return _is_requires_grad(function.body, arguments.args[0].arg)
+
+
+def _trainable_models(
+    view: FileView, comprehension: ast.ListComp | ast.GeneratorExp, depth: int
+) -> frozenset[str]:
+    """The whole models of ``[p for p in <params> if p.requires_grad]`` (the test optional):
+    those of ``<params>``; ``model`` for ``(p for n, p in model.named_parameters())``, which
+    yields every parameter ``model.parameters()`` does. Nothing for any other comprehension."""
+    if len(comprehension.generators) != 1 or not isinstance(comprehension.elt, ast.Name):
+        return frozenset()
+    loop = comprehension.generators[0]
+    name = comprehension.elt.id
+    if loop.is_async or len(loop.ifs) > 1:
+        return frozenset()
+    if loop.ifs and not _is_requires_grad(loop.ifs[0], name):
+        return frozenset()
+    target, iterated = loop.target, loop.iter
+    if isinstance(target, ast.Name) and target.id == name:
+        return _whole_models(view, iterated, depth)
+    key, value = (
+        target.elts if isinstance(target, ast.Tuple) and len(target.elts) == 2 else (None, None)
+    )
+    if not (
+        isinstance(key, ast.Name)
+        and isinstance(value, ast.Name)
+        and value.id == name != key.id
+        and isinstance(iterated, ast.Call)
+        and isinstance(iterated.func, ast.Attribute)
+        and iterated.func.attr == "named_parameters"
+        and not iterated.args
+        and not iterated.keywords
+    ):
+        return frozenset()
+    model = dotted_name(iterated.func.value)
+    return frozenset({model}) if model is not None else frozenset()
+
+
+def _is_requires_grad(test: ast.expr, name: str) -> bool:
+    """``<name>.requires_grad``."""
+    return (
+        isinstance(test, ast.Attribute)
+        and test.attr == "requires_grad"
+        and isinstance(test.value, ast.Name)
+        and test.value.id == name
+    )
+
+
+def _only_value(view: FileView, name: ast.Name) -> ast.expr | None:
+    """What ``name = <value>`` gave ``name`` when that is its only binding and ``name`` is
+    read nowhere else."""
+    bindings = view.index.bindings_of(name)
+    if len(bindings) != 1:
+        return None
+    value = bindings[0].assigned_value
+    references = view.index.references(bindings[0])
+    if value is None or len(references) != 1 or references[0] is not name:
+        return None
+    return value
+
+
+def _group_params(group: ast.Dict) -> ast.expr | None:
+    """The ``"params"`` of a parameter group written as a dict display (with no ``**other``,
+    or a computed key, either of which could replace them)."""
+    if not all(isinstance(key, ast.Constant) for key in group.keys):
+        return None
+    values = [
+        value
+        for key, value in zip(group.keys, group.values, strict=True)
+        if isinstance(key, ast.Constant) and key.value == "params"
+    ]
+    return values[0] if len(values) == 1 else None
 
 
 def overlaps(model: str, other: str) -> bool:

@@ -146,9 +146,12 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
     them from the fused optimizer's flat buffer: `optimizer.zero_grad(set_to_none=True)` (or a
     plain flag) on the optimizer itself loses the argument, and `model.zero_grad()` gets
-    `set_to_none=False` when the optimizer is built from exactly `model.parameters()` and no
-    other optimizer in scope may hold them (each fused optimizer steps every parameter it packed,
-    None or zero, so nothing else could see the zeros); otherwise that is an unsafe fix, applied
+    `set_to_none=False` when the optimizer holds all of `model.parameters()` (alone, or with
+    other whole models: `itertools.chain(G.parameters(), E.parameters())`, a sum of lists, a
+    starred list, parameter groups; or those that require gradients, `filter(lambda p:
+    p.requires_grad, ...)`) and no other optimizer in scope may hold them (each fused
+    optimizer steps every parameter it packed, None or zero, so nothing else could see the
+    zeros); otherwise that is an unsafe fix, applied
     with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
     `zero_grad(set_to_none=...)` in another file of the run that gets it from a method (nanoGPT's
     `train.py`) loses the argument in the same run as the swap.
