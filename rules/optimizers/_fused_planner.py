@@ -56,6 +56,7 @@ from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
+    APEX_HOME_SOURCES,
     FP16_OPTIMIZERS,
     FUSED_PREFIX,
     KNOWN_OPTIMIZERS,
@@ -702,39 +703,173 @@ class _Planner:
             self._plan(call, SOURCES[name])
 
     def _check_apex_home(self, call: ast.Call) -> None:
-        """An Ascend apex fused optimizer that never reaches amp here raises in `step()`."""
+        """An Ascend apex fused optimizer written by hand raises in `step()` where it reaches no
+        `amp.initialize`: planned as the torch constructors are, with torch_npu's class of the
+        same name (same arguments, same update) for the paths without amp, where every path of
+        the optimizer can be followed; reported where it cannot."""
         name = npu_fused_name(self.view, call.func)
         if (
             name is None
             or not name.startswith(APEX_HOME + ".")
-            or id(call) in self.flow.reaches_amp
-            or self.planned_amp.wrappers_of(call)
-            or self.planned_amp.added_for(call)
+            or self._suppressed(call)
+            or self._apex_home_settled(call)
         ):
             return
+        source = APEX_HOME_SOURCES.get(name)
         sites = self._call_sites(call)
         without_amp = [site for site in sites if not site.with_amp]
-        if sites and not without_amp:
-            return  # every call of the function that returns it goes through amp.initialize
+        torch_npu_class = f"{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}"
+        if sites or self._reaches_enabled_amp(call):
+            handed_on = None  # the call sites, or the module's own amp, show every path
+        else:
+            handed_on = self._apex_home_handed_on(call)
+        if source is not None and handed_on is None:
+            self._plan(call, source)
+            return
         if without_amp:
             self._report(
                 call,
                 f"`{name}` is returned by `{without_amp[0].factory}` to calls where it does not "
                 f"reach `amp.initialize` ({_sites_listed(without_amp)}), and "
-                "Ascend apex's fused optimizers raise in `step()` without amp: build "
-                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}` for those calls (torch_npu's steps "
+                f"Ascend apex's fused optimizers raise in `step()` without amp: build "
+                f"`{torch_npu_class}` for those calls (torch_npu's steps "
                 "stale gradients under apex amp, so keep apex's where amp runs)",
                 Severity.INFO,
             )
             return
+        where = (
+            f" ({self._handed_on_phrase(handed_on)}, so npu-migrate cannot tell)"
+            if handed_on is not None
+            else ""
+        )
         self._report(
             call,
-            f"`{name}` does not reach `amp.initialize` in this module, and Ascend apex's fused "
-            "optimizers raise in `step()` without amp: if no other module passes it to "
-            f"`amp.initialize`, use `{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works "
-            "without amp",
+            f"`{name}` does not reach `amp.initialize` in this module{where}, and Ascend apex's "
+            "fused optimizers raise in `step()` without amp: if no other module passes it to "
+            f"`amp.initialize`, use `{torch_npu_class}`, which works without amp",
             Severity.INFO,
         )
+
+    def _apex_home_settled(self, call: ast.Call) -> bool:
+        """Ascend apex's class stays as written, with nothing to say: the optimizer goes through
+        an enabled `amp.initialize` on every path, in this module (a constructor that reaches
+        one here is left alone, whatever its other paths) or at every call of the function that
+        returns it, or NPU105 or NPU106 give it one."""
+        if self.planned_amp.wrappers_of(call) or self.planned_amp.added_for(call):
+            return True
+        reached = self.flow.amp_calls_reached.get(id(call), [])
+        if reached:
+            settings = [amp_options(self.view, amp_call, self.level) for amp_call in reached]
+            enabled = [options for options in settings if not options.disabled]
+            if not enabled:
+                return False  # `enabled=False`: amp does nothing there
+            return self.amp_always or self._amp_gate(call, enabled) is None
+        sites = self._call_sites(call)
+        if not sites or any(not site.with_amp for site in sites):
+            return False
+        return self.amp_always or self._gated_site(sites) is None
+
+    def _reaches_enabled_amp(self, call: ast.Call) -> bool:
+        return any(
+            not amp_options(self.view, amp_call, self.level).disabled
+            for amp_call in self.flow.amp_calls_reached.get(id(call), [])
+        )
+
+    def _apex_home_handed_on(self, call: ast.Call) -> ast.AST | None:
+        """Where an optimizer that reaches no `amp.initialize` in its module may leave the
+        module's sight, for an `amp.initialize` npu-migrate does not see (None: nowhere).
+
+        It must be assigned to a name, whose reads only step, read or test it, or give it to
+        an LR scheduler, a GradScaler or a function of the module that does the same with it:
+        returned, stored, or given to anything else, torch_npu's class could meet apex amp
+        elsewhere and step stale gradients where apex's raised."""
+        statement = self.index.parent(call)
+        assigned = (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ) or (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name))
+        if not assigned:
+            return statement
+        visited: set[tuple[int, frozenset[str]]] = set()
+
+        def constructed(value: ast.expr) -> bool:
+            return any(origin is call for origin in self.flow.origins(value))
+
+        return escape(
+            self.view,
+            call,
+            lambda given: (
+                self.flow.is_amp_initialize(given) or self._kept_by(given, constructed, visited)
+            ),
+        )
+
+    def _kept_by(
+        self,
+        given: ast.Call,
+        is_optimizer: Callable[[ast.expr], bool],
+        visited: set[tuple[int, frozenset[str]]],
+    ) -> bool:
+        """``given`` calls a function at the top of the module (its name's one binding), whose
+        parameters that receive the optimizer (the arguments ``is_optimizer``) only step, read
+        or test it, or give it to an LR scheduler, a GradScaler or a function that does the
+        same (``visited``: the functions checked or being checked)."""
+        function = self._top_function(given.func)
+        if function is None or function.decorator_list:
+            return False
+        received = _parameters_given(given, function, is_optimizer)
+        if not received:
+            return False
+        key = (id(function), frozenset(received))
+        if key in visited:
+            return True
+        visited.add(key)
+        for node in self.index.walk(function):
+            if not (isinstance(node, ast.Name) and node.id in received):
+                continue
+            if not isinstance(node.ctx, ast.Load):
+                return False  # rebound: what the name holds is no longer followed
+            parent = self.index.parent(node)
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                continue
+            if isinstance(parent, ast.Compare | ast.BoolOp | ast.UnaryOp):
+                continue
+            if isinstance(parent, ast.If | ast.IfExp | ast.While) and parent.test is node:
+                continue
+            inner = self.index.parent(parent) if isinstance(parent, ast.keyword) else parent
+            if not isinstance(inner, ast.Call) or inner.func is node:
+                return False
+            if not (takes(self.view, inner) or self._kept_by(inner, _is(node), visited)):
+                return False
+        return True
+
+    def _top_function(self, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The function at the top of the module that ``func`` names by its only binding."""
+        if not isinstance(func, ast.Name):
+            return None
+        bindings = self.index.bindings_of(func)
+        if len(bindings) != 1 or bindings[0].kind is not BindingKind.FUNCTION:
+            return None
+        function = bindings[0].node
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        return function if self.index.parent(function) is self.index.tree else None
+
+    def _handed_on_phrase(self, node: ast.AST) -> str:
+        """Where an optimizer leaves the module's sight, as a message says it."""
+        line = f"line {line_of(node)}"
+        while isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict | ast.Starred):
+            parent = self.index.parent(node)
+            if parent is None:
+                break
+            node = parent
+        if isinstance(node, ast.Call):
+            return f"it is given to `{self.view.written(node.func)}(...)` at {line}"
+        if isinstance(node, ast.Return):
+            return f"it is returned at {line}"
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            return f"it is stored at {line}"
+        return f"it is handed on at {line}"
 
     def _ambiguous_message(self, call: ast.Call, name: Ambiguous) -> str:
         hints = [f"`{c}` -> {_target_hint(SOURCES[c])}" for c in name.candidates if c in SOURCES]
@@ -919,7 +1054,10 @@ class _Planner:
             if draft.amp_parameter is None:
                 assert gate is not None
                 draft.choice = (gate.test, gate.amp_when_true)
-        problems = self._map_arguments(draft, names)
+        if source.npu_class and draft.home == APEX_HOME and draft.choice is None:
+            return  # Ascend apex's class, as written, is the class of the amp path
+        # torch_npu's class of the same name takes the same arguments: nothing to map.
+        problems = [] if source.npu_class else self._map_arguments(draft, names)
         if problems:
             self._report(call, _blocked_message(source, target, problems))
             return
@@ -948,6 +1086,10 @@ class _Planner:
             draft.notes = notes
         if settings and not enabled:
             draft.disabled_amp_line = line_of(settings[0].call)
+        if source.npu_class and draft.choice is None and not sites:
+            draft.why = _apex_home_why(draft, in_sight=not settings)
+        elif source.npu_class:
+            draft.notes.append(f"torch_npu's `{target}` {_SAME_CLASS}")
         for options in enabled:
             if options.switch is not None:
                 draft.notes.append(
@@ -1948,6 +2090,36 @@ def _reposition(
     return to_keyword
 
 
+def _is(node: ast.expr) -> Callable[[ast.expr], bool]:
+    return lambda value: value is node
+
+
+def _parameters_given(
+    call: ast.Call,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    is_given: Callable[[ast.expr], bool],
+) -> set[str]:
+    """The parameters of ``function`` that ``call`` binds to the arguments ``is_given``; empty
+    when one of them goes to ``*args`` / ``**kwargs`` or is unpacked."""
+    positional = [arg.arg for arg in function.args.posonlyargs + function.args.args]
+    keywords = {arg.arg for arg in function.args.args + function.args.kwonlyargs}
+    received: set[str] = set()
+    for index, value in enumerate(call.args):
+        if isinstance(value, ast.Starred):
+            if is_given(value.value):
+                return set()
+        elif is_given(value):
+            if index >= len(positional):
+                return set()
+            received.add(positional[index])
+    for keyword in call.keywords:
+        if is_given(keyword.value):
+            if keyword.arg is None or keyword.arg not in keywords:
+                return set()
+            received.add(keyword.arg)
+    return received
+
+
 def _bind(view: FileView, args: list[Argument], source: Source) -> tuple[list[str], list[str]]:
     """The parameter name of each argument, by the source's signature, and binding problems.
     ``**mapping`` gets no name: its keys are read by :meth:`_Planner._read_forwarded`."""
@@ -2030,6 +2202,46 @@ _MAPPINGS_WEIGHT_DECAY = (
 # -- messages ------------------------------------------------------------------------------------
 
 
+def _not_rewritten(source: Source, target: str | None, fused: str | None = None) -> str:
+    """How a report on a constructor it does not rewrite starts."""
+    if source.npu_class:
+        return f"`{source.display}` is not made `{TORCH_NPU_HOME}.{target}`"
+    return f"`{source.display}` is not rewritten to {fused or f'`{target}`'}"
+
+
+# torch_npu's class of the same name, for Ascend apex's own.
+_SAME_CLASS = "takes the same arguments as Ascend apex's, and makes the same update"
+
+
+def _apex_home_why(draft: _Draft, in_sight: bool) -> str:
+    """Why Ascend apex's own class becomes torch_npu's (``in_sight``: it reaches no
+    `amp.initialize` at all, rather than only a disabled one)."""
+    if in_sight:
+        reached = (
+            "it reaches no `amp.initialize` (it is only stepped, read, or given to LR schedulers "
+            "and to functions of this module that do the same, so no other module's "
+            "`amp.initialize` can get it)"
+        )
+    else:
+        reached = (
+            f"the `amp.initialize` it goes through (line {draft.disabled_amp_line}) disables amp "
+            "with `enabled=False`"
+        )
+    return (
+        f"{reached}, and Ascend apex's fused optimizers raise in `step()` without amp "
+        f'("should be used with AMP"); torch_npu\'s `{draft.target}` works without amp, '
+        f"{_SAME_CLASS}"
+    )
+
+
+def _apex_home_raises(source: Source) -> str:
+    """What Ascend apex's own class does where a report leaves it as written."""
+    return (
+        f'Where it reaches no `amp.initialize`, `{source.display}` raises in `step()` ("should be '
+        'used with AMP")'
+    )
+
+
 def _target_hint(source: Source) -> str:
     if source.target is None:
         return "`NpuFusedAdamW` (`NpuFusedAdam` with `adam_w_mode=False`)"
@@ -2038,6 +2250,11 @@ def _target_hint(source: Source) -> str:
 
 def _left_unfused(source: Source, to_fuse: str) -> str:
     """What the unrewritten constructor does on NPU, and how to fuse it (``to_fuse``)."""
+    if source.npu_class:
+        return (
+            f"{_apex_home_raises(source)}; `{TORCH_NPU_HOME}.{source.target}` works there "
+            f"without amp: {to_fuse}"
+        )
     if source.unfused_replacement is None:
         return f"It still runs on NPU unfused; to fuse it, {to_fuse}"
     return (
@@ -2063,7 +2280,7 @@ def _blocked_message(source: Source, target: str | None, problems: list[str]) ->
     fused = f"`{target}`" if target else _target_hint(source)
     to_fuse = "remove that argument and use the NPU fused optimizer"
     return (
-        f"`{source.display}` is not rewritten to {fused}: {'; '.join(problems)}. "
+        f"{_not_rewritten(source, target, fused)}: {'; '.join(problems)}. "
         f"{_left_unfused(source, to_fuse)}"
     )
 
@@ -2073,7 +2290,7 @@ def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> s
     remedies = list(dict.fromkeys(hazard.remedy for hazard in hazards))
     to_fuse = f"{'; '.join(remedies)}, then use `{target}`"
     return (
-        f"`{source.display}` is not rewritten to `{target}`, which would break here: "
+        f"{_not_rewritten(source, target)}, which would break here: "
         f"{findings}. {_left_unfused(source, to_fuse)}"
     )
 
@@ -2087,13 +2304,25 @@ _CONTRACT = (
 
 def _sharded_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
     return (
-        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
-        f"{_CONTRACT}. {_keep(source)}"
+        f"{_not_rewritten(source, target)}: {describe_breaks(breaks)}. {_CONTRACT}. {_keep(source)}"
     )
 
 
 def _keep(source: Source) -> str:
     """What to do with a constructor the fused optimizers' contract keeps unfused."""
+    if source.npu_class:
+        unfused = next(
+            (
+                s.display
+                for s in SOURCES.values()
+                if s.target == source.target and s.display[:6] == "torch."
+            ),
+            None,
+        )
+        return (
+            f"{_apex_home_raises(source)}: keep it where amp runs, and use `{unfused}` (it runs "
+            "on NPU unfused) elsewhere"
+        )
     if source.unfused_replacement is None:
         return f"Keep `{source.display}`: it runs on NPU unfused"
     return f"{_not_on_ascend(source)} with {source.unfused_replacement}, which runs on NPU unfused"
@@ -2106,14 +2335,14 @@ def _reallocated_message(source: Source, target: str, breaks: Sequence[Break]) -
         f"then use `{target}`"
     )
     return (
-        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
+        f"{_not_rewritten(source, target)}: {describe_breaks(breaks)}. "
         f"{_CONTRACT}. {_left_unfused(source, to_fuse)}"
     )
 
 
 def _cpu_message(source: Source, target: str, model: Break) -> str:
     message = (
-        f"`{source.display}` is not rewritten to `{target}`: its parameters stay on the CPU "
+        f"{_not_rewritten(source, target)}: its parameters stay on the CPU "
         f"({model.code}, line {model.line}, {model.effect}), and the NPU fused optimizers work "
         "on NPU tensors only (torch_npu's `npu_combine_tensors` raises for CPU tensors at the "
         f"first step). If the model is moved to the NPU elsewhere, use `{TORCH_NPU_HOME}.{target}`"
@@ -2196,7 +2425,7 @@ def _mixed_callers_refusal(
     )
     passed = f" ({reaching})" if reaching else " (and this module)"
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{factory}` returns it to calls that "
+        f"{_not_rewritten(source, target)}: `{factory}` returns it to calls that "
         "pass it to "
         f"`amp.initialize`{passed} and to calls that do not ({_sites_listed(without_amp)}), "
         f"so no single NPU fused class fits: {_NEITHER_HOME}. "
@@ -2217,7 +2446,7 @@ def _mixed_callers_refusal(
 def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
     found = "; ".join(f"at its call at {site.at}, {site.breaks}" for site in sites)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it, "
+        f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it, "
         f"and {found}. {_CONTRACT}. {_keep(source)}"
     )
 
@@ -2225,7 +2454,7 @@ def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) 
 def _handed_on_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
     found = "; ".join(f"at {site.at}, {site.handed_on}" for site in sites)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it "
+        f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it "
         f"to calls that reach no `amp.initialize` in their file, and {found}: {_NEITHER_HOME}, "
         "so the class depends on a place npu-migrate cannot see. "
         + _left_unfused(
@@ -2239,7 +2468,7 @@ def _handed_on_message(source: Source, target: str, sites: Sequence[CallSite]) -
 def _site_hazard_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
     found = "; ".join(f"at {site.at}: {site.hazards}" for site in sites)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it "
+        f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it "
         f"to code that would break an NPU fused optimizer ({found}). "
         + _left_unfused(source, "change that code as the NPU fused optimizers need")
     )
@@ -2299,7 +2528,7 @@ def _unsafe_hint(hazards: Sequence[Hazard], risks: Mapping[int, str]) -> str:
 def _gated_refusal(source: Source, target: str, gated: GatedPath, unportable: str) -> str:
     choice = picked_by("<condition>", True, target)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: {gated.reaches}, so no single NPU "
+        f"{_not_rewritten(source, target)}: {gated.reaches}, so no single NPU "
         f"fused class fits: {_NEITHER_HOME}. npu-migrate picks the class by the condition, "
         f"`{choice}(...)`, only where it can evaluate the condition at the constructor, and here "
         f"{unportable}. "
@@ -2321,7 +2550,7 @@ _EVERY_PATH_O1_O2 = (
 def _refused_message(source: Source, target: str, options: AmpOptions, refusal: str) -> str:
     to_fuse = _EVERY_PATH_O1_O2 if options.level_path is not None else _USE_O1_O2
     return (
-        f"`{source.display}` is not rewritten to `{target}`: it goes through `amp.initialize` "
+        f"{_not_rewritten(source, target)}: it goes through `amp.initialize` "
         f"(line {line_of(options.call)}), and {refusal}. {_left_unfused(source, to_fuse)}"
     )
 
@@ -2330,7 +2559,7 @@ def _refused_elsewhere_message(
     source: Source, target: str, site: CallSite, amp: ExternalAmp
 ) -> str:
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{site.factory}` returns it to the "
+        f"{_not_rewritten(source, target)}: `{site.factory}` returns it to the "
         f"call at {site.at}, which passes it to `amp.initialize` at {amp.at}, and {amp.refusal}. "
         f"{_left_unfused(source, _EVERY_PATH_O1_O2 if amp.computed else _USE_O1_O2)}"
     )
@@ -2439,7 +2668,7 @@ def _method_message(
             f"the files of this run and keeps an NPU fused optimizer working: {callers.why}"
         )
     return (
-        f"`{source.display}` is not rewritten to `{target}`: the method `{method.name}` (line "
+        f"{_not_rewritten(source, target)}: the method `{method.name}` (line "
         f"{method.lineno}) {followed}. " + _left_unfused(source, to_fuse)
     )
 
