@@ -719,10 +719,21 @@ class _Planner:
         sites = self._call_sites(call)
         without_amp = [site for site in sites if not site.with_amp]
         torch_npu_class = f"{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}"
-        if sites or self._reaches_enabled_amp(call):
-            handed_on = None  # the call sites, or the module's own amp, show every path
-        else:
-            handed_on = self._apex_home_handed_on(call)
+        if id(call) in self.flow.reaches_amp or (sites and not without_amp):
+            # amp runs on some paths only (in this module, or where its factory is called): the
+            # class is picked by amp's condition where npu-migrate can write it; where it
+            # cannot, nothing is said, as before (the paths with amp train as written).
+            in_sight = (
+                sites
+                or self._reaches_enabled_amp(call)
+                or self._apex_home_handed_on(call) is None  # `enabled=False` only
+            )
+            if source is not None and in_sight:
+                said = len(self.findings)
+                self._plan(call, source)
+                del self.findings[said:]
+            return
+        handed_on = None if sites else self._apex_home_handed_on(call)
         if source is not None and handed_on is None:
             self._plan(call, source)
             return
