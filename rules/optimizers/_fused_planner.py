@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Literal
 
-from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
+from migrator.analysis.calls import NOT_LITERAL, Argument, argument, arguments, literal_value
 from migrator.analysis.index import full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
@@ -366,6 +366,9 @@ class _Planner:
         self.excused: dict[int, list[ast.Call]] = {}
         self._mapped_values: set[int] = set()  # class values whose call NPU101 maps
         self.methods: Mapping[str, Any] = {}  # the callers of the module's methods (link stage)
+        # id(function of the module) -> its parameters that receive an optimizer of Ascend
+        # apex's own class, where the optimizer is followed (see _kept_by)
+        self._kept_names: dict[int, set[str]] = {}
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -719,23 +722,22 @@ class _Planner:
         sites = self._call_sites(call)
         without_amp = [site for site in sites if not site.with_amp]
         torch_npu_class = f"{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}"
+        handed_on = self._apex_home_handed_on(call)  # also names the functions it goes into
+        resets = self._unfollowed_resets(call)
         if id(call) in self.flow.reaches_amp or (sites and not without_amp):
             # amp runs on some paths only (in this module, or where its factory is called): the
             # class is picked by amp's condition where npu-migrate can write it; where it
             # cannot, nothing is said, as before (the paths with amp train as written).
-            in_sight = (
-                sites
-                or self._reaches_enabled_amp(call)
-                or self._apex_home_handed_on(call) is None  # `enabled=False` only
-            )
+            in_sight = sites or self._reaches_enabled_amp(call) or handed_on is None
             if source is not None and in_sight:
                 said = len(self.findings)
-                self._plan(call, source)
+                self._plan_apex_home(call, source, resets)
                 del self.findings[said:]
             return
-        handed_on = None if sites else self._apex_home_handed_on(call)
+        if sites:
+            handed_on = None  # the call sites show where it goes
         if source is not None and handed_on is None:
-            self._plan(call, source)
+            self._plan_apex_home(call, source, resets)
             return
         if without_amp:
             self._report(
@@ -760,6 +762,15 @@ class _Planner:
             f"`amp.initialize`, use `{torch_npu_class}`, which works without amp",
             Severity.INFO,
         )
+
+    def _plan_apex_home(self, call: ast.Call, source: Source, resets: Sequence[ast.AST]) -> None:
+        """:meth:`_plan` with Ascend apex's own class, reported instead where a rewrite would
+        meet gradient resets that its checks do not weigh against this optimizer."""
+        drafted = len(self.drafts)
+        self._plan(call, source)
+        if resets and len(self.drafts) > drafted:
+            del self.drafts[drafted:]
+            self._report(call, _unfollowed_resets_message(self.view, source, resets))
 
     def _apex_home_settled(self, call: ast.Call) -> bool:
         """Ascend apex's class stays as written, with nothing to say: the optimizer goes through
@@ -835,6 +846,7 @@ class _Planner:
         if key in visited:
             return True
         visited.add(key)
+        self._kept_names.setdefault(id(function), set()).update(received)
         for node in self.index.walk(function):
             if not (isinstance(node, ast.Name) and node.id in received):
                 continue
@@ -853,6 +865,47 @@ class _Planner:
             if not (takes(self.view, inner) or self._kept_by(inner, _is(node), visited)):
                 return False
         return True
+
+    def _unfollowed_resets(self, call: ast.Call) -> list[ast.AST]:
+        """The gradient resets of the module that the hazard checks of :meth:`_plan` do not
+        weigh against the optimizer of ``call`` (they look in its own function and where the
+        flow shows it stepped): a `zero_grad` that may set gradients to None, or a store to or
+        `del` of a `.grad`, in any other function. Any of them may detach the gradients of
+        this optimizer's parameters from torch_npu's flat buffer. A `zero_grad` of this
+        optimizer (by the flow, or a parameter it is followed into) or of another NPU fused one,
+        without arguments, zeroes in place and is not one."""
+        unit = self.hazards.unit_of(call)
+        found: list[ast.AST] = []
+        for attribute in self.index.attributes("zero_grad"):
+            reset = self.index.parent(attribute)
+            if not isinstance(reset, ast.Call) or reset.func is not attribute:
+                continue
+            if self.hazards.unit_of(reset) is unit:
+                continue
+            set_to_none = argument(reset, "set_to_none", 0)
+            if set_to_none is not None and literal_value(set_to_none.value) is False:
+                continue
+            if set_to_none is None and self._fused_receiver(attribute.value, call):
+                continue
+            found.append(reset)
+        for attribute in self.index.attributes("grad"):
+            stored = isinstance(attribute.ctx, ast.Store | ast.Del)
+            if stored and self.hazards.unit_of(attribute) is not unit:
+                found.append(attribute)
+        return sorted(found, key=line_of)
+
+    def _fused_receiver(self, receiver: ast.expr, call: ast.Call) -> bool:
+        """``receiver`` holds the optimizer of ``call``, or another NPU fused one."""
+        if isinstance(receiver, ast.Name):
+            scope = self.flow.scope_of(receiver)
+            if receiver.id in self._kept_names.get(id(scope), set()):
+                return True
+        origins = self.flow.origins(receiver)
+        return bool(origins) and all(
+            origin is call
+            or (isinstance(origin, ast.Call) and npu_fused_name(self.view, origin.func) is not None)
+            for origin in origins
+        )
 
     def _top_function(self, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The function at the top of the module that ``func`` names by its only binding."""
@@ -2243,6 +2296,22 @@ def _apex_home_why(draft: _Draft, in_sight: bool) -> str:
         f'("should be used with AMP"); torch_npu\'s `{draft.target}` works without amp, '
         f"{_SAME_CLASS}"
     )
+
+
+def _unfollowed_resets_message(view: FileView, source: Source, resets: Sequence[ast.AST]) -> str:
+    found = ", ".join(f"`{view.written(reset)}` (line {line_of(reset)})" for reset in resets)
+    return (
+        f"{_not_rewritten(source, source.target)}: {found} may set gradients to None or replace "
+        "them, where npu-migrate does not tell whether they are this optimizer's, and that "
+        "detaches them from torch_npu's flat gradient buffer (it then keeps stepping with stale "
+        f"ones). {_left_unfused(source, _ZERO_IN_PLACE)}"
+    )
+
+
+_ZERO_IN_PLACE = (
+    "zero the gradients in place there (`zero_grad(set_to_none=False)`, or the optimizer's own "
+    "`zero_grad()`)"
+)
 
 
 def _apex_home_raises(source: Source) -> str:
