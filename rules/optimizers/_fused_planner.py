@@ -722,7 +722,8 @@ class _Planner:
         sites = self._call_sites(call)
         without_amp = [site for site in sites if not site.with_amp]
         torch_npu_class = f"{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}"
-        handed_on = self._apex_home_handed_on(call)  # also names the functions it goes into
+        handed_on = self._apex_home_handed_on(call)
+        self._note_receivers(call)
         resets = self._unfollowed_resets(call)
         if id(call) in self.flow.reaches_amp or (sites and not without_amp):
             # amp runs on some paths only (in this module, or where its factory is called): the
@@ -832,11 +833,11 @@ class _Planner:
         is_optimizer: Callable[[ast.expr], bool],
         visited: set[tuple[int, frozenset[str]]],
     ) -> bool:
-        """``given`` calls a function at the top of the module (its name's one binding), whose
+        """``given`` calls a function of the module (its name's one binding), whose
         parameters that receive the optimizer (the arguments ``is_optimizer``) only step, read
         or test it, or give it to an LR scheduler, a GradScaler or a function that does the
         same (``visited``: the functions checked or being checked)."""
-        function = self._top_function(given.func)
+        function = self._function_named(given.func)
         if function is None or function.decorator_list:
             return False
         received = _parameters_given(given, function, is_optimizer)
@@ -846,7 +847,6 @@ class _Planner:
         if key in visited:
             return True
         visited.add(key)
-        self._kept_names.setdefault(id(function), set()).update(received)
         for node in self.index.walk(function):
             if not (isinstance(node, ast.Name) and node.id in received):
                 continue
@@ -865,6 +865,37 @@ class _Planner:
             if not (takes(self.view, inner) or self._kept_by(inner, _is(node), visited)):
                 return False
         return True
+
+    def _note_receivers(self, call: ast.Call) -> None:
+        """Note the parameters of the module's functions that the optimizer of ``call`` is given
+        to, directly or through other functions (for :meth:`_fused_receiver`)."""
+        seen: set[tuple[int, frozenset[str]]] = set()
+        reads = [
+            node
+            for node in self.index.nodes(ast.Name)
+            if isinstance(node.ctx, ast.Load)
+            and any(origin is call for origin in self.flow.origins(node))
+        ]
+        while reads:
+            read = reads.pop()
+            parent = self.index.parent(read)
+            given = self.index.parent(parent) if isinstance(parent, ast.keyword) else parent
+            if not isinstance(given, ast.Call) or given.func is read:
+                continue
+            function = self._function_named(given.func)
+            received = _parameters_given(given, function, _is(read)) if function else set()
+            key = (id(function), frozenset(received))
+            if function is None or not received or key in seen:
+                continue
+            seen.add(key)
+            self._kept_names.setdefault(id(function), set()).update(received)
+            reads += [
+                node
+                for node in self.index.walk(function)
+                if isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Load)
+                and node.id in received
+            ]
 
     def _unfollowed_resets(self, call: ast.Call) -> list[ast.AST]:
         """The gradient resets of the module that the hazard checks of :meth:`_plan` do not
@@ -889,7 +920,9 @@ class _Planner:
                 continue
             found.append(reset)
         for attribute in self.index.attributes("grad"):
-            stored = isinstance(attribute.ctx, ast.Store | ast.Del)
+            # `p.grad /= n` updates the tensor in place and stores it back: not a reset.
+            in_place = isinstance(self.index.parent(attribute), ast.AugAssign)
+            stored = isinstance(attribute.ctx, ast.Store | ast.Del) and not in_place
             if stored and self.hazards.unit_of(attribute) is not unit:
                 found.append(attribute)
         return sorted(found, key=line_of)
@@ -907,17 +940,15 @@ class _Planner:
             for origin in origins
         )
 
-    def _top_function(self, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The function at the top of the module that ``func`` names by its only binding."""
+    def _function_named(self, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The function of the module that ``func`` names by its only binding."""
         if not isinstance(func, ast.Name):
             return None
         bindings = self.index.bindings_of(func)
         if len(bindings) != 1 or bindings[0].kind is not BindingKind.FUNCTION:
             return None
         function = bindings[0].node
-        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            return None
-        return function if self.index.parent(function) is self.index.tree else None
+        return function if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) else None
 
     def _handed_on_phrase(self, node: ast.AST) -> str:
         """Where an optimizer leaves the module's sight, as a message says it."""
