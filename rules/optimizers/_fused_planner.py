@@ -775,9 +775,9 @@ class _Planner:
 
     def _apex_home_settled(self, call: ast.Call) -> bool:
         """Ascend apex's class stays as written, with nothing to say: the optimizer goes through
-        an enabled `amp.initialize` on every path, in this module (a constructor that reaches
-        one here is left alone, whatever its other paths) or at every call of the function that
-        returns it, or NPU105 or NPU106 give it one."""
+        an enabled `amp.initialize` of this module on every path (whatever the callers of a
+        function that returns it do), or through one at every call of that function, or NPU105
+        or NPU106 give it one."""
         if self.planned_amp.wrappers_of(call) or self.planned_amp.added_for(call):
             return True
         reached = self.flow.amp_calls_reached.get(id(call), [])
