@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Literal
 
-from migrator.analysis.calls import NOT_LITERAL, Argument, arguments, literal_value
+from migrator.analysis.calls import NOT_LITERAL, Argument, argument, arguments, literal_value
 from migrator.analysis.index import full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
@@ -57,6 +57,7 @@ from migrator.rules.optimizers._lightning import default_doubt as default_lightn
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
+    APEX_HOME_SOURCES,
     FP16_OPTIMIZERS,
     FUSED_PREFIX,
     KNOWN_OPTIMIZERS,
@@ -372,6 +373,9 @@ class _Planner:
         self.excused: dict[int, list[ast.Call]] = {}
         self._mapped_values: set[int] = set()  # class values whose call NPU101 maps
         self.methods: Mapping[str, Any] = {}  # the callers of the module's methods (link stage)
+        # id(function of the module) -> its parameters that receive an optimizer of Ascend
+        # apex's own class, where the optimizer is followed (see _kept_by)
+        self._kept_names: dict[int, set[str]] = {}
 
     def decide(self) -> FusedDecisions:
         wrapped = self._report_fp16_wrappers()
@@ -709,39 +713,265 @@ class _Planner:
             self._plan(call, SOURCES[name])
 
     def _check_apex_home(self, call: ast.Call) -> None:
-        """An Ascend apex fused optimizer that never reaches amp here raises in `step()`."""
+        """An Ascend apex fused optimizer written by hand raises in `step()` where it reaches no
+        `amp.initialize`: planned as the torch constructors are, with torch_npu's class of the
+        same name (same arguments, same update) for the paths without amp, where every path of
+        the optimizer can be followed; reported where it cannot."""
         name = npu_fused_name(self.view, call.func)
         if (
             name is None
             or not name.startswith(APEX_HOME + ".")
-            or id(call) in self.flow.reaches_amp
-            or self.planned_amp.wrappers_of(call)
-            or self.planned_amp.added_for(call)
+            or self._suppressed(call)
+            or self._apex_home_settled(call)
         ):
             return
+        source = APEX_HOME_SOURCES.get(name)
         sites = self._call_sites(call)
         without_amp = [site for site in sites if not site.with_amp]
-        if sites and not without_amp:
-            return  # every call of the function that returns it goes through amp.initialize
+        torch_npu_class = f"{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}"
+        handed_on = self._apex_home_handed_on(call)
+        self._note_receivers(call)
+        resets = self._unfollowed_resets(call)
+        if id(call) in self.flow.reaches_amp or (sites and not without_amp):
+            # amp runs on some paths only (in this module, or where its factory is called): the
+            # class is picked by amp's condition where npu-migrate can write it; where it
+            # cannot, nothing is said, as before (the paths with amp train as written).
+            in_sight = sites or self._reaches_enabled_amp(call) or handed_on is None
+            if source is not None and in_sight:
+                said = len(self.findings)
+                self._plan_apex_home(call, source, resets)
+                del self.findings[said:]
+            return
+        if sites:
+            handed_on = None  # the call sites show where it goes
+        if source is not None and handed_on is None:
+            self._plan_apex_home(call, source, resets)
+            return
         if without_amp:
             self._report(
                 call,
                 f"`{name}` is returned by `{without_amp[0].factory}` to calls where it does not "
                 f"reach `amp.initialize` ({_sites_listed(without_amp)}), and "
-                "Ascend apex's fused optimizers raise in `step()` without amp: build "
-                f"`{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}` for those calls (torch_npu's steps "
+                f"Ascend apex's fused optimizers raise in `step()` without amp: build "
+                f"`{torch_npu_class}` for those calls (torch_npu's steps "
                 "stale gradients under apex amp, so keep apex's where amp runs)",
                 Severity.INFO,
             )
             return
+        where = (
+            f" ({self._handed_on_phrase(handed_on)}, so npu-migrate cannot tell)"
+            if handed_on is not None
+            else ""
+        )
         self._report(
             call,
-            f"`{name}` does not reach `amp.initialize` in this module, and Ascend apex's fused "
-            "optimizers raise in `step()` without amp: if no other module passes it to "
-            f"`amp.initialize`, use `{TORCH_NPU_HOME}.{name.rsplit('.', 1)[1]}`, which works "
-            "without amp",
+            f"`{name}` does not reach `amp.initialize` in this module{where}, and Ascend apex's "
+            "fused optimizers raise in `step()` without amp: if no other module passes it to "
+            f"`amp.initialize`, use `{torch_npu_class}`, which works without amp",
             Severity.INFO,
         )
+
+    def _plan_apex_home(self, call: ast.Call, source: Source, resets: Sequence[ast.AST]) -> None:
+        """:meth:`_plan` with Ascend apex's own class, reported instead where a rewrite would
+        meet gradient resets that its checks do not weigh against this optimizer."""
+        drafted = len(self.drafts)
+        self._plan(call, source)
+        if resets and len(self.drafts) > drafted:
+            del self.drafts[drafted:]
+            self._report(call, _unfollowed_resets_message(self.view, source, resets))
+
+    def _apex_home_settled(self, call: ast.Call) -> bool:
+        """Ascend apex's class stays as written, with nothing to say: the optimizer goes through
+        an enabled `amp.initialize` of this module on every path (whatever the callers of a
+        function that returns it do), or through one at every call of that function, or NPU105
+        or NPU106 give it one."""
+        if self.planned_amp.wrappers_of(call) or self.planned_amp.added_for(call):
+            return True
+        reached = self.flow.amp_calls_reached.get(id(call), [])
+        if reached:
+            settings = [amp_options(self.view, amp_call, self.level) for amp_call in reached]
+            enabled = [options for options in settings if not options.disabled]
+            if not enabled:
+                return False  # `enabled=False`: amp does nothing there
+            return self.amp_always or self._amp_gate(call, enabled) is None
+        sites = self._call_sites(call)
+        if not sites or any(not site.with_amp for site in sites):
+            return False
+        return self.amp_always or self._gated_site(sites) is None
+
+    def _reaches_enabled_amp(self, call: ast.Call) -> bool:
+        return any(
+            not amp_options(self.view, amp_call, self.level).disabled
+            for amp_call in self.flow.amp_calls_reached.get(id(call), [])
+        )
+
+    def _apex_home_handed_on(self, call: ast.Call) -> ast.AST | None:
+        """Where an optimizer that reaches no `amp.initialize` in its module may leave the
+        module's sight, for an `amp.initialize` npu-migrate does not see (None: nowhere).
+
+        It must be assigned to a name, whose reads only step, read or test it, or give it to
+        an LR scheduler, a GradScaler or a function of the module that does the same with it:
+        returned, stored, or given to anything else, torch_npu's class could meet apex amp
+        elsewhere and step stale gradients where apex's raised."""
+        statement = self.index.parent(call)
+        assigned = (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ) or (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name))
+        if not assigned:
+            return statement
+        visited: set[tuple[int, frozenset[str]]] = set()
+
+        def constructed(value: ast.expr) -> bool:
+            return any(origin is call for origin in self.flow.origins(value))
+
+        return escape(
+            self.view,
+            call,
+            lambda given: (
+                self.flow.is_amp_initialize(given) or self._kept_by(given, constructed, visited)
+            ),
+        )
+
+    def _kept_by(
+        self,
+        given: ast.Call,
+        is_optimizer: Callable[[ast.expr], bool],
+        visited: set[tuple[int, frozenset[str]]],
+    ) -> bool:
+        """``given`` calls a function of the module (its name's one binding), whose
+        parameters that receive the optimizer (the arguments ``is_optimizer``) only step, read
+        or test it, or give it to an LR scheduler, a GradScaler or a function that does the
+        same (``visited``: the functions checked or being checked)."""
+        function = self._function_named(given.func)
+        if function is None or function.decorator_list:
+            return False
+        received = _parameters_given(given, function, is_optimizer)
+        if not received:
+            return False
+        key = (id(function), frozenset(received))
+        if key in visited:
+            return True
+        visited.add(key)
+        for node in self.index.walk(function):
+            if not (isinstance(node, ast.Name) and node.id in received):
+                continue
+            if not isinstance(node.ctx, ast.Load):
+                return False  # rebound: what the name holds is no longer followed
+            parent = self.index.parent(node)
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                continue
+            if isinstance(parent, ast.Compare | ast.BoolOp | ast.UnaryOp):
+                continue
+            if isinstance(parent, ast.If | ast.IfExp | ast.While) and parent.test is node:
+                continue
+            inner = self.index.parent(parent) if isinstance(parent, ast.keyword) else parent
+            if not isinstance(inner, ast.Call) or inner.func is node:
+                return False
+            if not (takes(self.view, inner) or self._kept_by(inner, _is(node), visited)):
+                return False
+        return True
+
+    def _note_receivers(self, call: ast.Call) -> None:
+        """Note the parameters of the module's functions that the optimizer of ``call`` is given
+        to, directly or through other functions (for :meth:`_fused_receiver`)."""
+        seen: set[tuple[int, frozenset[str]]] = set()
+        reads = [
+            node
+            for node in self.index.nodes(ast.Name)
+            if isinstance(node.ctx, ast.Load)
+            and any(origin is call for origin in self.flow.origins(node))
+        ]
+        while reads:
+            read = reads.pop()
+            parent = self.index.parent(read)
+            given = self.index.parent(parent) if isinstance(parent, ast.keyword) else parent
+            if not isinstance(given, ast.Call) or given.func is read:
+                continue
+            function = self._function_named(given.func)
+            received = _parameters_given(given, function, _is(read)) if function else set()
+            key = (id(function), frozenset(received))
+            if function is None or not received or key in seen:
+                continue
+            seen.add(key)
+            self._kept_names.setdefault(id(function), set()).update(received)
+            reads += [
+                node
+                for node in self.index.walk(function)
+                if isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Load)
+                and node.id in received
+            ]
+
+    def _unfollowed_resets(self, call: ast.Call) -> list[ast.AST]:
+        """The gradient resets of the module that the hazard checks of :meth:`_plan` do not
+        weigh against the optimizer of ``call`` (they look in its own function and where the
+        flow shows it stepped): a `zero_grad` that may set gradients to None, or a store to or
+        `del` of a `.grad`, in any other function. Any of them may detach the gradients of
+        this optimizer's parameters from torch_npu's flat buffer. A `zero_grad` of this
+        optimizer (by the flow, or a parameter it is followed into) or of another NPU fused one,
+        without arguments, zeroes in place and is not one."""
+        unit = self.hazards.unit_of(call)
+        found: list[ast.AST] = []
+        for attribute in self.index.attributes("zero_grad"):
+            reset = self.index.parent(attribute)
+            if not isinstance(reset, ast.Call) or reset.func is not attribute:
+                continue
+            if self.hazards.unit_of(reset) is unit:
+                continue
+            set_to_none = argument(reset, "set_to_none", 0)
+            if set_to_none is not None and literal_value(set_to_none.value) is False:
+                continue
+            if set_to_none is None and self._fused_receiver(attribute.value, call):
+                continue
+            found.append(reset)
+        for attribute in self.index.attributes("grad"):
+            # `p.grad /= n` updates the tensor in place and stores it back: not a reset.
+            in_place = isinstance(self.index.parent(attribute), ast.AugAssign)
+            stored = isinstance(attribute.ctx, ast.Store | ast.Del) and not in_place
+            if stored and self.hazards.unit_of(attribute) is not unit:
+                found.append(attribute)
+        return sorted(found, key=line_of)
+
+    def _fused_receiver(self, receiver: ast.expr, call: ast.Call) -> bool:
+        """``receiver`` holds the optimizer of ``call``, or another NPU fused one."""
+        if isinstance(receiver, ast.Name):
+            scope = self.flow.scope_of(receiver)
+            if receiver.id in self._kept_names.get(id(scope), set()):
+                return True
+        origins = self.flow.origins(receiver)
+        return bool(origins) and all(
+            origin is call
+            or (isinstance(origin, ast.Call) and npu_fused_name(self.view, origin.func) is not None)
+            for origin in origins
+        )
+
+    def _function_named(self, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The function of the module that ``func`` names by its only binding."""
+        if not isinstance(func, ast.Name):
+            return None
+        bindings = self.index.bindings_of(func)
+        if len(bindings) != 1 or bindings[0].kind is not BindingKind.FUNCTION:
+            return None
+        function = bindings[0].node
+        return function if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) else None
+
+    def _handed_on_phrase(self, node: ast.AST) -> str:
+        """Where an optimizer leaves the module's sight, as a message says it."""
+        line = f"line {line_of(node)}"
+        while isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict | ast.Starred):
+            parent = self.index.parent(node)
+            if parent is None:
+                break
+            node = parent
+        if isinstance(node, ast.Call):
+            return f"it is given to `{self.view.written(node.func)}(...)` at {line}"
+        if isinstance(node, ast.Return):
+            return f"it is returned at {line}"
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            return f"it is stored at {line}"
+        return f"it is handed on at {line}"
 
     def _ambiguous_message(self, call: ast.Call, name: Ambiguous) -> str:
         hints = [f"`{c}` -> {_target_hint(SOURCES[c])}" for c in name.candidates if c in SOURCES]
@@ -926,7 +1156,10 @@ class _Planner:
             if draft.amp_parameter is None:
                 assert gate is not None
                 draft.choice = (gate.test, gate.amp_when_true)
-        problems = self._map_arguments(draft, names)
+        if source.npu_class and draft.home == APEX_HOME and draft.choice is None:
+            return  # Ascend apex's class, as written, is the class of the amp path
+        # torch_npu's class of the same name takes the same arguments: nothing to map.
+        problems = [] if source.npu_class else self._map_arguments(draft, names)
         if problems:
             self._report(call, _blocked_message(source, target, problems))
             return
@@ -955,6 +1188,10 @@ class _Planner:
             draft.notes = notes
         if settings and not enabled:
             draft.disabled_amp_line = line_of(settings[0].call)
+        if source.npu_class and draft.choice is None and not sites:
+            draft.why = _apex_home_why(draft, in_sight=not settings)
+        elif source.npu_class:
+            draft.notes.append(f"torch_npu's `{target}` {_SAME_CLASS}")
         for options in enabled:
             if options.switch is not None:
                 draft.notes.append(
@@ -1978,6 +2215,36 @@ def _reposition(
     return to_keyword
 
 
+def _is(node: ast.expr) -> Callable[[ast.expr], bool]:
+    return lambda value: value is node
+
+
+def _parameters_given(
+    call: ast.Call,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    is_given: Callable[[ast.expr], bool],
+) -> set[str]:
+    """The parameters of ``function`` that ``call`` binds to the arguments ``is_given``; empty
+    when one of them goes to ``*args`` / ``**kwargs`` or is unpacked."""
+    positional = [arg.arg for arg in function.args.posonlyargs + function.args.args]
+    keywords = {arg.arg for arg in function.args.args + function.args.kwonlyargs}
+    received: set[str] = set()
+    for index, value in enumerate(call.args):
+        if isinstance(value, ast.Starred):
+            if is_given(value.value):
+                return set()
+        elif is_given(value):
+            if index >= len(positional):
+                return set()
+            received.add(positional[index])
+    for keyword in call.keywords:
+        if is_given(keyword.value):
+            if keyword.arg is None or keyword.arg not in keywords:
+                return set()
+            received.add(keyword.arg)
+    return received
+
+
 def _bind(view: FileView, args: list[Argument], source: Source) -> tuple[list[str], list[str]]:
     """The parameter name of each argument, by the source's signature, and binding problems.
     ``**mapping`` gets no name: its keys are read by :meth:`_Planner._read_forwarded`."""
@@ -2060,6 +2327,62 @@ _MAPPINGS_WEIGHT_DECAY = (
 # -- messages ------------------------------------------------------------------------------------
 
 
+def _not_rewritten(source: Source, target: str | None, fused: str | None = None) -> str:
+    """How a report on a constructor it does not rewrite starts."""
+    if source.npu_class:
+        return f"`{source.display}` is not made `{TORCH_NPU_HOME}.{target}`"
+    return f"`{source.display}` is not rewritten to {fused or f'`{target}`'}"
+
+
+# torch_npu's class of the same name, for Ascend apex's own.
+_SAME_CLASS = "takes the same arguments as Ascend apex's, and makes the same update"
+
+
+def _apex_home_why(draft: _Draft, in_sight: bool) -> str:
+    """Why Ascend apex's own class becomes torch_npu's (``in_sight``: it reaches no
+    `amp.initialize` at all, rather than only a disabled one)."""
+    if in_sight:
+        reached = (
+            "it reaches no `amp.initialize` (it is only stepped, read, or given to LR schedulers "
+            "and to functions of this module that do the same, so no other module's "
+            "`amp.initialize` can get it)"
+        )
+    else:
+        reached = (
+            f"the `amp.initialize` it goes through (line {draft.disabled_amp_line}) disables amp "
+            "with `enabled=False`"
+        )
+    return (
+        f"{reached}, and Ascend apex's fused optimizers raise in `step()` without amp "
+        f'("should be used with AMP"); torch_npu\'s `{draft.target}` works without amp, '
+        f"{_SAME_CLASS}"
+    )
+
+
+def _unfollowed_resets_message(view: FileView, source: Source, resets: Sequence[ast.AST]) -> str:
+    found = ", ".join(f"`{view.written(reset)}` (line {line_of(reset)})" for reset in resets)
+    return (
+        f"{_not_rewritten(source, source.target)}: {found} may set gradients to None or replace "
+        "them, where npu-migrate does not tell whether they are this optimizer's, and that "
+        "detaches them from torch_npu's flat gradient buffer (it then keeps stepping with stale "
+        f"ones). {_left_unfused(source, _ZERO_IN_PLACE)}"
+    )
+
+
+_ZERO_IN_PLACE = (
+    "zero the gradients in place there (`zero_grad(set_to_none=False)`, or the optimizer's own "
+    "`zero_grad()`)"
+)
+
+
+def _apex_home_raises(source: Source) -> str:
+    """What Ascend apex's own class does where a report leaves it as written."""
+    return (
+        f'Where it reaches no `amp.initialize`, `{source.display}` raises in `step()` ("should be '
+        'used with AMP")'
+    )
+
+
 def _target_hint(source: Source) -> str:
     if source.target is None:
         return "`NpuFusedAdamW` (`NpuFusedAdam` with `adam_w_mode=False`)"
@@ -2068,6 +2391,11 @@ def _target_hint(source: Source) -> str:
 
 def _left_unfused(source: Source, to_fuse: str) -> str:
     """What the unrewritten constructor does on NPU, and how to fuse it (``to_fuse``)."""
+    if source.npu_class:
+        return (
+            f"{_apex_home_raises(source)}; `{TORCH_NPU_HOME}.{source.target}` works there "
+            f"without amp: {to_fuse}"
+        )
     if source.unfused_replacement is None:
         return f"It still runs on NPU unfused; to fuse it, {to_fuse}"
     return (
@@ -2093,7 +2421,7 @@ def _blocked_message(source: Source, target: str | None, problems: list[str]) ->
     fused = f"`{target}`" if target else _target_hint(source)
     to_fuse = "remove that argument and use the NPU fused optimizer"
     return (
-        f"`{source.display}` is not rewritten to {fused}: {'; '.join(problems)}. "
+        f"{_not_rewritten(source, target, fused)}: {'; '.join(problems)}. "
         f"{_left_unfused(source, to_fuse)}"
     )
 
@@ -2103,7 +2431,7 @@ def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> s
     remedies = list(dict.fromkeys(hazard.remedy for hazard in hazards))
     to_fuse = f"{'; '.join(remedies)}, then use `{target}`"
     return (
-        f"`{source.display}` is not rewritten to `{target}`, which would break here: "
+        f"{_not_rewritten(source, target)}, which would break here: "
         f"{findings}. {_left_unfused(source, to_fuse)}"
     )
 
@@ -2117,13 +2445,25 @@ _CONTRACT = (
 
 def _sharded_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
     return (
-        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
-        f"{_CONTRACT}. {_keep(source)}"
+        f"{_not_rewritten(source, target)}: {describe_breaks(breaks)}. {_CONTRACT}. {_keep(source)}"
     )
 
 
 def _keep(source: Source) -> str:
     """What to do with a constructor the fused optimizers' contract keeps unfused."""
+    if source.npu_class:
+        unfused = next(
+            (
+                s.display
+                for s in SOURCES.values()
+                if s.target == source.target and s.display[:6] == "torch."
+            ),
+            None,
+        )
+        return (
+            f"{_apex_home_raises(source)}: keep it where amp runs, and use `{unfused}` (it runs "
+            "on NPU unfused) elsewhere"
+        )
     if source.unfused_replacement is None:
         return f"Keep `{source.display}`: it runs on NPU unfused"
     return f"{_not_on_ascend(source)} with {source.unfused_replacement}, which runs on NPU unfused"
@@ -2136,14 +2476,14 @@ def _reallocated_message(source: Source, target: str, breaks: Sequence[Break]) -
         f"then use `{target}`"
     )
     return (
-        f"`{source.display}` is not rewritten to `{target}`: {describe_breaks(breaks)}. "
+        f"{_not_rewritten(source, target)}: {describe_breaks(breaks)}. "
         f"{_CONTRACT}. {_left_unfused(source, to_fuse)}"
     )
 
 
 def _cpu_message(source: Source, target: str, model: Break) -> str:
     message = (
-        f"`{source.display}` is not rewritten to `{target}`: its parameters stay on the CPU "
+        f"{_not_rewritten(source, target)}: its parameters stay on the CPU "
         f"({model.code}, line {model.line}, {model.effect}), and the NPU fused optimizers work "
         "on NPU tensors only (torch_npu's `npu_combine_tensors` raises for CPU tensors at the "
         f"first step). If the model is moved to the NPU elsewhere, use `{TORCH_NPU_HOME}.{target}`"
@@ -2226,7 +2566,7 @@ def _mixed_callers_refusal(
     )
     passed = f" ({reaching})" if reaching else " (and this module)"
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{factory}` returns it to calls that "
+        f"{_not_rewritten(source, target)}: `{factory}` returns it to calls that "
         "pass it to "
         f"`amp.initialize`{passed} and to calls that do not ({_sites_listed(without_amp)}), "
         f"so no single NPU fused class fits: {_NEITHER_HOME}. "
@@ -2247,7 +2587,7 @@ def _mixed_callers_refusal(
 def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
     found = "; ".join(f"at its call at {site.at}, {site.breaks}" for site in sites)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it, "
+        f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it, "
         f"and {found}. {_CONTRACT}. {_keep(source)}"
     )
 
@@ -2255,7 +2595,7 @@ def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) 
 def _handed_on_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
     found = "; ".join(f"at {site.at}, {site.handed_on}" for site in sites)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it "
+        f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it "
         f"to calls that reach no `amp.initialize` in their file, and {found}: {_NEITHER_HOME}, "
         "so the class depends on a place npu-migrate cannot see. "
         + _left_unfused(
@@ -2269,7 +2609,7 @@ def _handed_on_message(source: Source, target: str, sites: Sequence[CallSite]) -
 def _site_hazard_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
     found = "; ".join(f"at {site.at}: {site.hazards}" for site in sites)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{sites[0].factory}` returns it "
+        f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it "
         f"to code that would break an NPU fused optimizer ({found}). "
         + _left_unfused(source, "change that code as the NPU fused optimizers need")
     )
@@ -2336,7 +2676,7 @@ def _unsafe_hint(hazards: Sequence[Hazard], risks: Mapping[int, str]) -> str:
 def _gated_refusal(source: Source, target: str, gated: GatedPath, unportable: str) -> str:
     choice = picked_by("<condition>", True, target)
     return (
-        f"`{source.display}` is not rewritten to `{target}`: {gated.reaches}, so no single NPU "
+        f"{_not_rewritten(source, target)}: {gated.reaches}, so no single NPU "
         f"fused class fits: {_NEITHER_HOME}. npu-migrate picks the class by the condition, "
         f"`{choice}(...)`, only where it can evaluate the condition at the constructor, and here "
         f"{unportable}. "
@@ -2358,7 +2698,7 @@ _EVERY_PATH_O1_O2 = (
 def _refused_message(source: Source, target: str, options: AmpOptions, refusal: str) -> str:
     to_fuse = _EVERY_PATH_O1_O2 if options.level_path is not None else _USE_O1_O2
     return (
-        f"`{source.display}` is not rewritten to `{target}`: it goes through `amp.initialize` "
+        f"{_not_rewritten(source, target)}: it goes through `amp.initialize` "
         f"(line {line_of(options.call)}), and {refusal}. {_left_unfused(source, to_fuse)}"
     )
 
@@ -2367,7 +2707,7 @@ def _refused_elsewhere_message(
     source: Source, target: str, site: CallSite, amp: ExternalAmp
 ) -> str:
     return (
-        f"`{source.display}` is not rewritten to `{target}`: `{site.factory}` returns it to the "
+        f"{_not_rewritten(source, target)}: `{site.factory}` returns it to the "
         f"call at {site.at}, which passes it to `amp.initialize` at {amp.at}, and {amp.refusal}. "
         f"{_left_unfused(source, _EVERY_PATH_O1_O2 if amp.computed else _USE_O1_O2)}"
     )
@@ -2476,7 +2816,7 @@ def _method_message(
             f"the files of this run and keeps an NPU fused optimizer working: {callers.why}"
         )
     return (
-        f"`{source.display}` is not rewritten to `{target}`: the method `{method.name}` (line "
+        f"{_not_rewritten(source, target)}: the method `{method.name}` (line "
         f"{method.lineno}) {followed}. " + _left_unfused(source, to_fuse)
     )
 

@@ -57,6 +57,9 @@ class Source:
     # For NVIDIA apex's classes: the torch optimizer to use instead when the NPU fused one cannot
     # be used (they need apex's CUDA extension `amp_C`, which Ascend's apex lacks).
     unfused_replacement: str | None = None
+    # For Ascend apex's own fused classes (`apex.optimizers.NpuFusedSGD`): the class is already
+    # the NPU one, and only its home may change, to torch_npu's class of the same name.
+    npu_class: bool = False
 
     @property
     def parameters(self) -> tuple[str, ...]:
@@ -184,6 +187,13 @@ UNSUPPORTED: dict[str, str] = {
     ),
 }
 KNOWN_OPTIMIZERS = frozenset(SOURCES.keys() | UNSUPPORTED.keys())
+
+# Ascend apex's own fused classes that torch_npu also has, with the same signature and update:
+# only their home changes (`apex.optimizers.NpuFusedSGD` -> `torch_npu.optim.NpuFusedSGD`).
+APEX_HOME_SOURCES: dict[str, Source] = {
+    f"{APEX_HOME}.{target}": Source(f"{APEX_HOME}.{target}", target, positional, npu_class=True)
+    for target, positional in TARGET_PARAMETERS.items()
+}
 
 FP16_OPTIMIZERS = frozenset(
     {

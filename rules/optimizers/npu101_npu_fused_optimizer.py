@@ -163,6 +163,21 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `combine_grad=True`, and under NPU105's `--amp` switch the class is picked by it,
     `(apex.optimizers.X if args.amp else torch_npu.optim.X)(...)`.
 
+    Ascend apex's own classes written by hand (`apex.optimizers.NpuFusedSGD/Adam/AdamW/
+    Adadelta/RMSprop`, under any import spelling) raise in `step()` where they reach no
+    `amp.initialize`; torch_npu's class of the same name takes the same arguments and makes the
+    same update. They are planned as the torch constructors are, with that class as target:
+    `torch_npu.optim.X` where the optimizer reaches no enabled `amp.initialize` and stays in
+    the module's sight (assigned to a name that is only stepped, read, tested, or given to an
+    LR scheduler, a GradScaler or a function of the module that does the same with it: never
+    returned, stored or handed elsewhere, where another module's `amp.initialize` could get
+    it); the class picked by amp's condition (`apex_amp` for a factory whose callers use amp on
+    some paths, the condition of a gated `amp.initialize` in the module); left as written, with
+    nothing to say, where every path goes through amp. The same hazard, contract and call-site
+    checks hold first: where one blocks a swap, or the optimizer leaves the module's sight, the
+    constructor is reported; where amp runs on some paths and no condition can pick the class,
+    it is left as written and nothing is said, as before (its paths with amp train).
+
     ## Why
     The NPU fused optimizers keep parameters, gradients and optimizer states in a few flat
     buffers and update them with one kernel per buffer; the unfused ones launch kernels per
