@@ -9,7 +9,7 @@ as written or as NPU101 will write it.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Collection, Container, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -76,6 +76,8 @@ class AmpSink:
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# How many parameters the amp reach follows back to their calls, per `amp.initialize`.
+_PARAMETERS_FOLLOWED = 16
 
 
 class OptimizerFlow:
@@ -151,12 +153,68 @@ class OptimizerFlow:
         for sink in self.amp_sinks:
             if sink.optimizers is None:
                 continue
-            for origin in self.origins(sink.optimizers):
+            for origin in self._through_parameters(self.origins(sink.optimizers)):
                 if isinstance(origin, ast.Call) and not self.exclusive(sink.call, origin):
                     calls = reached.setdefault(id(origin), [])
                     if sink.call not in calls:
                         calls.append(sink.call)
         return reached
+
+    def _through_parameters(self, origins: Sequence[ast.expr]) -> list[ast.expr]:
+        """``origins``, and for each parameter among them (``make_data_parallel(model,
+        optimizer, opt)`` calling ``amp.initialize(model, optimizer)``) the origins of what the
+        calls of its function in this module pass there, a few calls deep: an optimizer built
+        elsewhere in the module and handed to that function reaches its ``amp.initialize``."""
+        found = list(origins)
+        pending = [p for origin in origins for p in self._parameters_of(origin)]
+        seen: set[int] = set()
+        while pending and len(seen) < _PARAMETERS_FOLLOWED:
+            parameter = pending.pop()
+            if id(parameter) in seen:
+                continue
+            seen.add(id(parameter))
+            for value in self._passed_to(parameter):
+                for origin in self.origins(value):
+                    if all(origin is not known for known in found):
+                        found.append(origin)
+                        pending += self._parameters_of(origin)
+        return found
+
+    def _parameters_of(self, origin: ast.expr | ast.arg) -> list[ast.arg]:
+        """The function parameters an origin stands for: itself, or the parameters whose
+        values reach a name read that the flow could not follow further."""
+        if isinstance(origin, ast.arg):
+            return [origin]
+        if not isinstance(origin, ast.Name):
+            return []
+        definitions = self._origins.reaching.of_name(origin) or []
+        return [d for d in definitions if isinstance(d, ast.arg)]
+
+    def _passed_to(self, parameter: ast.arg) -> list[ast.expr]:
+        """What the calls of the function that has ``parameter`` pass to it, in this module
+        (``f(...)`` for a function, ``self.f(...)`` for a method; by position or keyword)."""
+        arguments = self.index.parent(parameter)
+        function = self.index.parent(arguments) if arguments is not None else None
+        if not isinstance(function, _FUNCTIONS) or not isinstance(arguments, ast.arguments):
+            return []
+        positional = [*arguments.posonlyargs, *arguments.args]
+        index = next((i for i, a in enumerate(positional) if a is parameter), None)
+        method = isinstance(self.index.parent(function), ast.ClassDef)
+        if method and index is not None:
+            index -= 1  # `self.f(x)` passes x to the second parameter
+        passed: list[ast.expr] = []
+        for node in [*self.index.names(function.name), *self.index.attributes(function.name)]:
+            call = self.index.parent(node)
+            if not isinstance(call, ast.Call) or call.func is not node:
+                continue
+            if method != isinstance(node, ast.Attribute):
+                continue
+            if index is not None and 0 <= index < len(call.args):
+                value = call.args[index]
+                if not isinstance(value, ast.Starred):
+                    passed.append(value)
+            passed += [k.value for k in call.keywords if k.arg == parameter.arg]
+        return passed
 
     def is_amp_initialize(self, call: ast.Call) -> bool:
         return id(call) in self._sink_calls
