@@ -129,6 +129,7 @@ class FusionHazards:
         units = self._units_of(constructor)
         found = list(self._own_zero_grads(constructor))
         found += self._wrapper_zero_grads(constructor)
+        found += self._returned_wrappers(constructor)
         found += [h for unit, h in self._module_zero_grads if id(unit) in units]
         found += [h for unit, h in self._grad_stores if id(unit) in units]
         found += [h for unit, h in self._default_dtypes if id(unit) in units]
@@ -288,6 +289,35 @@ class FusionHazards:
             )
             yield Hazard(call, written, effect, remedy, fix)
 
+    def _returned_wrappers(self, constructor: ast.Call) -> Iterator[Hazard]:
+        """An optimizer wrapper around this optimizer (timm's ``Lookahead``) that a ``return``
+        hands to callers, whose ``optimizer.zero_grad()`` is then the wrapper's (ConvNeXt's
+        ``create_optimizer`` for ``--opt lookahead_adamw``): no edit here can reach it."""
+        reported: set[int] = set()
+        for statement in self.index.nodes(ast.Return):
+            if statement.value is None:
+                continue
+            for origin in self.flow.origins(statement.value):
+                if (
+                    not isinstance(origin, ast.Call)
+                    or id(origin) in reported
+                    or origin is constructor
+                    or not self._optimizer_wrapper(origin)
+                    or not self._wraps(origin, constructor)
+                ):
+                    continue
+                reported.add(id(origin))
+                shown = f"`{self.view.written(origin.func)}(...)`"
+                effect = (
+                    f"wraps this optimizer and is returned (line {statement.lineno}): its callers' "
+                    "`zero_grad()` is the wrapper's, torch's Optimizer.zero_grad, which sets the "
+                    "gradients to None by default and detaches them from the NPU fused "
+                    "optimizer's flat gradient buffer (it then keeps stepping with stale "
+                    "gradients)"
+                )
+                remedy = "zero the gradients with `zero_grad(set_to_none=False)` where it is used"
+                yield Hazard(origin, shown, effect, remedy)
+
     def _wraps(self, call: ast.Call, constructor: ast.Call) -> bool:
         """``call`` is given the optimizer ``constructor`` builds and is not Horovod's
         ``DistributedOptimizer`` (nor `amp.initialize`, which the flow looks through, nor
@@ -307,12 +337,16 @@ class FusionHazards:
     def _optimizer_wrapper(self, call: ast.Call) -> bool:
         """``call`` builds an optimizer wrapper whose ``zero_grad`` takes ``set_to_none``: a
         class of an optimizer package (``timm.optim.Lookahead``, ``torchcontrib.optim.SWA``),
-        or one whose name says so."""
+        or one whose name says so; not an LR scheduler (``torch.optim.lr_scheduler``, a
+        ``...LR`` or ``...Scheduler`` class) nor ``torch.optim.swa_utils``' model averaging."""
         name = self.view.qualified_name(call.func)
         if not isinstance(name, str):
             return False
         module, _, last = name.rpartition(".")
-        return "optim" in module.lower() or last in _OPTIMIZER_WRAPPERS
+        if last in _OPTIMIZER_WRAPPERS:
+            return True
+        scheduler = "sched" in module.lower() or last.endswith(("LR", "Scheduler", "Lr"))
+        return "optim" in module.lower() and not scheduler and not module.endswith("swa_utils")
 
     @cached_property
     def _module_zero_grads(self) -> list[tuple[ast.AST, Hazard]]:
