@@ -153,14 +153,14 @@ class OptimizerFlow:
         for sink in self.amp_sinks:
             if sink.optimizers is None:
                 continue
-            for origin in self._through_parameters(self.origins(sink.optimizers)):
+            for origin in self.through_parameters(self.origins(sink.optimizers)):
                 if isinstance(origin, ast.Call) and not self.exclusive(sink.call, origin):
                     calls = reached.setdefault(id(origin), [])
                     if sink.call not in calls:
                         calls.append(sink.call)
         return reached
 
-    def _through_parameters(self, origins: Sequence[ast.expr]) -> list[ast.expr]:
+    def through_parameters(self, origins: Sequence[ast.expr]) -> list[ast.expr]:
         """``origins``, and for each parameter among them (``make_data_parallel(model,
         optimizer, opt)`` calling ``amp.initialize(model, optimizer)``) the origins of what the
         calls of its function in this module pass there, a few calls deep: an optimizer built

@@ -171,8 +171,11 @@ class FusionHazards:
         return found
 
     def _optimizers_held(self, receiver: ast.expr) -> set[int]:
+        """The optimizer-like calls ``receiver`` may hold, followed through the parameters of
+        the module's functions (``train_epoch(model, optimizer, ...)``): the function that
+        steps or zeroes it is one of its units, where ``model.zero_grad()`` is looked for."""
         held: set[int] = set()
-        for origin in self.flow.origins(receiver):
+        for origin in self.flow.through_parameters(self.flow.origins(receiver)):
             if isinstance(origin, ast.Call) and self._builds_optimizer(origin, wrapper=True):
                 held.add(id(origin))
         return held
