@@ -412,7 +412,8 @@ class FusionHazards:
 
     @cached_property
     def _grad_stores(self) -> list[tuple[ast.AST, Hazard]]:
-        """``p.grad = None``, ``p.grad = t``, ``del p.grad``."""
+        """``p.grad = None``, ``p.grad = t``, ``del p.grad`` (not ``p.grad /= n``: a tensor's
+        augmented operators work in place and store the same tensor back)."""
         found: list[tuple[ast.AST, Hazard]] = []
         for attribute in self.index.attributes("grad"):
             if isinstance(attribute.ctx, ast.Load):
@@ -420,6 +421,8 @@ class FusionHazards:
             statement = self.index.statement_of(attribute)
             if statement is None:
                 continue
+            if isinstance(statement, ast.AugAssign) and statement.target is attribute:
+                continue  # `p.grad /= n`: the tensor's in-place operator, stored back as is
             target = self.view.written(attribute)
             value = getattr(statement, "value", None)
             if isinstance(statement, ast.Delete) or (
