@@ -216,7 +216,11 @@ class FusionHazards:
             value = literal_value(set_to_none.value)
             written = f"`{self.view.written(call)}`"
             # Dropping a plain flag or a literal loses nothing; a call may do something else.
-            fix = GradFix(call) if _plain_value(set_to_none.value) else None
+            # Where the call may also zero another optimizer (a training function given each
+            # in turn), only a literal True, torch's own default, may go: a flag that is false
+            # there would turn that optimizer's zeros into None.
+            shared = len(optimizers) > 1 and value is not True
+            fix = GradFix(call) if _plain_value(set_to_none.value) and not shared else None
             if value is NOT_LITERAL:
                 yield Hazard(
                     call,
