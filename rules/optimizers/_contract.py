@@ -1472,6 +1472,8 @@ class ParameterContract:
     @cached_property
     def _hf_trainer_classes(self) -> list[ast.ClassDef]:
         """The classes of this file derived from Hugging Face's ``Trainer``."""
+        if "Trainer" not in self.index.source.text:
+            return []
         return [
             class_def
             for class_def in self.index.nodes(ast.ClassDef)
@@ -1484,9 +1486,13 @@ class ParameterContract:
         ends with ``Trainer``), or of a class of this file derived from one."""
         local = {class_def.name for class_def in self._hf_trainer_classes}
         found: list[ast.Call] = []
+        if "Trainer" not in self.index.source.text:
+            return found
         for call in self.index.nodes(ast.Call):
             func = call.func
             local_class = isinstance(func, ast.Name) and func.id in local
+            if not local_class and not self.view.may_name(func, _HF_TRAINER_ROOTS):
+                continue  # resolved only for a callee that may come from those packages
             if local_class or _hf_trainer_name(self.view.qualified_name(func)):
                 found.append(call)
         return found

@@ -248,16 +248,12 @@ class FusionHazards:
         ``Optimizer.zero_grad`` for an Optimizer subclass, which sets the gradients of the
         shared parameter groups to None by default. Horovod's ``DistributedOptimizer`` is a
         subclass of the wrapped optimizer's own class: its ``zero_grad`` is the fused one's."""
-        for call, _ in self._optimizer_calls:
-            if not _is_method(call, "zero_grad"):
-                continue
+        for call, given in self._zero_grad_wrappers:
             assert isinstance(call.func, ast.Attribute)
             wrappers = [
                 origin
-                for origin in self.flow.origins(call.func.value)
-                if isinstance(origin, ast.Call)
-                and origin is not constructor
-                and self._wraps(origin, constructor)
+                for origin in given
+                if origin is not constructor and self._wraps(origin, constructor)
             ]
             if not wrappers:
                 continue
@@ -301,18 +297,10 @@ class FusionHazards:
         hands to callers, whose ``optimizer.zero_grad()`` is then the wrapper's (ConvNeXt's
         ``create_optimizer`` for ``--opt lookahead_adamw``): no edit here can reach it."""
         reported: set[int] = set()
-        for statement in self.index.nodes(ast.Return):
-            if statement.value is None:
+        for statement, origin in self._returned_wrapper_calls:
+            if id(origin) in reported or origin is constructor:
                 continue
-            for origin in self.flow.origins(statement.value):
-                if (
-                    not isinstance(origin, ast.Call)
-                    or id(origin) in reported
-                    or origin is constructor
-                    or not self._optimizer_wrapper(origin)
-                    or not self._wraps(origin, constructor)
-                ):
-                    continue
+            if self._wraps(origin, constructor):
                 reported.add(id(origin))
                 shown = f"`{self.view.written(origin.func)}(...)`"
                 effect = (
@@ -324,6 +312,36 @@ class FusionHazards:
                 )
                 remedy = "zero the gradients with `zero_grad(set_to_none=False)` where it is used"
                 yield Hazard(origin, shown, effect, remedy)
+
+    @cached_property
+    def _returned_wrapper_calls(self) -> list[tuple[ast.Return, ast.Call]]:
+        """The optimizer wrapper calls whose result a ``return`` of the file gives back."""
+        found: list[tuple[ast.Return, ast.Call]] = []
+        for statement in self.index.nodes(ast.Return):
+            if statement.value is None:
+                continue
+            for origin in self.flow.origins(statement.value):
+                if isinstance(origin, ast.Call) and self._optimizer_wrapper(origin):
+                    found.append((statement, origin))
+        return found
+
+    @cached_property
+    def _zero_grad_wrappers(self) -> list[tuple[ast.Call, list[ast.Call]]]:
+        """Each ``x.zero_grad(...)`` with the calls ``x`` may hold that are given something
+        (candidate wrappers; which optimizer they wrap is asked per constructor)."""
+        found: list[tuple[ast.Call, list[ast.Call]]] = []
+        for call, _ in self._optimizer_calls:
+            if not _is_method(call, "zero_grad"):
+                continue
+            assert isinstance(call.func, ast.Attribute)
+            given = [
+                origin
+                for origin in self.flow.origins(call.func.value)
+                if isinstance(origin, ast.Call) and arguments(origin)
+            ]
+            if given:
+                found.append((call, given))
+        return found
 
     def _wraps(self, call: ast.Call, constructor: ast.Call) -> bool:
         """``call`` is given the optimizer ``constructor`` builds and is not Horovod's
