@@ -683,9 +683,7 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         shared=facts.get("shared", {}),
         suppressions=suppressions,
         amp_always=state.linking.settings.amp is AmpPolicy.ALWAYS,
-        lightning=lightning.run_doubt(
-            state.linking.project.summaries(KEY), path, state.linking.files.sees
-        ),
+        lightning=_lightning_doubt(state.linking, path),
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
     parameters: dict[str, str] = {}
@@ -786,6 +784,15 @@ def factory_facts(rule: Rule) -> Mapping[str, Any]:
     return facts.get("factories", {})
 
 
+def _lightning_doubt(linking: Linking, path: str) -> str | None:
+    """Why the Trainers of the run may shard the parameters of the LightningModules of the
+    file ``path``; only a file that defines one needs the run's Trainers looked at."""
+    summaries = linking.project.summaries(KEY)
+    if not summaries.get(path, {}).get("lightning_modules"):
+        return lightning.default_doubt()  # no LightningModule there: it is never asked
+    return lightning.run_doubt(summaries, path, linking.files.sees)
+
+
 def lightning_doubt(rule: Rule) -> str | None:
     """Why the run's Lightning Trainers may shard the parameters of the optimizers of the
     LightningModules in the module ``rule`` checks (None: none of them can)."""
@@ -872,10 +879,9 @@ class OptimizerFactories:
         part of a file's facts comes from one of the two)."""
         views = FileViews(linking.files)
         found = {path: dict(facts) for path, facts in (link(linking, views) or {}).items()}
-        summaries = linking.project.summaries(KEY)
-        for path, summary in summaries.items():
+        for path, summary in linking.project.summaries(KEY).items():
             if summary.get("lightning_modules"):
-                doubt = lightning.run_doubt(summaries, path, linking.files.sees)
+                doubt = _lightning_doubt(linking, path)
                 found.setdefault(path, {})["lightning"] = {"doubt": doubt}
         views.release()  # as before: the methods' stage starts with the index bound free
         methods = method_callers.link(linking, linking.project.summaries(KEY), found, views)
