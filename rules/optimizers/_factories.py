@@ -46,6 +46,7 @@ from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
+from migrator.rules.optimizers import _handed as handed
 from migrator.rules.optimizers import _lightning as lightning
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import amp_options
@@ -800,6 +801,12 @@ def lightning_doubt(rule: Rule) -> str | None:
     return facts.get("lightning", {}).get("doubt", lightning.default_doubt())
 
 
+def handed_facts(rule: Rule) -> Mapping[str, Any]:
+    """The functions and classes of other modules of the run that the module ``rule`` checks
+    calls, with their gradient resets (:mod:`~migrator.rules.optimizers._handed`)."""
+    return rule.project.links(KEY).get(rule.context.path, {})
+
+
 def shared_workers(rule: Rule) -> Mapping[str, str]:
     """The functions of the module ``rule`` checks that another file of the run starts as
     hogwild workers on a model in shared memory (name -> where it calls ``share_memory()``)."""
@@ -859,6 +866,7 @@ class OptimizerFactories:
             wants_summary(source)
             or method_callers.wants_summary(source)
             or lightning.mentions_lightning(source)
+            or method_callers.constructs(source)
         )
 
     @classmethod
@@ -871,6 +879,8 @@ class OptimizerFactories:
                 facts["methods"] = methods
         if lightning.mentions_lightning(source):
             facts.update(lightning.summarize(FileView(index)))
+        if method_callers.constructs(source):
+            facts.update(handed.summarize(index))
         return facts or None
 
     @classmethod
@@ -888,4 +898,7 @@ class OptimizerFactories:
         views.release()
         for path, facts in methods.items():
             found.setdefault(path, {}).update(facts)
+        for path, facts in handed.link(linking, linking.project.summaries(KEY)).items():
+            found.setdefault(path, {}).update(facts)
+        views.release()
         return found or None

@@ -43,6 +43,7 @@ from migrator.rules.optimizers._flow import (
     takes,
 )
 from migrator.rules.optimizers._fp16 import uncovered_condition
+from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import (
     FusionHazards,
     GradFix,
@@ -270,6 +271,7 @@ def plan_fused(
     planned_amp: PlannedAmp | None = None,
     methods: Mapping[str, Any] | None = None,
     lightning: str | None = default_lightning_doubt(),
+    elsewhere: Mapping[str, Any] | None = None,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -285,7 +287,9 @@ def plan_fused(
     ``methods`` the link stage's verdicts on the callers of the module's methods that return
     an optimizer (:mod:`~migrator.rules.optimizers._method_callers`); ``lightning`` why the
     run's Lightning Trainers may shard the parameters of a LightningModule's optimizers (None:
-    they cannot; :mod:`~migrator.rules.optimizers._lightning`).
+    they cannot; :mod:`~migrator.rules.optimizers._lightning`); ``elsewhere`` the link
+    stage's facts about the code of other modules that the file calls
+    (:mod:`~migrator.rules.optimizers._handed`).
     """
     # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
     # module's parameters is fused too: plan assuming every constructor is, then again with only
@@ -293,7 +297,7 @@ def plan_fused(
     assumed: set[int] | None = None
     while True:
         planner = _Planner(
-            view, level, factories, suppressions, shared or {}, planned_amp, lightning
+            view, level, factories, suppressions, shared or {}, planned_amp, lightning, elsewhere
         )
         planner.amp_always, planner.unsafe_fixes = amp_always, unsafe_fixes
         planner.assumed_fused = assumed
@@ -350,6 +354,7 @@ class _Planner:
         shared: Mapping[str, str],
         planned_amp: PlannedAmp | None = None,
         lightning: str | None = default_lightning_doubt(),
+        elsewhere: Mapping[str, Any] | None = None,
     ) -> None:
         self.view = view
         self.planned_amp = planned_amp or PlannedAmp()
@@ -357,7 +362,8 @@ class _Planner:
         self.level = level
         self.suppressions = suppressions
         self.flow = OptimizerFlow.of(view)
-        self.hazards = FusionHazards(view, self.flow)
+        handed = HandedCode(view, elsewhere) if elsewhere else None
+        self.hazards = FusionHazards(view, self.flow, elsewhere=handed)
         self.contract = ParameterContract(view, self.flow, shared, lightning)
         self.sites = factory_sites(view, factories, level)
         self.factory_names = frozenset(factories)  # whose calls in other files the link found

@@ -39,6 +39,7 @@ from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_va
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._handed import Callee, HandedCode
 from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -114,7 +115,11 @@ class FusionHazards:
     """The hazards of one file, computed once and looked up per optimizer constructor."""
 
     def __init__(
-        self, view: FileView, flow: OptimizerFlow, returned: frozenset[int] = frozenset()
+        self,
+        view: FileView,
+        flow: OptimizerFlow,
+        returned: frozenset[int] = frozenset(),
+        elsewhere: HandedCode | None = None,
     ) -> None:
         self.view = view
         self.index = view.index
@@ -122,6 +127,8 @@ class FusionHazards:
         # Calls of another module's method that return an optimizer (_method_callers): what
         # they give is held and zeroed as an optimizer built here would be.
         self.returned = returned
+        # The functions and classes of other modules of the run that this file calls (_handed).
+        self.elsewhere = elsewhere
 
     def of(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
         """The hazards for the optimizer that ``constructor`` builds from ``params``, in line
@@ -130,6 +137,7 @@ class FusionHazards:
         found = list(self._own_zero_grads(constructor))
         found += self._wrapper_zero_grads(constructor)
         found += self._returned_wrappers(constructor)
+        found += self._handed_elsewhere(constructor)
         found += [h for unit, h in self._module_zero_grads if id(unit) in units]
         found += [h for unit, h in self._grad_stores if id(unit) in units]
         found += [h for unit, h in self._default_dtypes if id(unit) in units]
@@ -203,6 +211,50 @@ class FusionHazards:
     def _optimizer_class(self, node: ast.expr) -> bool:
         name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
         return isinstance(name, str) or npu_fused_name(self.view, node) is not None
+
+    # -- code of other modules ------------------------------------------------------------------
+
+    def _handed_elsewhere(self, constructor: ast.Call) -> Iterator[Hazard]:
+        """Calls that pass the optimizer to a function, a class or a method of another module
+        of the run whose code resets gradients (see :mod:`._handed`)."""
+        for call, callee, bound in self._calls_elsewhere:
+            holding: set[str] = set()
+            for parameter, value in bound:
+                origins = self.flow.through_parameters(self.flow.origins(value))
+                if any(origin is constructor for origin in origins):
+                    holding.add(parameter)
+            if not holding:
+                continue
+            assert self.elsewhere is not None
+            resets = self.elsewhere.resets(callee, holding)
+            if not resets:
+                continue
+            more = f" (and {len(resets) - 1} more reset there)" if len(resets) > 1 else ""
+            yield Hazard(
+                call,
+                f"`{_short(self.view, call)}`",
+                f"hands it to {callee.shown()}, where {resets[0].shown()}{more}",
+                "keep that code's gradients in place (zero them with the optimizer's "
+                "`zero_grad()`, write into them with `.copy_(...)`)",
+            )
+
+    @cached_property
+    def _calls_elsewhere(self) -> list[tuple[ast.Call, Callee, list[tuple[str, ast.expr]]]]:
+        """The calls of this file that run code of another module of the run, each with the
+        callee and the parameters its arguments are bound to."""
+        if not self.elsewhere:
+            return []
+        found: list[tuple[ast.Call, Callee, list[tuple[str, ast.expr]]]] = []
+        for call in self.index.nodes(ast.Call):
+            if not call.args and not call.keywords:
+                continue
+            callee = self.elsewhere.callee(call.func)
+            if callee is None and isinstance(call.func, ast.Attribute):
+                classes = self.flow.origins(call.func.value)
+                callee = self.elsewhere.method(classes, call.func.attr)
+            if callee is not None:
+                found.append((call, callee, callee.bind(call)))
+        return found
 
     # -- zero_grad -----------------------------------------------------------------------------
 
@@ -383,6 +435,11 @@ class FusionHazards:
                 continue
             assert isinstance(call.func, ast.Attribute)
             receiver = self.view.written(call.func.value)
+            instance = self._zero_grad_elsewhere(call)
+            if instance is not None:
+                if instance.effect:
+                    found.append((self.unit_of(call), instance))
+                continue
             set_to_none = argument(call, "set_to_none", 0)
             value = True if set_to_none is None else literal_value(set_to_none.value)
             written = f"`{self.view.written(call)}`"
@@ -416,6 +473,21 @@ class FusionHazards:
             fix = GradFix(call, model) if plain and model is not None else None
             found.append((self.unit_of(call), Hazard(call, written, effect, remedy, fix)))
         return found
+
+    def _zero_grad_elsewhere(self, call: ast.Call) -> Hazard | None:
+        """``trainer.zero_grad()`` on an instance of a class of another module of the run that
+        defines it: a hazard (with an empty effect when its code keeps the gradients in place),
+        or None for any other receiver."""
+        assert isinstance(call.func, ast.Attribute)
+        if not self.elsewhere:
+            return None
+        callee = self.elsewhere.method(self.flow.origins(call.func.value), "zero_grad")
+        if callee is None:
+            return None
+        resets = self.elsewhere.resets(callee, set())
+        effect = f"runs {callee.shown()}, where {resets[0].shown()}" if resets else ""
+        remedy = "zero the gradients in place there (`optimizer.zero_grad()`)"
+        return Hazard(call, f"`{_short(self.view, call)}`", effect, remedy)
 
     def _own_method(self, call: ast.Call) -> bool:
         """``self.zero_grad()`` in a class that defines its own ``zero_grad`` (a trainer that
@@ -857,6 +929,12 @@ def describe(hazards: list[Hazard]) -> str:
         where = ", ".join(str(n) for n in dict.fromkeys(numbers))
         parts.append(f"{code} ({'lines' if ',' in where else 'line'} {where}) {effect}")
     return "; ".join(parts)
+
+
+def _short(view: FileView, call: ast.Call) -> str:
+    """``call`` as written when it fits on one line, else its callee with ``(...)``."""
+    written = view.written(call)
+    return written if "\n" not in written else f"{view.written(call.func)}(...)"
 
 
 def _is_method(call: ast.Call, name: str) -> bool:

@@ -88,12 +88,13 @@ def _key(node: ast.AST) -> str:
 # -- 1. summary: methods that return an optimizer -------------------------------------------------
 
 
+def constructs(source: bytes) -> bool:
+    """Does the text call a constructor NPU101 knows by name (a byte search)?"""
+    return any(trigger in source for trigger in _TRIGGERS)
+
+
 def wants_summary(source: bytes) -> bool:
-    return (
-        b"return" in source
-        and b"class " in source
-        and any(trigger in source for trigger in _TRIGGERS)
-    )
+    return b"return" in source and b"class " in source and constructs(source)
 
 
 def summarize(index: ModuleIndex) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from migrator.rules.optimizers._factories import (
     OptimizerFactories,
     factory_arguments,
     factory_facts,
+    handed_facts,
     lightning_doubt,
     shared_workers,
 )
@@ -125,7 +126,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
     at its own line); an optimizer whose surrounding code breaks a fused one
     (`p.grad = None`, bf16 casts of its model, sparse embeddings, `model.zero_grad()` that cannot
-    be fixed; where these are looked for: docs/rules-optimizers.md); an
+    be fixed, also in the code of another module of the run that the optimizer is handed to:
+    `mp_trainer.optimize(opt)`; where these are looked for: docs/rules-optimizers.md); an
     optimizer whose parameters are re-allocated while it is in use, which breaks the contract
     of every NPU fused optimizer (the line that breaks it is named): a move away from the
     device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
@@ -241,6 +243,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             planned_amp=PlannedAmp(self.read_plan(Fp16Rewrites), self.read_plan(AddedAmp)),
             methods=methods_facts(self, self.PROJECT_KEY),
             lightning=lightning_doubt(self),
+            elsewhere=handed_facts(self),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)

@@ -1,0 +1,551 @@
+"""Code of other modules of the run that an optimizer is handed to, for NPU101. Not a rule itself.
+
+NPU101's hazard checks (:mod:`~migrator.rules.optimizers._hazards`) look at the file that builds
+the optimizer. Real projects hand it to code elsewhere: openai/guided-diffusion's training loop
+calls ``self.mp_trainer.optimize(self.opt)``, and ``MixedPrecisionTrainer`` (in ``fp16_util.py``)
+replaces its parameters' ``.grad`` and sets them to None on its fp16 path, which would leave an
+NPU fused optimizer stepping stale gradients. This module follows the optimizer one call into
+another module of the run, through the project facts of :mod:`migrator.analysis.project`:
+
+1. **Summary** (every file that builds an optimizer NPU101 knows by name): the qualified names
+   its calls may reach in the run (names it imports).
+2. **Link**: each is resolved from its caller to a function or a class of a file of the run;
+   that file is parsed (once per link stage) and summarised: for each top-level function and
+   each method of a top-level class, the gradient resets it holds (a store to or ``del`` of
+   ``x.grad``, ``x.zero_grad(...)`` with the receiver it zeroes), the calls it makes to the
+   module's other functions and to its class's own methods, and what a class stores in
+   ``self.<name>`` from its methods' parameters. The caller's facts name the callees that may
+   reset gradients and carry those summaries (so a change there re-checks the caller).
+3. **Check** (:class:`HandedCode`, read by the hazards): a call of this file that passes the
+   optimizer to such a function, to such a class (its constructor), or to a method of an instance
+   of such a class, is followed into the callee and, transitively, the module functions and
+   methods of the class it calls; every gradient reset met there is a hazard, except the
+   optimizer's own ``zero_grad()`` (zeroes the flat buffer in place): through the parameter it
+   was passed to, an argument passed on, or an attribute of the class that only ever holds it.
+   When the optimizer lands in an attribute of a class, every method of the class is looked at.
+
+Another module's ``x.zero_grad()`` is taken for nn.Module's (sets the gradients to None since
+torch 2.0) unless ``x`` holds the optimizer or the call passes ``set_to_none=False``, as in the
+optimizer's own file. One module deep: a callee that hands the optimizer on to a third module, an
+inherited method, or a class reached through a package's re-export is not followed (as before).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.analysis.calls import NOT_LITERAL, argument, literal_value
+from migrator.analysis.index import ModuleIndex
+from migrator.analysis.project import AmbiguousModule, Facts
+from migrator.analysis.view import FileView
+from migrator.rule import Linking
+
+RESET_TRIGGERS = (".grad", "zero_grad(")
+# Roots of names that are never code of the repository (the summary keeps the others).
+_LIBRARIES = frozenset(
+    {"torch", "apex", "torch_npu", "builtins", "numpy", "os", "sys", "math", "time", "logging"}
+)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_INIT = "__init__"
+
+# What a reset does to an NPU fused optimizer, by kind (see _hazards for the mechanism).
+DROPS = (
+    "drops a gradient from the NPU fused optimizer's flat gradient buffer (it then keeps "
+    "stepping with a stale one)"
+)
+REPLACES = (
+    "replaces a gradient tensor, which detaches it from the NPU fused optimizer's flat gradient "
+    "buffer (it then keeps stepping with a stale one)"
+)
+SETS_NONE = (
+    "sets the gradients to None{default}, which detaches them from the NPU fused optimizer's "
+    "flat gradient buffer (it then keeps stepping with stale gradients)"
+)
+MODULE_DEFAULT = " (nn.Module.zero_grad's default since torch 2.0)"
+REFUSES = (
+    'raises ValueError in the NPU fused optimizers when it is true ("set_to_none is not '
+    'supported in fused optimizers")'
+)
+
+
+def summarize(index: ModuleIndex) -> Facts:
+    """``callees``: the qualified names that the calls of a file that builds an optimizer may
+    reach in the run."""
+    callees = _callees(FileView(index))
+    return {"callees": callees} if callees else {}
+
+
+def _callees(view: FileView) -> list[str]:
+    imported = _imported_names(view.index)
+    found: set[str] = set()
+    for call in view.index.nodes(ast.Call):
+        root = call.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id not in imported:
+            continue  # only an imported name can reach another module of the run
+        name = view.qualified_name(call.func)
+        if isinstance(name, str) and name.lstrip(".").split(".", 1)[0] not in _LIBRARIES:
+            found.add(name)
+    return sorted(found)
+
+
+@dataclass
+class _Unit:
+    """A top-level function or a method of a top-level class, while it is summarised."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    owner: ast.ClassDef | None
+    resets: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def facts(self) -> dict[str, Any]:
+        arguments = self.node.args
+        return {
+            "line": self.node.lineno,
+            "parameters": _parameters(self.node),
+            "positional": len(arguments.posonlyargs) + len(arguments.args),
+            "resets": self.resets,
+            "calls": self.calls,
+        }
+
+
+def _imported_names(index: ModuleIndex) -> set[str]:
+    names: set[str] = set()
+    statements: list[ast.Import | ast.ImportFrom] = [
+        *index.nodes(ast.Import),
+        *index.nodes(ast.ImportFrom),
+    ]
+    for statement in statements:
+        for alias in statement.names:
+            if alias.name != "*":
+                names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+def _code_facts(index: ModuleIndex) -> dict[str, Any]:
+    """The module's functions and methods with their resets and calls, looked up in the
+    module's index (no walk of its own); empty when no function holds a reset."""
+    units: dict[int, _Unit] = {}
+    names: dict[int, str] = {}
+    for statement in index.tree.body:
+        if isinstance(statement, _FUNCTIONS):
+            units[id(statement)] = _Unit(statement, None)
+            names[id(statement)] = statement.name
+        elif isinstance(statement, ast.ClassDef):
+            for method in statement.body:
+                if isinstance(method, _FUNCTIONS):
+                    units[id(method)] = _Unit(method, statement)
+                    names[id(method)] = f"{statement.name}.{method.name}"
+    if not units:
+        return {}
+    found_reset = False
+    stores: set[int] = set()
+    for attribute in index.attributes("grad"):
+        if isinstance(attribute.ctx, ast.Load):
+            continue
+        unit = _unit_of(index, attribute, units)
+        store = index.statement_of(attribute)
+        if unit is None or store is None or id(store) in stores:
+            continue
+        if isinstance(store, ast.Assign | ast.AnnAssign | ast.Delete):
+            stores.add(id(store))
+            unit.resets += _grad_stores(store)
+            found_reset = True
+    for attribute in index.attributes("zero_grad"):
+        call = index.parent(attribute)
+        unit = _unit_of(index, attribute, units)
+        if unit is None or not isinstance(call, ast.Call) or call.func is not attribute:
+            continue
+        if (
+            _is_self(attribute.value)
+            and unit.owner is not None
+            and _defines(unit.owner, "zero_grad")
+        ):
+            continue  # the class's own zero_grad: a call, below
+        unit.resets.append(_zero_grad(call, _parameters(unit.node)))
+        found_reset = True
+    if not found_reset:
+        return {}
+    functions = {unit.node.name for unit in units.values() if unit.owner is None}
+    for call in index.nodes(ast.Call):
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in functions:
+            callee = func.id
+        elif isinstance(func, ast.Attribute) and _is_self(func.value):
+            callee = None  # resolved against the caller's class below
+        else:
+            continue
+        unit = _unit_of(index, call, units)
+        if unit is None:
+            continue
+        if callee is None:
+            assert isinstance(func, ast.Attribute)
+            if unit.owner is None or not _defines(unit.owner, func.attr):
+                continue
+            callee = f"{unit.owner.name}.{func.attr}"
+        unit.calls.append(_call_facts(call, callee))
+    holds: dict[int, dict[str, list[Any]]] = {}  # id(class) -> attribute -> sources
+    assignments: list[ast.Assign | ast.AnnAssign | ast.AugAssign] = [
+        *index.nodes(ast.Assign),
+        *index.nodes(ast.AnnAssign),
+        *index.nodes(ast.AugAssign),
+    ]
+    for assignment in assignments:
+        unit = _unit_of(index, assignment, units)
+        if unit is not None and unit.owner is not None:
+            held = holds.setdefault(id(unit.owner), {})
+            for name, parameter in _stored_in_self(assignment, unit.node):
+                held.setdefault(name, []).append(parameter and [unit.node.name, parameter])
+    classes: dict[str, Any] = {}
+    for statement in index.tree.body:
+        if isinstance(statement, ast.ClassDef):
+            classes[statement.name] = {
+                "line": statement.lineno,
+                "methods": [m.name for m in statement.body if isinstance(m, _FUNCTIONS)],
+                "holds": holds.get(id(statement), {}),
+            }
+    facts = {names[key]: unit.facts() for key, unit in units.items()}
+    return {"functions": facts, "classes": classes}
+
+
+def _unit_of(index: ModuleIndex, node: ast.AST, units: Mapping[int, _Unit]) -> _Unit | None:
+    """The top-level function or method ``node`` is in (nested functions included)."""
+    found: _Unit | None = None
+    for ancestor in index.ancestors(node):
+        unit = units.get(id(ancestor))
+        if unit is not None:
+            found = unit
+    return found
+
+
+def _defines(owner: ast.ClassDef, name: str) -> bool:
+    return any(isinstance(m, _FUNCTIONS) and m.name == name for m in owner.body)
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    arguments = function.args
+    return [a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]]
+
+
+def _grad_stores(statement: ast.Assign | ast.AnnAssign | ast.Delete) -> list[dict[str, Any]]:
+    """``x.grad = ...`` and ``del x.grad`` (``x.grad /= n`` works in place: not one)."""
+    if isinstance(statement, ast.AnnAssign) and statement.value is None:
+        return []  # `x.grad: Tensor` declares, stores nothing
+    targets = (
+        statement.targets if isinstance(statement, ast.Assign | ast.Delete) else [statement.target]
+    )
+    value = None if isinstance(statement, ast.Delete) else statement.value
+    found: list[dict[str, Any]] = []
+    for target in targets:
+        for element in _flat(target):
+            if not (isinstance(element, ast.Attribute) and element.attr == "grad"):
+                continue
+            written = ast.unparse(element)
+            if value is None:
+                found.append({"line": element.lineno, "code": f"del {written}", "kind": "drops"})
+            elif isinstance(value, ast.Constant) and value.value is None:
+                code = f"{written} = None"
+                found.append({"line": element.lineno, "code": code, "kind": "drops"})
+            else:
+                code = f"{written} = ..."
+                found.append({"line": element.lineno, "code": code, "kind": "replaces"})
+    return found
+
+
+def _zero_grad(call: ast.Call, parameters: list[str]) -> dict[str, Any]:
+    assert isinstance(call.func, ast.Attribute)
+    flag = argument(call, "set_to_none", 0)
+    value = literal_value(flag.value) if flag is not None else None
+    if flag is None:
+        written_flag = "absent"
+    elif value is NOT_LITERAL:
+        written_flag = "unknown"
+    else:
+        written_flag = "true" if value else "false"
+    return {
+        "line": call.lineno,
+        "code": ast.unparse(call),
+        "kind": "zero_grad",
+        "receiver": _spelled(call.func.value, parameters),
+        "flag": written_flag,
+    }
+
+
+def _call_facts(call: ast.Call, callee: str) -> dict[str, Any]:
+    """What a call passes: by position (until a ``*args``) and by keyword, each argument as a
+    name (``p`` or ``self.a``) or None."""
+    positional: list[str | None] = []
+    for arg in call.args:
+        if isinstance(arg, ast.Starred):
+            break
+        positional.append(_spelled(arg, None))
+    keywords = {k.arg: _spelled(k.value, None) for k in call.keywords if k.arg is not None}
+    return {"callee": callee, "args": positional, "keywords": keywords}
+
+
+def _spelled(node: ast.expr, parameters: list[str] | None) -> str | None:
+    """``p`` (a name: a parameter when ``parameters`` are given), ``self.a``, or None."""
+    if isinstance(node, ast.Name) and (parameters is None or node.id in parameters):
+        return node.id
+    if isinstance(node, ast.Attribute) and _is_self(node.value):
+        return f"self.{node.attr}"
+    return None
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _stored_in_self(
+    statement: ast.Assign | ast.AnnAssign | ast.AugAssign,
+    method: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> Iterator[tuple[str, str | None]]:
+    """``self.a = p`` in ``method``: (``a``, ``p`` when it is a parameter of the method, else
+    None), for each attribute of ``self`` that ``statement`` stores."""
+    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+    value = statement.value
+    plain = (
+        not isinstance(statement, ast.AugAssign)
+        and isinstance(value, ast.Name)
+        and value.id in _parameters(method)
+    )
+    for target in targets:
+        for element in _flat(target):
+            if isinstance(element, ast.Attribute) and _is_self(element.value):
+                whole = plain and element is target and isinstance(value, ast.Name)
+                yield element.attr, value.id if whole and isinstance(value, ast.Name) else None
+
+
+def _flat(target: ast.expr) -> Iterator[ast.expr]:
+    if isinstance(target, ast.Tuple | ast.List):
+        for element in target.elts:
+            yield from _flat(element)
+    else:
+        yield target
+
+
+# -- 2. link ---------------------------------------------------------------------------------------
+
+
+def link(linking: Linking, summaries: Mapping[str, Facts]) -> dict[str, Facts]:
+    """For each file that builds an optimizer: the callees of its calls that are functions or
+    classes of files of the run that may reset gradients (``handed``: qualified name -> path
+    and name there), with those files' code facts (``handed_code``: path -> facts). A callee's
+    file is parsed here, once, and only when a file that builds an optimizer calls into it."""
+    found: dict[str, Facts] = {}
+    codes: dict[str, dict[str, Any]] = {}
+    for path, summary in summaries.items():
+        handed: dict[str, Any] = {}
+        code: dict[str, Any] = {}
+        for callee in summary.get("callees", []):
+            target = linking.files.resolve(callee, path)
+            if target is None or isinstance(target, AmbiguousModule) or len(target.rest) != 1:
+                continue
+            there = codes.get(target.module.path)
+            if there is None:
+                there = codes[target.module.path] = _code_of(linking, target.module.path)
+            name = target.rest[0]
+            if not there or (name not in there["functions"] and name not in there["classes"]):
+                continue
+            handed[callee] = {"path": target.module.path, "name": name}
+            code[target.module.path] = there
+        if handed:
+            found[path] = {"handed": handed, "handed_code": code}
+    return found
+
+
+def _code_of(linking: Linking, path: str) -> dict[str, Any]:
+    source = linking.files.index(path)
+    if source is None or not any(t in source.source.text for t in RESET_TRIGGERS):
+        return {}
+    return _code_facts(source)
+
+
+# -- 3. check --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reset:
+    """A gradient reset met in another module, with the callee it was followed from."""
+
+    path: str
+    line: int
+    code: str
+    effect: str
+
+    def shown(self) -> str:
+        return f"`{self.code}` ({os.path.normpath(self.path)}:{self.line}) {self.effect}"
+
+
+@dataclass(frozen=True)
+class Callee:
+    """A function, a class (its constructor) or a method of another module of the run."""
+
+    path: str
+    name: str  # `f`, `Cls` or `Cls.method`
+    facts: Mapping[str, Any]  # that module's code facts
+
+    @property
+    def is_class(self) -> bool:
+        return self.name in self.facts["classes"]
+
+    @property
+    def entry(self) -> str:
+        """The function the call runs: ``f``, ``Cls.__init__`` or ``Cls.method``."""
+        return f"{self.name}.{_INIT}" if self.is_class else self.name
+
+    @property
+    def owner(self) -> str | None:
+        return (
+            self.name if self.is_class else (self.name.split(".")[0] if "." in self.name else None)
+        )
+
+    def bind(self, call: ast.Call) -> list[tuple[str, ast.expr]]:
+        """The parameters of the function the call runs that its arguments go to (``self``
+        skipped for a class or a method; positions up to a ``*args``)."""
+        facts = self.facts["functions"].get(self.entry)
+        if facts is None:
+            return []
+        parameters: list[str] = facts["parameters"]
+        offset = 1 if self.owner is not None else 0
+        bound: list[tuple[str, ast.expr]] = []
+        for position, value in enumerate(call.args):
+            if isinstance(value, ast.Starred):
+                break
+            if position + offset < facts["positional"]:
+                bound.append((parameters[position + offset], value))
+        bound += [(k.arg, k.value) for k in call.keywords if k.arg and k.arg in parameters]
+        return bound
+
+    def shown(self) -> str:
+        line = self.facts["classes"][self.name]["line"] if self.is_class else None
+        entry = self.facts["functions"].get(self.entry)
+        if line is None and entry is not None:
+            line = entry["line"]
+        return f"`{self.name}` ({os.path.normpath(self.path)}:{line})"
+
+
+class HandedCode:
+    """The link stage's facts about the other modules' code that the file of ``view`` calls."""
+
+    def __init__(self, view: FileView, facts: Mapping[str, Any]) -> None:
+        self.view = view
+        self.handed: Mapping[str, Any] = facts.get("handed", {})
+        self.code: Mapping[str, Any] = facts.get("handed_code", {})
+
+    def __bool__(self) -> bool:
+        return bool(self.handed)
+
+    def callee(self, func: ast.expr) -> Callee | None:
+        """The function or class of another module that ``func`` names."""
+        name = self.view.qualified_name(func)
+        entry = self.handed.get(name) if isinstance(name, str) else None
+        if entry is None:
+            return None
+        return Callee(entry["path"], entry["name"], self.code[entry["path"]])
+
+    def method(self, classes: list[ast.expr], name: str) -> Callee | None:
+        """The method ``name`` of the class of another module that every one of ``classes``
+        (the calls that built the receiver) instantiates, where that class defines it."""
+        found: Callee | None = None
+        for origin in classes:
+            if not isinstance(origin, ast.Call):
+                return None
+            callee = self.callee(origin.func)
+            if callee is None or not callee.is_class or (found and found.name != callee.name):
+                return None
+            found = callee
+        if found is None or name not in found.facts["classes"][found.name]["methods"]:
+            return None
+        return Callee(found.path, f"{found.name}.{name}", found.facts)
+
+    def resets(self, callee: Callee, holding: set[str]) -> list[Reset]:
+        """The gradient resets that running ``callee`` with the optimizer in its parameters
+        ``holding`` may meet (see the module docstring), in the order found."""
+        functions: Mapping[str, Any] = callee.facts["functions"]
+        owner = callee.owner
+        attributes = _held_attributes(callee, holding) if owner else set()
+        entries = [(callee.entry, frozenset(holding))]
+        if attributes and owner is not None:
+            # The optimizer is kept in the instance: every method may meet it.
+            methods = callee.facts["classes"][owner]["methods"]
+            entries += [(f"{owner}.{m}", frozenset()) for m in methods]
+        found: list[Reset] = []
+        seen: set[tuple[str, frozenset[str]]] = set()
+        while entries:
+            name, held = entries.pop(0)
+            facts = functions.get(name)
+            if facts is None or (name, held) in seen:
+                continue
+            seen.add((name, held))
+            in_class = name.split(".")[0] == owner if "." in name else False
+            holders = held | {f"self.{a}" for a in attributes} if in_class else held
+            for reset in facts["resets"]:
+                effect = _effect(reset, holders)
+                if effect is not None:
+                    found.append(Reset(callee.path, reset["line"], reset["code"], effect))
+            for call in facts["calls"]:
+                target = functions.get(call["callee"])
+                if target is None:
+                    continue
+                method = "." in call["callee"]
+                entries.append((call["callee"], _passed(call, target, holders, method)))
+        return found
+
+
+def _held_attributes(callee: Callee, holding: set[str]) -> set[str]:
+    """The attributes of the callee's class that only ever hold what the entry method's
+    parameters ``holding`` were given."""
+    owner = callee.owner
+    assert owner is not None
+    entry = callee.entry.split(".", 1)[1]
+    holds: Mapping[str, list[Any]] = callee.facts["classes"][owner]["holds"]
+    return {
+        attribute
+        for attribute, sources in holds.items()
+        if sources
+        and all(
+            source is not None and source[0] == entry and source[1] in holding for source in sources
+        )
+    }
+
+
+def _passed(
+    call: Mapping[str, Any],
+    target: Mapping[str, Any],
+    holders: frozenset[str] | set[str],
+    method: bool,
+) -> frozenset[str]:
+    """The parameters of ``target`` that ``call`` passes something held to."""
+    parameters: list[str] = target["parameters"]
+    offset = 1 if method else 0  # `self.m(x)` passes x to the parameter after `self`
+    held: set[str] = set()
+    for position, spelled in enumerate(call["args"]):
+        slot = position + offset
+        if spelled in holders and slot < target["positional"]:
+            held.add(parameters[slot])
+    for keyword, spelled in call["keywords"].items():
+        if spelled in holders and keyword in parameters:
+            held.add(keyword)
+    return frozenset(held)
+
+
+def _effect(reset: Mapping[str, Any], holders: frozenset[str] | set[str]) -> str | None:
+    """What ``reset`` does to the NPU fused optimizer (None: nothing)."""
+    if reset["kind"] == "drops":
+        return DROPS
+    if reset["kind"] == "replaces":
+        return REPLACES
+    flag = reset["flag"]
+    if reset["receiver"] in holders:
+        return None if flag in ("absent", "false") else REFUSES
+    if flag == "false":
+        return None
+    if flag == "unknown":
+        return SETS_NONE.format(default=" when its `set_to_none` is true")
+    return SETS_NONE.format(default=MODULE_DEFAULT if flag == "absent" else "")
