@@ -231,8 +231,8 @@ from apex.optimizers import FusedSGD
 
 
 def main(args, model):
-    torch_optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    apex_optimizer = FusedSGD(model.parameters(), lr=0.1)
+    torch_optimizer = torch.optim.SGD(model.encoder.parameters(), lr=0.1)
+    apex_optimizer = FusedSGD(model.decoder.parameters(), lr=0.1)
     if args.fp16:
         model, [torch_optimizer, apex_optimizer] = amp.initialize(
             model, [torch_optimizer, apex_optimizer], opt_level="O1"

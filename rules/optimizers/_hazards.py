@@ -142,6 +142,7 @@ class FusionHazards:
         found += [h for unit, h in self._grad_stores if id(unit) in units]
         found += [h for unit, h in self._default_dtypes if id(unit) in units]
         found += self._model_casts(units, params)
+        found += self._sharing_optimizers(constructor, params)
         found += self._sparse_layers
         found.sort(key=lambda hazard: (hazard.line, hazard.node.col_offset))  # type: ignore[attr-defined]
         return found
@@ -211,6 +212,70 @@ class FusionHazards:
     def _optimizer_class(self, node: ast.expr) -> bool:
         name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
         return isinstance(name, str) or npu_fused_name(self.view, node) is not None
+
+    # -- other optimizers over the same parameters ----------------------------------------------
+
+    def _sharing_optimizers(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
+        """Another optimizer built in the same function from parameters of the same model (or
+        a part of it), which may live beside this one: an NPU fused optimizer packs its
+        parameters into flat buffers of its own at its first step, so a second fused one packs
+        them again (the first then updates buffers the model no longer reads), and an unfused
+        one sets their gradients to None in ``zero_grad()``. Two constructors on the two sides
+        of an `if`, one returned before the other is built, or assigned to the same name (the
+        second replaces the first) are alternatives, not neighbours."""
+        mine = _models_named(self.flow, params)
+        if not mine:
+            return []
+        scope = self.flow.scope_of(constructor)
+        found: list[Hazard] = []
+        for other in self._constructors:
+            if other is constructor or self.flow.scope_of(other) is not scope:
+                continue
+            if any(a is other for a in self.index.ancestors(constructor)) or any(
+                a is constructor for a in self.index.ancestors(other)
+            ):
+                continue  # one wraps the other: `Lookahead(SGD(...))`
+            if self._alternatives(constructor, other):
+                continue
+            theirs = _models_named(self.flow, _params_argument(other))
+            shared = sorted({m for m in mine for t in theirs if overlaps(m, t)})
+            if not shared:
+                continue
+            found.append(
+                Hazard(
+                    other,
+                    f"`{self.view.written(other.func)}(...)`",
+                    f"also holds parameters of `{shared[0]}`, and NPU fused optimizers pack "
+                    "their parameters into flat buffers of their own at their first step: a "
+                    "second fused optimizer packs them again (the first then updates buffers "
+                    "the model no longer reads), an unfused one sets their gradients to None "
+                    "in `zero_grad()`",
+                    "give each parameter to one optimizer (parameter groups with their own "
+                    "settings), or build the second one after the first is no longer used",
+                )
+            )
+        return found
+
+    @cached_property
+    def _constructors(self) -> list[ast.Call]:
+        """The calls of the file that build an optimizer npu-migrate knows."""
+        return [
+            call
+            for call in self.index.nodes(ast.Call)
+            if self._builds_optimizer(call, wrapper=False)
+            and not isinstance(self.view.qualified_name_in(call.func, FP16_OPTIMIZERS), str)
+        ]
+
+    def _alternatives(self, first: ast.Call, second: ast.Call) -> bool:
+        if self.flow.exclusive(first, second) or self.flow.exclusive(second, first):
+            return True
+        earlier, later = sorted((first, second), key=line_of)
+        # `return SGD(...)` ends the call: what comes after it never runs beside it.
+        if isinstance(self.index.parent(earlier), ast.Return) and line_of(later) > line_of(earlier):
+            return True
+        statements = [self.index.parent(first), self.index.parent(second)]
+        targets = [_assigned_name(statement) for statement in statements]
+        return targets[0] is not None and targets[0] == targets[1]
 
     # -- code of other modules ------------------------------------------------------------------
 
@@ -929,6 +994,70 @@ def describe(hazards: list[Hazard]) -> str:
         where = ", ".join(str(n) for n in dict.fromkeys(numbers))
         parts.append(f"{code} ({'lines' if ',' in where else 'line'} {where}) {effect}")
     return "; ".join(parts)
+
+
+def _models_named(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
+    """The ``x`` of the ``x.parameters()`` / ``x.named_parameters()`` calls that ``params``
+    comes from, as written (``model``, ``self.netG``, ``model.layers`` for
+    ``model.layers[0]``): narrower than :func:`models_feeding`, which also takes what an
+    assignment to ``x`` mentions."""
+    if params is None:
+        return set()
+    models: set[str] = set()
+    for expression in _added_before(flow, params):
+        for node in ast.walk(expression):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _PARAMETER_METHODS
+            ):
+                receiver = node.func.value
+                while isinstance(receiver, ast.Subscript):
+                    receiver = receiver.value
+                name = dotted_name(receiver)
+                if name is not None:
+                    models.add(name)
+    return models
+
+
+def _added_before(flow: OptimizerFlow, params: ast.expr) -> list[ast.expr]:
+    """``params`` and its origins, with what ``params += <value>`` adds between the last plain
+    assignment of the name before ``params`` and ``params`` (a list reused for the next
+    optimizer is not grown by what was added for the previous one)."""
+    found = [params, *flow.origins(params)]
+    if not isinstance(params, ast.Name):
+        return found
+    at = line_of(params)
+    stores: list[tuple[int, ast.expr | None]] = []
+    for binding in flow.index.bindings_of(params):
+        if binding.node is None:
+            continue
+        parent = flow.index.parent(binding.node)
+        added = parent.value if isinstance(parent, ast.AugAssign) else None
+        if line_of(binding.node) < at:
+            stores.append((line_of(binding.node), added))
+    stores.sort(key=lambda store: store[0])
+    for _, added in reversed(stores):
+        if added is None:
+            break  # the last plain assignment before `params`
+        found.append(added)
+    return found
+
+
+def _params_argument(call: ast.Call) -> ast.expr | None:
+    """The params argument of an optimizer constructor (first positional or `params=`)."""
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == "params"), None)
+
+
+def _assigned_name(statement: ast.AST | None) -> str | None:
+    """``x`` (or ``self.x``) for ``x = <value>``, the one target of an assignment."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        return dotted_name(statement.targets[0])
+    if isinstance(statement, ast.AnnAssign):
+        return dotted_name(statement.target)
+    return None
 
 
 def _short(view: FileView, call: ast.Call) -> str:

@@ -127,7 +127,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     at its own line); an optimizer whose surrounding code breaks a fused one
     (`p.grad = None`, bf16 casts of its model, sparse embeddings, `model.zero_grad()` that cannot
     be fixed, also in the code of another module of the run that the optimizer is handed to:
-    `mp_trainer.optimize(opt)`; where these are looked for: docs/rules-optimizers.md); an
+    `mp_trainer.optimize(opt)`, or another optimizer built beside it from the same model's
+    parameters; where these are looked for: docs/rules-optimizers.md); an
     optimizer whose parameters are re-allocated while it is in use, which breaks the contract
     of every NPU fused optimizer (the line that breaks it is named): a move away from the
     device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
