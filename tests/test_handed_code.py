@@ -27,11 +27,14 @@ def run_epoch(model, loader, optimizer):
         optimizer.step()
 """
 # The same loop, now dropping the gradients of parameters it did not train.
-LOOP_WITH_RESET = LOOP + """\
+LOOP_WITH_RESET = (
+    LOOP
+    + """\
     for parameter in model.parameters():
         if not parameter.requires_grad:
             parameter.grad = None
 """
+)
 
 
 def npu_migrate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
