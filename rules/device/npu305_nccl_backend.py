@@ -99,6 +99,7 @@ class NcclBackend(Rule):
     a function of the same module with a `backend` parameter. `backend="nccl"` passed to any
     other function is reported. A file that does not import torch (a config) gets no
     `import torch_npu`.
+
     `torch.distributed.is_nccl_available()` becomes `is_hccl_available()` (torch_npu adds it).
 
     With `--target accelerator`: `"nccl"` becomes
