@@ -159,7 +159,7 @@ class NcclBackend(Rule):
                     )
         for value in sorted(targets.values(), key=lambda v: (v.lineno, v.col_offset)):
             self._rewrite(value)
-        for call, value, known in _backend_arguments(self):
+        for call, value, known in backend_arguments(self):
             if not known and id(value) not in targets and _nccl_text(self, value) is not None:
                 self.report(
                     value,
@@ -338,7 +338,7 @@ def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
                 yield value
     for _, value in _settings_backends(rule):
         yield value
-    for _, value, known in _backend_arguments(rule):
+    for _, value, known in backend_arguments(rule):
         if known:
             yield value
     for assign in index.nodes(ast.Assign):
@@ -434,6 +434,11 @@ def _settings_backends(rule: Rule) -> Iterator[tuple[ast.AST, ast.expr]]:
         owner = _owner_name(rule, node)
         if owner is not None and DIST_SETTINGS_NAME.fullmatch(owner):
             yield from ((node, value) for value in entries)
+
+
+def backend_arguments(rule: Rule) -> list[tuple[ast.Call, ast.expr, bool]]:
+    """:func:`_backend_arguments`, computed once per file."""
+    return rule.view.memo("npu305-backend-arguments", lambda: list(_backend_arguments(rule)))
 
 
 def _backend_arguments(rule: Rule) -> Iterator[tuple[ast.Call, ast.expr, bool]]:
