@@ -70,6 +70,8 @@ REPORTED_BY_OTHER_RULES = {"get_device_capability": "NPU922", "nvtx": "NPU924"}
 # Device strings: "cuda", "cuda:0", and the templates "cuda:{}", "cuda:%d" that code formats.
 CUDA_DEVICE_TEXT = re.compile(r"cuda(:(\d+|%[ds]|\{[^{}]*\}))?")
 CUDA_FSTRING_HEAD = re.compile(r"cuda(:)?")
+# An f-string without expressions: f"cuda", f"cuda:0".
+CUDA_FSTRING_TEXT = re.compile(r"cuda(:\d+)?")
 
 # A name or attribute whose last part says it holds a device: device, self.device, args.device,
 # train_device, and in any case (yacs configs write `_C.MODEL.DEVICE = "cuda"`). Also
@@ -165,14 +167,18 @@ def is_cuda_device_string(view: FileView, node: ast.AST) -> bool:
 
 
 def cuda_fstring_head(view: FileView, node: ast.JoinedStr) -> str | None:
-    """``f"cuda:{rank}"``: the leading text, when the rest are only expressions."""
+    """The CUDA text an f-string device starts with: ``cuda:`` for ``f"cuda:{rank}"`` (the
+    text, then only expressions), the whole text for ``f"cuda"`` / ``f"cuda:0"`` (no
+    expression: a plain device string written with an ``f`` prefix); else None."""
     literal = string_literal(view.source, node)
-    if literal is None or not literal.is_format or len(node.values) < 2:
+    if literal is None or not literal.is_format or not node.values:
         return None
     head, *rest = node.values
-    if not isinstance(head, ast.Constant) or not all(
-        isinstance(part, ast.FormattedValue) for part in rest
-    ):
+    if not isinstance(head, ast.Constant):
+        return None
+    if not rest:  # `{{` / `}}` or escapes in the body: not a device's text
+        return literal.body if CUDA_FSTRING_TEXT.fullmatch(literal.body) else None
+    if not all(isinstance(part, ast.FormattedValue) for part in rest):
         return None
     raw = _fstring_head_text(literal.body)
     return raw if raw is not None and CUDA_FSTRING_HEAD.fullmatch(raw) else None
@@ -463,6 +469,8 @@ def fits_place(view: FileView, node: ast.AST, place: Place) -> bool:
     """A device type position takes ``"cuda"``, not ``"cuda:0"``."""
     if place is Place.DEVICE:
         return True
+    if isinstance(node, ast.JoinedStr):
+        return len(node.values) == 1 and cuda_fstring_head(view, node) == "cuda"
     return isinstance(node, ast.Constant) and string_body(view, node) == "cuda"
 
 

@@ -76,7 +76,7 @@ SHELL_DEVICE_OPTION = re.compile(r"(--[\w-]*device)(?:=|\s+)[\"']?(cuda(?::\d+)?
 class DeviceString(Rule):
     """
     ## What it does
-    Rewrites the device strings `"cuda"`, `"cuda:N"`, `f"cuda:{i}"`, and the templates
+    Rewrites the device strings `"cuda"`, `"cuda:N"`, `f"cuda:{i}"`, `f"cuda"`, and the templates
     `"cuda:{}".format(i)` / `"cuda:%d" % i` to `"npu"`, `"npu:N"`, ... where they are used as
     devices: `torch.device(...)`, `.to(...)`, any `device=` / `map_location=` / `device_type=`
     argument, `torch.autocast(...)`, `torch.amp.GradScaler(...)`, the device type of
@@ -132,8 +132,8 @@ class DeviceString(Rule):
     (`torch.cuda.is_available()` is NPU302's.)
 
     ## Fix safety
-    Safe. A device string assembled from pieces (`"cuda" + suffix`) is reported, and so is a
-    test whose values cannot all be followed.
+    Safe. A device string assembled from pieces (`"cuda" + suffix`, `f"cuda" + ":" + rank`) is
+    reported, and so is a test whose values cannot all be followed.
     """
 
     CODE = "NPU303"
@@ -379,10 +379,17 @@ class DeviceString(Rule):
 
 
 def _is_concatenated_device(rule: Rule, node: ast.AST) -> bool:
+    """``"cuda" + suffix``, ``"cuda" + ":" + str(rank)``, ``f"cuda:{rank}" + suffix``: a sum
+    whose leftmost operand is a string that starts with ``cuda``."""
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
         return False
-    left = simple_string(rule.view, node.left)
-    return left is not None and not left.is_bytes and left.body.startswith("cuda")
+    left = node.left
+    while isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
+        left = left.left
+    if isinstance(left, ast.JoinedStr):
+        return cuda_fstring_head(rule.view, left) is not None
+    literal = simple_string(rule.view, left)
+    return literal is not None and not literal.is_bytes and literal.body.startswith("cuda")
 
 
 def _renamed_code(rule: Rule, node: ast.AST, name: str) -> str:

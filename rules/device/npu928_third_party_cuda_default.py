@@ -13,24 +13,37 @@ from migrator.rules.device._target import device_target
 
 @dataclass(frozen=True)
 class CudaDefault:
-    """A helper's device parameter (its position, when it can be passed by position) and what
-    its CUDA default does on an NPU."""
+    """A helper's device parameter (its position, when it can be passed by position), what its
+    CUDA default does on an NPU, and, for a parameter that only later releases have, the first
+    of them and what to do on the earlier ones (which hard-code CUDA)."""
 
     parameter: str
     position: int | None
     effect: str
+    since: str | None = None
+    before: str | None = None
 
 
 _AUTOCAST = CudaDefault("device", 1, "its autocast is CUDA's, so AMP is silently off")
-_LOADER = CudaDefault("device", None, "its prefetcher sends every batch to CUDA, which fails there")
-_PREFETCHER = CudaDefault("device", 4, _LOADER.effect)
-_SCALER = CudaDefault(
-    "device", 0, "its GradScaler is CUDA's and disables itself: nothing is scaled"
+_LOADER_EFFECT = "its prefetcher sends every batch to CUDA, which fails there"
+_LOADER_BEFORE = "pass `use_prefetcher=False` and move the batches to the NPU in the training loop"
+_LOADER = CudaDefault("device", None, _LOADER_EFFECT, "timm 0.9.0", _LOADER_BEFORE)
+_PREFETCHER = CudaDefault(
+    "device", 4, _LOADER_EFFECT, "timm 0.9.0", "move the batches to the NPU without it"
 )
-# Well-known helpers, by every name they are imported under (their signatures: ultralytics'
-# `autocast(enabled: bool, device: str = "cuda")`; timm's `create_loader(..., device=
-# torch.device("cuda"))`, `PrefetchLoader(loader, mean, std, channels, device=...)`, and
-# `NativeScaler(device="cuda")` in the releases that take a device).
+_SCALER = CudaDefault(
+    "device",
+    0,
+    "its GradScaler is CUDA's and disables itself: nothing is scaled",
+    "timm 1.0.12",
+    'use a scaler of your own around `torch.amp.GradScaler("npu")`',
+)
+# Well-known helpers, by every name they are imported under. Their signatures, from the
+# projects' release tags: ultralytics' `autocast(enabled: bool, device: str = "cuda")`; timm's
+# `create_loader(..., device=torch.device("cuda"))` and `PrefetchLoader(loader, mean, std,
+# channels, device=...)` from 0.9.0 (0.8.x pre-releases and earlier call `.cuda()`), and
+# `NativeScaler(device="cuda")` from 1.0.12 (earlier: `NativeScaler()`, which builds
+# `torch.cuda.amp.GradScaler()`; DeiT pins timm 0.3.2).
 HELPERS = {
     "ultralytics.utils.torch_utils.autocast": _AUTOCAST,
     "timm.data.create_loader": _LOADER,
@@ -49,7 +62,12 @@ class ThirdPartyCudaDefault(Rule):
     Reports calls of well-known third-party helpers whose device parameter defaults to CUDA
     when the call does not pass one: ultralytics' `autocast(enabled)` (`device="cuda"`), timm's
     `create_loader(...)` and `PrefetchLoader(...)` (`device=torch.device("cuda")`) and
-    `NativeScaler()`. The message names the argument to pass.
+    `NativeScaler()`. The message names the argument to pass, and, for a parameter that only
+    later releases of the helper have, the first release that takes it and what to do on the
+    earlier ones, which hard-code CUDA: timm's loaders take `device=` from 0.9.0 (before, pass
+    `use_prefetcher=False` and move the batches yourself), its `NativeScaler` from 1.0.12
+    (before, e.g. the 0.3.2 that DeiT-era code pins, use a scaler of your own around
+    `torch.amp.GradScaler("npu")`).
 
     ## Why
     The helper's code is not the repository's, so npu-migrate does not migrate it, and its
@@ -103,8 +121,17 @@ class ThirdPartyCudaDefault(Rule):
         ):
             return  # `**options` may pass it
         device = device_target(self).device_type
+        advice = f"pass `{helper.parameter}={device}`"
+        if helper.since is None:
+            self.report(
+                call,
+                f'{doubt}`{name}` defaults to `{helper.parameter}="cuda"`: on the NPU '
+                f"{helper.effect}; {advice}",
+            )
+            return
         self.report(
             call,
-            f'{doubt}`{name}` defaults to `{helper.parameter}="cuda"`: on the NPU '
-            f"{helper.effect}; pass `{helper.parameter}={device}`",
+            f"{doubt}`{name}` runs on CUDA: on the NPU {helper.effect}; {helper.since} and "
+            f"later take `{helper.parameter}=`: {advice}; earlier releases hard-code CUDA: "
+            f"upgrade, or {helper.before}",
         )
