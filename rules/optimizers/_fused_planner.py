@@ -362,8 +362,7 @@ class _Planner:
         self.level = level
         self.suppressions = suppressions
         self.flow = OptimizerFlow.of(view)
-        handed = HandedCode(view, elsewhere) if elsewhere else None
-        self.hazards = FusionHazards(view, self.flow, elsewhere=handed)
+        self.hazards = FusionHazards(view, self.flow, elsewhere=HandedCode(view, elsewhere or {}))
         self.contract = ParameterContract(view, self.flow, shared, lightning)
         self.sites = factory_sites(view, factories, level)
         self.factory_names = frozenset(factories)  # whose calls in other files the link found

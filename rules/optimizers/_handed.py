@@ -24,7 +24,9 @@ another module of the run, through the project facts of :mod:`migrator.analysis.
    was passed to, an argument passed on, or an attribute of the class that only ever holds it.
    When the optimizer lands in an attribute of a class, every method of the class is looked at.
 
-Another module's ``x.zero_grad()`` is taken for nn.Module's (sets the gradients to None since
+The file's own top-level functions and classes are followed the same way (their facts are made
+from the file's index at the check); resets in the functions where the optimizer lives are the
+hazards' own. Another module's ``x.zero_grad()`` is taken for nn.Module's (sets the gradients to None since
 torch 2.0) unless ``x`` holds the optimizer or the call passes ``set_to_none=False``, as in the
 optimizer's own file. One module deep: a callee that hands the optimizer on to a third module, an
 inherited method, or a class reached through a package's re-export is not followed (as before).
@@ -36,11 +38,13 @@ import ast
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from migrator.analysis.calls import NOT_LITERAL, argument, literal_value
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.project import AmbiguousModule, Facts
+from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.rule import Linking
 
@@ -167,7 +171,7 @@ def _code_facts(index: ModuleIndex) -> dict[str, Any]:
             and _defines(unit.owner, "zero_grad")
         ):
             continue  # the class's own zero_grad: a call, below
-        unit.resets.append(_zero_grad(call, _parameters(unit.node)))
+        unit.resets.append(_zero_grad(index, call, _parameters(unit.node)))
         found_reset = True
     if not found_reset:
         return {}
@@ -257,7 +261,7 @@ def _grad_stores(statement: ast.Assign | ast.AnnAssign | ast.Delete) -> list[dic
     return found
 
 
-def _zero_grad(call: ast.Call, parameters: list[str]) -> dict[str, Any]:
+def _zero_grad(index: ModuleIndex, call: ast.Call, parameters: list[str]) -> dict[str, Any]:
     assert isinstance(call.func, ast.Attribute)
     flag = argument(call, "set_to_none", 0)
     value = literal_value(flag.value) if flag is not None else None
@@ -271,9 +275,26 @@ def _zero_grad(call: ast.Call, parameters: list[str]) -> dict[str, Any]:
         "line": call.lineno,
         "code": ast.unparse(call),
         "kind": "zero_grad",
-        "receiver": _spelled(call.func.value, parameters),
+        "receiver": _receiver(index, call.func.value, parameters),
         "flag": written_flag,
     }
+
+
+def _receiver(index: ModuleIndex, receiver: ast.expr, parameters: list[str]) -> str | None:
+    """What a ``zero_grad`` call's receiver is, as :func:`_spelled` writes it; the loop
+    variable of ``for op in self.optimizers: op.zero_grad()`` is each of ``self.optimizers``
+    (an optimizer held among others zeroes its own gradients there)."""
+    if isinstance(receiver, ast.Name) and receiver.id not in parameters:
+        for ancestor in index.ancestors(receiver):
+            if isinstance(ancestor, _FUNCTIONS):
+                break
+            if (
+                isinstance(ancestor, ast.For)
+                and isinstance(ancestor.target, ast.Name)
+                and ancestor.target.id == receiver.id
+            ):
+                return _spelled(ancestor.iter, parameters)
+    return _spelled(receiver, parameters)
 
 
 def _call_facts(call: ast.Call, callee: str) -> dict[str, Any]:
@@ -373,20 +394,25 @@ def _code_of(linking: Linking, path: str) -> dict[str, Any]:
 class Reset:
     """A gradient reset met in another module, with the callee it was followed from."""
 
-    path: str
+    path: str | None  # None: the file being checked
     line: int
     code: str
     effect: str
+    function: int  # the line of the function or method it is in
 
     def shown(self) -> str:
-        return f"`{self.code}` ({os.path.normpath(self.path)}:{self.line}) {self.effect}"
+        return f"`{self.code}` ({_where(self.path, self.line)}) {self.effect}"
+
+
+def _where(path: str | None, line: int | None) -> str:
+    return f"line {line}" if path is None else f"{os.path.normpath(path)}:{line}"
 
 
 @dataclass(frozen=True)
 class Callee:
     """A function, a class (its constructor) or a method of another module of the run."""
 
-    path: str
+    path: str | None  # None: the file being checked
     name: str  # `f`, `Cls` or `Cls.method`
     facts: Mapping[str, Any]  # that module's code facts
 
@@ -427,27 +453,54 @@ class Callee:
         entry = self.facts["functions"].get(self.entry)
         if line is None and entry is not None:
             line = entry["line"]
-        return f"`{self.name}` ({os.path.normpath(self.path)}:{line})"
+        return f"`{self.name}` ({_where(self.path, line)})"
 
 
 class HandedCode:
-    """The link stage's facts about the other modules' code that the file of ``view`` calls."""
+    """The code of other functions and classes that the file of ``view`` calls: of other modules
+    of the run (the link stage's ``facts``) and of the file itself."""
 
     def __init__(self, view: FileView, facts: Mapping[str, Any]) -> None:
         self.view = view
         self.handed: Mapping[str, Any] = facts.get("handed", {})
         self.code: Mapping[str, Any] = facts.get("handed_code", {})
 
+    @cached_property
+    def local(self) -> Mapping[str, Any]:
+        """The file's own functions and classes (empty when none of them resets gradients)."""
+        return _code_facts(self.view.index)
+
     def __bool__(self) -> bool:
-        return bool(self.handed)
+        return bool(self.handed or self.local)
+
+    @cached_property
+    def method_names(self) -> frozenset[str]:
+        """The methods of every class known here, to leave other calls alone at once."""
+        facts = [*self.code.values(), self.local] if self.local else list(self.code.values())
+        return frozenset(
+            name
+            for code in facts
+            for entry in code["classes"].values()
+            for name in entry["methods"]
+        )
 
     def callee(self, func: ast.expr) -> Callee | None:
-        """The function or class of another module that ``func`` names."""
+        """The function or class, of another module or of this file, that ``func`` names."""
         name = self.view.qualified_name(func)
         entry = self.handed.get(name) if isinstance(name, str) else None
-        if entry is None:
+        if entry is not None:
+            return Callee(entry["path"], entry["name"], self.code[entry["path"]])
+        if name is not None or not isinstance(func, ast.Name) or not self.local:
             return None
-        return Callee(entry["path"], entry["name"], self.code[entry["path"]])
+        bindings = self.view.index.bindings_of(func)
+        if len(bindings) != 1 or bindings[0].kind not in (BindingKind.FUNCTION, BindingKind.CLASS):
+            return None
+        defined = bindings[0].node
+        if defined is None or self.view.index.parent(defined) is not self.view.index.tree:
+            return None  # a nested function or class: not summarised
+        if func.id in self.local["functions"] or func.id in self.local["classes"]:
+            return Callee(None, func.id, self.local)
+        return None
 
     def method(self, classes: list[ast.expr], name: str) -> Callee | None:
         """The method ``name`` of the class of another module that every one of ``classes``
@@ -467,7 +520,6 @@ class HandedCode:
     def resets(self, callee: Callee, holding: set[str]) -> list[Reset]:
         """The gradient resets that running ``callee`` with the optimizer in its parameters
         ``holding`` may meet (see the module docstring), in the order found."""
-        functions: Mapping[str, Any] = callee.facts["functions"]
         owner = callee.owner
         attributes = _held_attributes(callee, holding) if owner else set()
         entries = [(callee.entry, frozenset(holding))]
@@ -475,27 +527,48 @@ class HandedCode:
             # The optimizer is kept in the instance: every method may meet it.
             methods = callee.facts["classes"][owner]["methods"]
             entries += [(f"{owner}.{m}", frozenset()) for m in methods]
-        found: list[Reset] = []
-        seen: set[tuple[str, frozenset[str]]] = set()
-        while entries:
-            name, held = entries.pop(0)
-            facts = functions.get(name)
-            if facts is None or (name, held) in seen:
+        return _closure(callee, entries, attributes)
+
+    def method_resets(self, wrapper: Callee, holding: set[str], method: str) -> list[Reset] | None:
+        """The resets of ``method`` of the class ``wrapper`` (a constructor whose parameters
+        ``holding`` were given the optimizer), where the class defines it (else None): the
+        ``zero_grad`` of a project's object built around the optimizer."""
+        assert wrapper.owner is not None
+        if method not in wrapper.facts["classes"][wrapper.owner]["methods"]:
+            return None
+        attributes = _held_attributes(wrapper, holding)
+        return _closure(wrapper, [(f"{wrapper.owner}.{method}", frozenset())], attributes)
+
+
+def _closure(
+    callee: Callee, entries: list[tuple[str, frozenset[str]]], attributes: set[str]
+) -> list[Reset]:
+    """The resets met running ``entries`` (function, parameters holding the optimizer) and what
+    they call, ``attributes`` of the callee's class holding it too."""
+    functions: Mapping[str, Any] = callee.facts["functions"]
+    owner = callee.owner
+    found: list[Reset] = []
+    seen: set[tuple[str, frozenset[str]]] = set()
+    while entries:
+        name, held = entries.pop(0)
+        facts = functions.get(name)
+        if facts is None or (name, held) in seen:
+            continue
+        seen.add((name, held))
+        in_class = name.split(".")[0] == owner if "." in name else False
+        holders = held | {f"self.{a}" for a in attributes} if in_class else held
+        for reset in facts["resets"]:
+            effect = _effect(reset, holders)
+            if effect is not None:
+                reset_at = Reset(callee.path, reset["line"], reset["code"], effect, facts["line"])
+                found.append(reset_at)
+        for call in facts["calls"]:
+            target = functions.get(call["callee"])
+            if target is None:
                 continue
-            seen.add((name, held))
-            in_class = name.split(".")[0] == owner if "." in name else False
-            holders = held | {f"self.{a}" for a in attributes} if in_class else held
-            for reset in facts["resets"]:
-                effect = _effect(reset, holders)
-                if effect is not None:
-                    found.append(Reset(callee.path, reset["line"], reset["code"], effect))
-            for call in facts["calls"]:
-                target = functions.get(call["callee"])
-                if target is None:
-                    continue
-                method = "." in call["callee"]
-                entries.append((call["callee"], _passed(call, target, holders, method)))
-        return found
+            method = "." in call["callee"]
+            entries.append((call["callee"], _passed(call, target, holders, method)))
+    return found
 
 
 def _held_attributes(callee: Callee, holding: set[str]) -> set[str]:

@@ -39,7 +39,7 @@ from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_va
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._handed import Callee, HandedCode
+from migrator.rules.optimizers._handed import Callee, HandedCode, Reset
 from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -282,16 +282,15 @@ class FusionHazards:
     def _handed_elsewhere(self, constructor: ast.Call) -> Iterator[Hazard]:
         """Calls that pass the optimizer to a function, a class or a method of another module
         of the run whose code resets gradients (see :mod:`._handed`)."""
+        units = self._units_of(constructor)
         for call, callee, bound in self._calls_elsewhere:
-            holding: set[str] = set()
-            for parameter, value in bound:
-                origins = self.flow.through_parameters(self.flow.origins(value))
-                if any(origin is constructor for origin in origins):
-                    holding.add(parameter)
+            holding = self._holding(bound, constructor)
             if not holding:
                 continue
             assert self.elsewhere is not None
             resets = self.elsewhere.resets(callee, holding)
+            if callee.path is None:
+                resets = [r for r in resets if id(self._function_at(r.function)) not in units]
             if not resets:
                 continue
             more = f" (and {len(resets) - 1} more reset there)" if len(resets) > 1 else ""
@@ -314,7 +313,11 @@ class FusionHazards:
             if not call.args and not call.keywords:
                 continue
             callee = self.elsewhere.callee(call.func)
-            if callee is None and isinstance(call.func, ast.Attribute):
+            if (
+                callee is None
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in self.elsewhere.method_names
+            ):
                 classes = self.flow.origins(call.func.value)
                 callee = self.elsewhere.method(classes, call.func.attr)
             if callee is not None:
@@ -382,6 +385,9 @@ class FusionHazards:
             written = f"`{self.view.written(call)}`"
             shown = f"`{self.view.written(wrapper.func)}(...)` (line {line_of(wrapper)})"
             optimizer_like = self._optimizer_wrapper(wrapper)
+            known = None if optimizer_like else self._known_zero_grad(wrapper, constructor)
+            if known is not None and not known[1]:
+                continue  # the project's wrapper zeroes in place (its code, followed)
             how = (
                 "torch's Optimizer.zero_grad, which it inherits, sets the gradients to None by "
                 "default"
@@ -394,6 +400,12 @@ class FusionHazards:
                 "from the NPU fused optimizer's flat gradient buffer (it then keeps stepping with "
                 "stale gradients)"
             )
+            if known is not None:
+                callee, resets = known
+                effect = (
+                    f"is the `zero_grad` of {shown}, which wraps this optimizer: it runs "
+                    f"{callee.shown()}, where {resets[0].shown()}"
+                )
             remedy = (
                 f"pass `set_to_none=False` to {written}"
                 if optimizer_like
@@ -408,6 +420,31 @@ class FusionHazards:
                 else None
             )
             yield Hazard(call, written, effect, remedy, fix)
+
+    def _known_zero_grad(
+        self, wrapper: ast.Call, constructor: ast.Call
+    ) -> tuple[Callee, list[Reset]] | None:
+        """The ``zero_grad`` of a wrapper whose class is of the run (this file or another
+        module) and defines it, with the resets it meets; None when it is not known."""
+        if not self.elsewhere:
+            return None
+        callee = self.elsewhere.callee(wrapper.func)
+        if callee is None or not callee.is_class:
+            return None
+        holding = self._holding(callee.bind(wrapper), constructor)
+        resets = self.elsewhere.method_resets(callee, holding, "zero_grad")
+        if resets is None:
+            return None
+        return Callee(callee.path, f"{callee.name}.zero_grad", callee.facts), resets
+
+    def _holding(self, bound: list[tuple[str, ast.expr]], constructor: ast.Call) -> set[str]:
+        """The parameters among ``bound`` that may be given the optimizer of ``constructor``."""
+        holding: set[str] = set()
+        for parameter, value in bound:
+            origins = self.flow.through_parameters(self.flow.origins(value))
+            if any(origin is constructor for origin in origins):
+                holding.add(parameter)
+        return holding
 
     def _returned_wrappers(self, constructor: ast.Call) -> Iterator[Hazard]:
         """An optimizer wrapper around this optimizer (timm's ``Lookahead``) that a ``return``
@@ -539,12 +576,28 @@ class FusionHazards:
             found.append((self.unit_of(call), Hazard(call, written, effect, remedy, fix)))
         return found
 
+    def _function_at(self, line: int) -> ast.AST | None:
+        """The top-level function or method of the file defined at ``line``."""
+        return self._functions_by_line.get(line)
+
+    @cached_property
+    def _functions_by_line(self) -> dict[int, ast.AST]:
+        found: dict[int, ast.AST] = {}
+        for statement in self.index.tree.body:
+            members = statement.body if isinstance(statement, ast.ClassDef) else [statement]
+            for member in members:
+                if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef):
+                    found[member.lineno] = member
+        return found
+
     def _zero_grad_elsewhere(self, call: ast.Call) -> Hazard | None:
         """``trainer.zero_grad()`` on an instance of a class of another module of the run that
         defines it: a hazard (with an empty effect when its code keeps the gradients in place),
         or None for any other receiver."""
         assert isinstance(call.func, ast.Attribute)
         if not self.elsewhere:
+            return None
+        if "zero_grad" not in self.elsewhere.method_names:
             return None
         callee = self.elsewhere.method(self.flow.origins(call.func.value), "zero_grad")
         if callee is None:
