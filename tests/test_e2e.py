@@ -27,13 +27,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli import run_npu_migrate, start_npu_migrate
 
 REPO = Path(__file__).resolve().parent.parent
 CASES_FILE = REPO / "fixtures" / "e2e" / "cases.toml"
@@ -109,13 +109,7 @@ def case_ids(case: Case) -> str:
 
 def npu_migrate(*args: str) -> subprocess.CompletedProcess[str]:
     """The real command line (the entry point of the ``npu-migrate`` script), in a subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        cwd=REPO,
-    )
+    return run_npu_migrate(*args, cwd=REPO, timeout=RUN_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -198,14 +192,7 @@ def verify_command(case: Case, original: Path, migrated: Path, world_size: int) 
 def start_verify(
     arguments: list[str], extra_env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "migrator", *arguments],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **VERIFY_ENV, **(extra_env or {})},
-    )
+    return start_npu_migrate(*arguments, cwd=REPO, extra_env={**VERIFY_ENV, **(extra_env or {})})
 
 
 def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.formats import ProjectPaths, doc_section, rule_infos
@@ -90,16 +91,9 @@ def npu_migrate(
     cwd: Path, *args: str, cache: Path | None = None, select: str = RULES
 ) -> subprocess.CompletedProcess[str]:
     """``python -m migrator ARGS`` in ``cwd``; the cache is off unless a folder is given."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache or cwd / ".unused-cache")}
+    env = {"XDG_CACHE_HOME": str(cache or cwd / ".unused-cache")}
     options = ["--cache-dir", str(cache)] if cache is not None else ["--no-cache"]
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "--select", select, *options, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_npu_migrate("--select", select, *options, *args, cwd=cwd, extra_env=env)
 
 
 def results_by_rule(log: dict[str, Any]) -> dict[str, dict[str, Any]]:
