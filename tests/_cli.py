@@ -6,7 +6,8 @@ stderr as text. :func:`start_npu_migrate` starts the same command for runs that 
 (``verify`` of several programs) and leaves the waiting to the caller. Both give it no stdin
 (the command never reads one) and its environment is this process's, with ``extra_env`` set on
 top; :func:`run_command` runs another entry point (the console script, ``python -c``) the
-same way.
+same way. :func:`in_process` calls :func:`migrator.cli.main` in this interpreter, for tests of
+options and output where a fresh process adds nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+import pytest
+
+from migrator.cli import main
 
 NPU_MIGRATE = (sys.executable, "-m", "migrator")
 # A run takes seconds; the limit is there so that a hung run fails its test instead of the
@@ -23,6 +28,7 @@ NPU_MIGRATE = (sys.executable, "-m", "migrator")
 TIMEOUT_S = 300
 
 Argument = str | os.PathLike[str]
+Cli = Callable[..., tuple[int, str, str]]
 
 
 def environment(extra_env: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -73,3 +79,14 @@ def start_npu_migrate(
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def in_process(capsys: pytest.CaptureFixture[str], *leading: str) -> Cli:
+    """``main([*leading, *args])`` in this interpreter, as (exit code, stdout, stderr)."""
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        code = main([*leading, *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return invoke
