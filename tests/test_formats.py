@@ -15,10 +15,8 @@ import csv
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -492,19 +490,10 @@ def test_findings_at_one_position_come_in_the_same_order_in_every_run(tmp_path: 
         "def validate():\n"
         "    return torch.sparse.check_sparse_tensor_invariants().is_enabled()\n"
     )
-    command = [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU930", "--check"]
-    command += ["--format", "json", "sparse.py"]
+    command = ["--no-cache", "--select", "NPU930", "--check", "--format", "json", "sparse.py"]
     outputs = []
     for seed in ("0", "1", "2", "3"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run(
-            command,
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = run_npu_migrate(*command, cwd=project, extra_env={"PYTHONHASHSEED": seed})
         assert done.returncode == 1, done.stderr
         outputs.append(done.stdout)
     assert len(set(outputs)) == 1
