@@ -10,17 +10,12 @@ change what these tests expect.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _cli import Cli, in_process, run_npu_migrate
 
-from migrator.cli import main
-
-NPU_MIGRATE = [sys.executable, "-m", "migrator"]
 CONFIG = '[tool.npu-migrate]\nselect = ["NPU3", "NPU920"]\n'
 BASELINE_CONFIG = CONFIG + 'baseline = "npu-migrate-baseline.json"\n'
 TRAIN = (
@@ -50,15 +45,9 @@ MODEL = (
 
 
 def npu_migrate(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CACHE_HOME": str(project.parent / "cache")}
-    return subprocess.run(
-        [*NPU_MIGRATE, *args],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    """The command in ``project``, with a result cache of its own next to it."""
+    cache = {"XDG_CACHE_HOME": str(project.parent / "cache")}
+    return run_npu_migrate(*args, cwd=project, extra_env=cache)
 
 
 def npu920_lines(output: str) -> list[str]:
@@ -164,8 +153,6 @@ def test_adopting_the_check_with_a_baseline_then_with_suppressions(project: Path
 
 # -- in-process: options, formats, errors ----------------------------------------------------------
 
-Cli = Callable[..., tuple[int, str, str]]
-
 
 @pytest.fixture
 def cli(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
@@ -173,12 +160,7 @@ def cli(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     monkeypatch.chdir(project)
     (project / "pyproject.toml").write_text('[tool.npu-migrate]\nselect = ["NPU3", "NPU920"]\n')
 
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = main(["-j", "1", *args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+    return in_process(capsys, "-j", "1")
 
 
 def test_baseline_errors_are_usage_errors(cli: Cli, project: Path) -> None:

@@ -11,12 +11,12 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _cli import NPU_MIGRATE, Cli, in_process, run_command
 
-from migrator.cli import exit_code_of, main
+from migrator.cli import exit_code_of
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.results import Status
 from migrator.runner import Mode, Outcome, RunResult
@@ -41,8 +41,6 @@ AMBIGUOUS = (
 )
 PLAIN = b"import torch\n\nx = torch.zeros(3)\n"
 
-Cli = Callable[..., tuple[int, str, str]]
-
 
 @pytest.fixture
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -56,12 +54,7 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = main(["--select", "NPU102", *args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+    return in_process(capsys, "--select", "NPU102")
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -513,15 +506,12 @@ def test_usage_errors_exit_2(tree: Path, cli: Cli, args: list[str]) -> None:
 
 
 def run_entry(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CACHE_HOME": str(cwd.parent / "cache")}
-    return subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
-    )
+    return run_command(args, cwd=cwd, extra_env={"XDG_CACHE_HOME": str(cwd.parent / "cache")})
 
 
 def test_python_dash_m_and_console_script(tree: Path) -> None:
     write(tree / "train.py", UNMIGRATED)
-    module = [sys.executable, "-m", "migrator", "--select", "NPU102"]
+    module = [*NPU_MIGRATE, "--select", "NPU102"]
     assert run_entry([*module, "--check", "."], tree).returncode == 1
     script = Path(sys.executable).with_name("npu-migrate")
     done = run_entry([str(script), "--select", "NPU102", "-j", "2", "."], tree)

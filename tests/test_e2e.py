@@ -27,13 +27,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli import run_npu_migrate, start_npu_migrate
 
 REPO = Path(__file__).resolve().parent.parent
 CASES_FILE = REPO / "fixtures" / "e2e" / "cases.toml"
@@ -109,13 +110,7 @@ def case_ids(case: Case) -> str:
 
 def npu_migrate(*args: str) -> subprocess.CompletedProcess[str]:
     """The real command line (the entry point of the ``npu-migrate`` script), in a subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        cwd=REPO,
-    )
+    return run_npu_migrate(*args, cwd=REPO, timeout=RUN_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -198,14 +193,7 @@ def verify_command(case: Case, original: Path, migrated: Path, world_size: int) 
 def start_verify(
     arguments: list[str], extra_env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "migrator", *arguments],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **VERIFY_ENV, **(extra_env or {})},
-    )
+    return start_npu_migrate(*arguments, cwd=REPO, extra_env={**VERIFY_ENV, **(extra_env or {})})
 
 
 def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
@@ -219,6 +207,41 @@ def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
 
 def verify(arguments: list[str]) -> subprocess.CompletedProcess[str]:
     return finish(start_verify(arguments))
+
+
+def assert_script_patterns(
+    migrated: Path, script: str, contains: Iterable[str], lacks: Iterable[str]
+) -> None:
+    """The migrated ``script`` (a path in ``migrated``) matches every regex of ``contains`` and
+    none of ``lacks``."""
+    text = (migrated / script).read_text()
+    for pattern in contains:
+        assert re.search(pattern, text), f"the migrated {script} has no match for {pattern!r}"
+    for pattern in lacks:
+        match = re.search(pattern, text)
+        assert match is None, f"the migrated {script} still has {match.group(0)!r}"
+
+
+def miswritten_copy(
+    name: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    old: str,
+    new: str,
+    count: int,
+) -> tuple[Case, Migration, Path]:
+    """The case ``name``, its migration, and a copy of the migrated folder in ``tmp_path`` whose
+    script has each of the ``count`` occurrences of ``old`` written ``new``: a wrong migration."""
+    case = next(case for case in CASES if case.name == name)
+    migration = migration_of(case, tmp_path_factory)
+    wrong = tmp_path / "wrong"
+    shutil.copytree(migration.migrated, wrong, ignore=shutil.ignore_patterns("*.pt", "*.json"))
+    script = wrong / case.script
+    text = script.read_text()
+    assert text.count(old) == count, "the program changed: adapt this test"
+    script.write_text(text.replace(old, new))
+    return case, migration, wrong
 
 
 def tolerance_rule(result: subprocess.CompletedProcess[str]) -> str | None:
@@ -243,12 +266,9 @@ def test_migration_applies_the_expected_rules(
     found = "\n".join(f"  {d['line']}: {d['code']} {d['severity']}" for d in entries)
     assert not missing, f"expected fixes by {missing}; the report has:\n{found}"
 
-    text = (migration.migrated / case.script).read_text()
-    for pattern in case.migrated_contains:
-        assert re.search(pattern, text), f"the migrated {case.script} has no match for {pattern!r}"
-    for pattern in case.migrated_lacks:
-        match = re.search(pattern, text)
-        assert match is None, f"the migrated {case.script} still has {match.group(0)!r}"
+    assert_script_patterns(
+        migration.migrated, case.script, case.migrated_contains, case.migrated_lacks
+    )
 
 
 @pytest.mark.parametrize(("case", "world_size"), RUNS)
@@ -301,15 +321,9 @@ def test_verify_names_the_step_where_a_wrong_migration_departs(
     """verify must be able to fail: a migration that halves the learning rate one epoch early
     (StepLR every epoch instead of every two) trains identically for the first epoch's 3 steps;
     the 4th step's update is the first to differ, in the first parameter the optimizer holds."""
-    case = next(case for case in CASES if case.name == "plain_adam")
-    migration = migration_of(case, tmp_path_factory)
-    wrong = tmp_path / "wrong"
-    shutil.copytree(migration.migrated, wrong, ignore=shutil.ignore_patterns("*.pt", "*.json"))
-    script = wrong / case.script
-    text = script.read_text()
-    assert text.count("step_size=2") == 2, "the program changed: adapt this test"
-    script.write_text(text.replace("step_size=2", "step_size=1"))
-
+    case, migration, wrong = miswritten_copy(
+        "plain_adam", tmp_path, tmp_path_factory, old="step_size=2", new="step_size=1", count=2
+    )
     result = verify(verify_command(case, migration.original, wrong, 1))
     assert result.returncode == 1, cli_output(result)
     verdict = (
@@ -326,15 +340,14 @@ def test_verify_departs_when_the_chained_models_keep_none_gradients(
     """The `set_to_none=False` edits are what keep zero_grad_chain's numbers: the same fused
     optimizers with the networks' `zero_grad()` left as written step gradients that no longer
     reach their flat buffers, and the first generator step after a skipped batch departs."""
-    case = next(case for case in CASES if case.name == "zero_grad_chain")
-    migration = migration_of(case, tmp_path_factory)
-    wrong = tmp_path / "wrong"
-    shutil.copytree(migration.migrated, wrong, ignore=shutil.ignore_patterns("*.pt", "*.json"))
-    script = wrong / case.script
-    text = script.read_text()
-    assert text.count(".zero_grad(set_to_none=False)") == 3, "the program changed: adapt this test"
-    script.write_text(text.replace(".zero_grad(set_to_none=False)", ".zero_grad()"))
-
+    case, migration, wrong = miswritten_copy(
+        "zero_grad_chain",
+        tmp_path,
+        tmp_path_factory,
+        old=".zero_grad(set_to_none=False)",
+        new=".zero_grad()",
+        count=3,
+    )
     result = verify(verify_command(case, migration.original, wrong, 1))
     assert result.returncode == 1, cli_output(result)
     assert "different from step 3" in result.stdout, cli_output(result)

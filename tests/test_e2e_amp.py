@@ -23,7 +23,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import shutil
 import tomllib
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 import pytest
 from test_e2e import (
     RUN_TIMEOUT_S,
+    assert_script_patterns,
     cli_output,
     finish,
     npu_migrate,
@@ -212,12 +212,9 @@ def test_amp_migration_applies_the_expected_rules(
         fixed = {edit["code"] for edit in report["edits"]}
         missing = sorted(set(expected) - fixed)
         assert not missing, f"run {number}: expected fixes by {missing}, got {sorted(fixed)}"
-    text = (migration.migrated / case.script).read_text()
-    for pattern in case.migrated_contains:
-        assert re.search(pattern, text), f"the migrated {case.script} has no match for {pattern!r}"
-    for pattern in case.migrated_lacks:
-        match = re.search(pattern, text)
-        assert match is None, f"the migrated {case.script} still has {match.group(0)!r}"
+    assert_script_patterns(
+        migration.migrated, case.script, case.migrated_contains, case.migrated_lacks
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)

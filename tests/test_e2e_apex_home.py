@@ -8,11 +8,11 @@ before it was ported (fixtures/e2e/apex_home/reference.py), where the original c
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from _cli import run_npu_migrate, start_npu_migrate
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "apex_home"
@@ -21,23 +21,12 @@ VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 
 
 def npu_migrate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    return run_npu_migrate(*args, timeout=TIMEOUT_S)
 
 
 def start_verify(original: Path, migrated: Path, *program_args: str) -> subprocess.Popen[str]:
     command = ["verify", "--steps", "6", "--timeout", str(TIMEOUT_S), str(original)]
-    return subprocess.Popen(
-        [sys.executable, "-m", "migrator", *command, str(migrated), "--", *program_args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **VERIFY_ENV},
-    )
+    return start_npu_migrate(*command, migrated, "--", *program_args, extra_env=VERIFY_ENV)
 
 
 def test_apex_home_is_picked_by_amp_condition_and_both_paths_train(tmp_path: Path) -> None:

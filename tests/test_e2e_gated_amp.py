@@ -20,13 +20,12 @@ paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's shape).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate, start_npu_migrate
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
@@ -40,25 +39,14 @@ VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 def migrated_copy(tmp_path: Path, name: str, *options: str, program: Path = PROGRAM) -> Path:
     copy = tmp_path / name
     shutil.copytree(program, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    result = subprocess.run(
-        [sys.executable, "-m", "migrator", "--no-cache", "-q", *options, str(copy)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    result = run_npu_migrate("--no-cache", "-q", *options, copy, timeout=TIMEOUT_S)
     assert result.returncode == 1, result.stdout + result.stderr  # 1: the file was changed
     return copy / "train.py"
 
 
 def start_verify(original: Path, migrated: Path, *program_args: str) -> subprocess.Popen[str]:
     command = ["verify", "--steps", "6", "--timeout", str(TIMEOUT_S), str(original)]
-    return subprocess.Popen(
-        [sys.executable, "-m", "migrator", *command, str(migrated), "--", *program_args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **VERIFY_ENV},
-    )
+    return start_npu_migrate(*command, migrated, "--", *program_args, extra_env=VERIFY_ENV)
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
@@ -142,12 +130,7 @@ def test_a_factory_picks_the_class_by_the_condition_its_callers_pass(tmp_path: P
     assert "combine_grad=True" in train
     benchmark = (migrated / "benchmark.py").read_text()
     assert "weight_decay=0.05, apex_amp=False)" in benchmark
-    check = subprocess.run(
-        [sys.executable, "-m", "migrator", "--check", "--no-cache", "-q", str(migrated)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    check = run_npu_migrate("--check", "--no-cache", "-q", migrated, timeout=TIMEOUT_S)
     assert check.returncode == 0, check.stdout + check.stderr  # nothing left: idempotent
     runs = {
         "train, fp32": start_verify(FACTORY / "train.py", migrated / "train.py"),

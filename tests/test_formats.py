@@ -15,16 +15,15 @@ import csv
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.diagnostics import Diagnostic, Severity
 from migrator.formats import ProjectPaths, doc_section, rule_infos
@@ -90,16 +89,9 @@ def npu_migrate(
     cwd: Path, *args: str, cache: Path | None = None, select: str = RULES
 ) -> subprocess.CompletedProcess[str]:
     """``python -m migrator ARGS`` in ``cwd``; the cache is off unless a folder is given."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache or cwd / ".unused-cache")}
+    env = {"XDG_CACHE_HOME": str(cache or cwd / ".unused-cache")}
     options = ["--cache-dir", str(cache)] if cache is not None else ["--no-cache"]
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "--select", select, *options, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_npu_migrate("--select", select, *options, *args, cwd=cwd, extra_env=env)
 
 
 def results_by_rule(log: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -498,19 +490,10 @@ def test_findings_at_one_position_come_in_the_same_order_in_every_run(tmp_path: 
         "def validate():\n"
         "    return torch.sparse.check_sparse_tensor_invariants().is_enabled()\n"
     )
-    command = [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU930", "--check"]
-    command += ["--format", "json", "sparse.py"]
+    command = ["--no-cache", "--select", "NPU930", "--check", "--format", "json", "sparse.py"]
     outputs = []
     for seed in ("0", "1", "2", "3"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run(
-            command,
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = run_npu_migrate(*command, cwd=project, extra_env={"PYTHONHASHSEED": seed})
         assert done.returncode == 1, done.stderr
         outputs.append(done.stdout)
     assert len(set(outputs)) == 1

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _cli import NPU_MIGRATE, run_command
 
 from migrator.files import TEMP_SUFFIX
 
@@ -69,7 +70,7 @@ def make_tree(
 
 
 def start(root: Path, *options: str) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "migrator", "--select", "NPU301", "--no-cache", *options]
+    command = [*NPU_MIGRATE, "--select", "NPU301", "--no-cache", *options]
     return subprocess.Popen(
         [*command, str(root)],
         stdout=subprocess.PIPE,
@@ -220,7 +221,7 @@ def test_two_concurrent_runs_on_one_tree_agree(tmp_path: Path) -> None:
     originals = make_tree(tmp_path / "tree", 60, functions=60)
     migrated = expected_outputs(tmp_path, originals)
     cache = tmp_path / "cache"
-    command = [sys.executable, "-m", "migrator", "--select", "NPU301", "--cache-dir", str(cache)]
+    command = [*NPU_MIGRATE, "--select", "NPU301", "--cache-dir", str(cache)]
     runs = [
         subprocess.Popen([*command, "-j", "1", str(tmp_path / "tree")], stderr=subprocess.PIPE)
         for _ in range(2)
@@ -230,7 +231,5 @@ def test_two_concurrent_runs_on_one_tree_agree(tmp_path: Path) -> None:
         assert run.returncode in (0, 1), errors.decode()
     assert all(path.read_bytes() == migrated[path] for path in originals)
     assert list((tmp_path / "tree").rglob(f"*{TEMP_SUFFIX}")) == []
-    check = subprocess.run(
-        [*command, "--check", "-v", str(tmp_path / "tree")], capture_output=True, text=True
-    )
+    check = run_command([*command, "--check", "-v", tmp_path / "tree"])
     assert check.returncode == 0, check.stdout + check.stderr

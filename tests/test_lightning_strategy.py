@@ -5,13 +5,11 @@ command line on a two-file project: the module in ``model.py``, the Trainer in `
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 MODEL = """\
     import pytorch_lightning as pl
@@ -61,13 +59,7 @@ def check(tmp_path: Path, trainer: str) -> list[dict]:
     project.mkdir()
     (project / "model.py").write_text(textwrap.dedent(MODEL))
     (project / "train.py").write_text(textwrap.dedent(TRAIN).format(trainer=trainer))
-    done = subprocess.run(
-        [sys.executable, "-m", "migrator", "--check", "--no-cache", "--format", "json", "."],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    done = run_npu_migrate("--check", "--no-cache", "--format", "json", ".", cwd=project)
     assert done.returncode in (0, 1), done.stderr
     report = json.loads(done.stdout)
     found = [*report.get("edits", []), *report.get("diagnostics", [])]
@@ -106,14 +98,10 @@ def test_a_sibling_project_s_trainer_does_not_decide(tmp_path: Path, cache: tupl
         (project / "model.py").write_text(textwrap.dedent(MODEL))
         (project / "train.py").write_text(textwrap.dedent(TRAIN).format(trainer=trainer))
     for _ in range(2 if cache == () else 1):
-        done = subprocess.run(
-            [sys.executable, "-m", "migrator", "--check", *cache, "--format", "json", "."],
-            cwd=run,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
-        )
+        done = run_npu_migrate(
+            "--check", *cache, "--format", "json", ".",
+            cwd=run, extra_env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+        )  # fmt: skip
         report = json.loads(done.stdout)
         found = [*report.get("edits", []), *report.get("diagnostics", [])]
         severities = {

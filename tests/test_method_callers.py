@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 PROGRAM = Path(__file__).resolve().parent.parent / "fixtures" / "e2e" / "method_gpt"
 FUSED = "torch_npu.optim.NpuFusedAdamW("
@@ -19,13 +19,7 @@ UNFIXED = "optimizer.zero_grad(set_to_none=True)"
 
 
 def npu_migrate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "--select", "NPU101", "--no-cache", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    return run_npu_migrate("--select", "NPU101", "--no-cache", *args, cwd=cwd, timeout=120)
 
 
 @pytest.fixture

@@ -17,14 +17,13 @@ fixtures expect.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.ipython import ipython_spans
 from migrator.notebooks import JsonStyle, Notebook, NotebookError, NotebookModule, split_lines
@@ -55,16 +54,8 @@ def changing(case: str) -> bool:
 
 def npu_migrate(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The command line in a fresh process, with a result cache of its own next to ``cwd``."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cwd.parent / "cache")}
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "--select", SELECT, *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    env = {"XDG_CACHE_HOME": str(cwd.parent / "cache")}
+    return run_npu_migrate("--select", SELECT, *args, cwd=cwd, extra_env=env)
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ name), the verdict on each shape of optimizer class, and that the facts are plai
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from _cli import run_npu_migrate
 
 from migrator.analysis import names
 from migrator.analysis.classes import ModuleClasses
@@ -65,10 +65,8 @@ def test_a_relative_import_in_a_package_is_followed_by_the_cli(tmp_path: Path) -
         tmp_path,
         {"dino/__init__.py": "", "dino/utils.py": HELPER, "dino/train.py": TRAIN},
     )
-    command = [sys.executable, "-m", "migrator", "--select", "NPU203", "--format", "json"]
-    run = subprocess.run(
-        [*command, "-j", "1", str(tmp_path)], capture_output=True, text=True, timeout=120
-    )
+    command = ["--select", "NPU203", "--format", "json"]
+    run = run_npu_migrate(*command, "-j", "1", tmp_path, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr  # 1: it changed a file
     moved = (tmp_path / "dino/train.py").read_text()
     assert moved.index("optimizer = torch.optim.AdamW") < moved.index("DistributedDataParallel(")
@@ -79,9 +77,7 @@ def test_a_relative_import_in_a_package_is_followed_by_the_cli(tmp_path: Path) -
         "its parameter names, which DDP prefixes with `module.`)"
     )
     assert (tmp_path / "dino/utils.py").read_text() == HELPER
-    again = subprocess.run(
-        [*command, "--check", str(tmp_path)], capture_output=True, text=True, timeout=120
-    )
+    again = run_npu_migrate(*command, "--check", tmp_path, timeout=120)
     assert again.returncode == 0, again.stdout  # the moved program needs nothing more
 
 

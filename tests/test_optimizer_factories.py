@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.project import Facts, Module, ProjectFiles, Resolved
@@ -68,13 +68,7 @@ class Trainer:
 
 
 def npu_migrate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "--select", "NPU101,NPU102", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    return run_npu_migrate("--select", "NPU101,NPU102", *args, cwd=cwd, timeout=120)
 
 
 @pytest.fixture

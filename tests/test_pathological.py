@@ -6,12 +6,11 @@ never hangs, and the other files of the run are still processed.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 CUDA = "x = y.cuda()\n"  # every file below passes the device rules' pre-scan
 GOOD = b"import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
@@ -56,12 +55,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str, float
         (tree / name).write_bytes(data)
     (tree / "good.py").write_bytes(GOOD)
     start = time.monotonic()
-    completed = subprocess.run(
-        [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU3", "-j", "2", str(tree)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    completed = run_npu_migrate("--no-cache", "--select", "NPU3", "-j", "2", tree, timeout=600)
     return tree, completed.returncode, completed.stderr, time.monotonic() - start
 
 

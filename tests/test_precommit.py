@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
@@ -109,13 +110,7 @@ def test_hook_fails_the_commit_on_unmigrated_code_and_passes_after(tmp_path: Pat
     )
     wrapped = b"import torch\n" + MIGRATED + b"net = torch.nn.DataParallel(model)\n"
     (project / "other.py").write_bytes(wrapped)
-    written = subprocess.run(
-        [sys.executable, "-m", "migrator", "--check", "--write-baseline", "."],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    written = run_npu_migrate("--check", "--write-baseline", ".", cwd=project, extra_env=env)
     assert written.returncode == 0, written.stdout + written.stderr
     git("add", ".", cwd=project)
 

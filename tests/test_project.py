@@ -8,10 +8,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.analysis.project import AmbiguousModule, Module, ProjectFacts, Resolved, module_name
 
@@ -36,13 +36,7 @@ def pool(features, rois):
 
 
 def npu_migrate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    return run_npu_migrate(*args, cwd=cwd, timeout=120)
 
 
 @pytest.fixture

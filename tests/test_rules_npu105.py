@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ast
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.analysis.parse import parse_index
 from migrator.config import ConfigError, load_config
@@ -45,13 +45,7 @@ def main():
 
 
 def npu_migrate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "--no-cache", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    return run_npu_migrate("--no-cache", *args, cwd=REPO, timeout=120)
 
 
 def project(folder: Path, table: str = "") -> Path:

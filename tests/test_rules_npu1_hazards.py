@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from _cli import run_npu_migrate
 
 CONDITIONAL_AMP = textwrap.dedent(
     """
@@ -37,21 +38,7 @@ GRAD_TO_NONE = textwrap.dedent(
 
 
 def check(script: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "migrator",
-            "--no-cache",
-            "--select",
-            "NPU101",
-            "--check",
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_npu_migrate("--no-cache", "--select", "NPU101", "--check", script, timeout=120)
 
 
 def test_conditional_amp_picks_the_class_by_its_condition(tmp_path: Path) -> None:
@@ -60,12 +47,7 @@ def test_conditional_amp_picks_the_class_by_its_condition(tmp_path: Path) -> Non
     result = check(script)
     assert result.returncode == 1, result.stderr
     assert "would migrate" in result.stdout and "[manual]" not in result.stdout
-    migrate = subprocess.run(
-        [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU101,NPU102", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    migrate = run_npu_migrate("--no-cache", "--select", "NPU101,NPU102", script, timeout=120)
     assert migrate.returncode == 1, migrate.stderr  # 1: the file was changed
     migrated = script.read_text()
     assert (
@@ -81,11 +63,6 @@ def test_a_hazard_leaves_the_file_alone_and_fails_the_check(tmp_path: Path) -> N
     result = check(script)
     assert result.returncode == 1, result.stderr
     assert "[manual] `torch.optim.Adam` is not rewritten to `NpuFusedAdam`" in result.stdout
-    apply = subprocess.run(
-        [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU101", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    apply = run_npu_migrate("--no-cache", "--select", "NPU101", script, timeout=120)
     assert apply.returncode == 0, apply.stderr  # nothing changed, manual findings only
     assert script.read_text() == GRAD_TO_NONE

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.config import ConfigError, load_config
 
@@ -44,13 +43,7 @@ def test_the_command_line_exits_2_on_a_bad_level(tmp_path: Path) -> None:
     write_config(tmp_path, 'opt-level = "O4"')
     script = tmp_path / "train.py"
     script.write_text("from apex import amp\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "migrator", "--no-cache", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = run_npu_migrate("--no-cache", script, cwd=REPO, timeout=120)
     assert result.returncode == 2
     assert "got 'O4'" in result.stdout + result.stderr
     assert script.read_text() == "from apex import amp\n"
@@ -64,13 +57,7 @@ def test_the_switch_rewrites_a_project(tmp_path: Path) -> None:
         "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         '    return amp.initialize(model, optimizer, opt_level="O3")\n'
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "migrator", "--no-cache", "--select", "NPU1", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = run_npu_migrate("--no-cache", "--select", "NPU1", script, cwd=REPO, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     text = script.read_text()
     assert "apex.optimizers.NpuFusedSGD(" in text

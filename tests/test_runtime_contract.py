@@ -54,6 +54,7 @@ from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 import pytest
+from _cli import run_npu_migrate
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -202,13 +203,7 @@ def migrated_e2e(workdir: Path) -> dict[str, Path]:
     for label, script in e2e_scripts().items():
         folder = workdir / label.replace("/", "-")
         shutil.copytree(script.parent, folder, ignore=shutil.ignore_patterns("__pycache__"))
-        result = subprocess.run(
-            [sys.executable, "-m", "migrator", "--no-cache", str(folder)],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            cwd=REPO,
-        )
+        result = run_npu_migrate("--no-cache", folder, cwd=REPO, timeout=TIMEOUT_S)
         assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-4000:]
         migrated[label] = folder / script.name
     return migrated

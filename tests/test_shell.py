@@ -5,16 +5,11 @@ configuration key, selection and suppression comments. Shell scripts are never r
 from __future__ import annotations
 
 import json
-import os
 import stat
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from migrator.cli import main
+from _cli import Cli, in_process, run_npu_migrate
 
 LAUNCH = (
     "#!/bin/bash\n"
@@ -27,8 +22,6 @@ LAUNCH = (
 )
 CLEAN = "#!/bin/sh\nexport ASCEND_RT_VISIBLE_DEVICES=0,1\npython train.py --dist-backend hccl\n"
 PYTHON = "import torch\n\nx = torch.zeros(3)\n"
-
-Cli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
@@ -50,12 +43,7 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+    return in_process(capsys)
 
 
 def findings(document: str) -> list[tuple[str, int, int, str, str]]:
@@ -158,15 +146,7 @@ def test_skip_file_comment_skips_a_script(tree: Path, cli: Cli) -> None:
 
 
 def test_the_installed_command_scans_scripts(tree: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    done = subprocess.run(
-        [sys.executable, "-m", "migrator", "--check", "--include-shell", "--no-cache", "."],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = run_npu_migrate("--check", "--include-shell", "--no-cache", ".", cwd=tree, extra_env=env)
     assert done.returncode == 1, done.stderr
     assert "scripts/train.sh:3:8: NPU926 [manual] `CUDA_VISIBLE_DEVICES` (set here)" in done.stdout

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -141,14 +142,7 @@ def modules_after_a_run(*arguments: str, cwd: Path) -> set[str]:
         "print(json.dumps(sorted(sys.modules)))\n"
         "sys.exit(code)\n"
     )
-    completed = subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    completed = run_command([sys.executable, "-c", program], cwd=cwd, timeout=120)
     assert completed.returncode in (0, 1), completed.stderr[-3000:]
     return set(json.loads(completed.stdout.splitlines()[-1]))
 

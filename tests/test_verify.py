@@ -9,7 +9,6 @@ end-to-end programs (tests/test_e2e.py) cover verify on real migrations, world s
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _cli import run_npu_migrate
 
 from migrator.verify.compare import (
     Autocast,
@@ -250,14 +250,8 @@ def test_every_rank_is_compared_and_the_earliest_difference_wins() -> None:
 
 
 def npu_migrate_verify(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "verify", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"},
-    )
+    env = {"COLUMNS": "200", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
+    return run_npu_migrate("verify", *args, cwd=cwd, extra_env=env, timeout=TIMEOUT_S)
 
 
 def output(result: subprocess.CompletedProcess[str]) -> str:
@@ -527,11 +521,7 @@ def test_emulated_accelerator_sees_a_migration_that_turns_autocast_off(tmp_path:
     assert result.returncode == 0, output(result)
     assert "autocast(accelerator, bfloat16) asked for" in result.stdout, output(result)
     migrated = tmp_path / "migrated"
-    subprocess.run(
-        [sys.executable, "-m", "migrator", "-q", "-o", str(migrated), str(program)],
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    run_npu_migrate("-q", "-o", migrated, program, timeout=TIMEOUT_S)
     script = migrated / "train.py"
     fixed = script.read_text()
     assert 'device_type = "npu" if "npu" in device else "cpu"' in fixed
