@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from _cli import run_npu_migrate
 
 TRAIN = """\
 import torch
@@ -38,13 +39,7 @@ LOOP_WITH_RESET = (
 
 
 def npu_migrate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "migrator", "--select", "NPU101", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    return run_npu_migrate("--select", "NPU101", *args, cwd=cwd)
 
 
 def npu101(result: subprocess.CompletedProcess[str]) -> list[tuple[int, str, str]]:
