@@ -26,10 +26,11 @@ another module of the run, through the project facts of :mod:`migrator.analysis.
 
 The file's own top-level functions and classes are followed the same way (their facts are made
 from the file's index at the check); resets in the functions where the optimizer lives are the
-hazards' own. Another module's ``x.zero_grad()`` is taken for nn.Module's (sets the gradients to None since
-torch 2.0) unless ``x`` holds the optimizer or the call passes ``set_to_none=False``, as in the
-optimizer's own file. One module deep: a callee that hands the optimizer on to a third module, an
-inherited method, or a class reached through a package's re-export is not followed (as before).
+hazards' own. Another module's ``x.zero_grad()`` is taken for nn.Module's (sets the gradients to
+None since torch 2.0) unless ``x`` holds the optimizer or the call passes
+``set_to_none=False``, as in the optimizer's own file. One module deep: a callee that hands the
+optimizer on to a third module, an inherited method, or a class reached through a package's
+re-export is not followed (as before).
 """
 
 from __future__ import annotations

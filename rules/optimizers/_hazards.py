@@ -39,7 +39,15 @@ from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_va
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._handed import Callee, HandedCode, Reset
+from migrator.rules.optimizers._handed import (
+    DROPS,
+    MODULE_DEFAULT,
+    REPLACES,
+    SETS_NONE,
+    Callee,
+    HandedCode,
+    Reset,
+)
 from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -554,16 +562,8 @@ class FusionHazards:
                     "stale gradients)"
                 )
             elif value:
-                default = (
-                    " (nn.Module.zero_grad's default since torch 2.0)"
-                    if set_to_none is None
-                    else ""
-                )
-                effect = (
-                    f"sets the gradients to None{default}, which detaches them from "
-                    "the NPU fused optimizer's flat gradient buffer (it then keeps stepping with "
-                    "stale gradients)"
-                )
+                default = MODULE_DEFAULT if set_to_none is None else ""
+                effect = SETS_NONE.format(default=default)
             else:
                 continue
             remedy = (
@@ -641,18 +641,11 @@ class FusionHazards:
                 isinstance(value, ast.Constant) and value.value is None
             ):
                 written = f"`{target} = None`" if value is not None else f"`del {target}`"
-                effect = (
-                    "drops a gradient from the NPU fused "
-                    "optimizer's flat gradient buffer (it then keeps stepping with a stale one)"
-                )
+                effect = DROPS
                 remedy = f"{_ZERO_IN_PLACE} instead of setting them to None"
             else:
                 written = f"`{target} = ...`"
-                effect = (
-                    "replaces a gradient tensor, "
-                    "which detaches it from the NPU fused optimizer's flat gradient buffer (it "
-                    "then keeps stepping with a stale one)"
-                )
+                effect = REPLACES
                 remedy = f"write into the existing gradient in place (`{target}.copy_(...)`)"
             found.append((self.unit_of(attribute), Hazard(attribute, written, effect, remedy)))
         return found
