@@ -8,7 +8,9 @@ scope's statements in program order that follows ``if``/``else``, ``for``/``whil
 ``break``/``continue``/``else``), ``with``, ``try``/``except``/``else``/``finally``, ``match``,
 ``return``/``raise``, tuple unpacking and ``:=``. Nothing is parsed again: the walk runs over
 the module's ``ast`` on demand, only for the names the flow follows, and is cached per scope and
-name.
+name. The walk looks into an expression only when a node spelled as the name (the index lists
+them) is below it; every other expression is passed over whole, so a walk costs about the
+scope's statements, not all of its nodes.
 
 Definitions are ``ast`` nodes: the stored ``ast.Name``/``ast.Attribute`` of an assignment,
 ``for`` target, ``with ... as`` or ``:=``; the ``ast.arg`` of a parameter; the import statement,
@@ -51,9 +53,12 @@ class _Loop:
 class _Walk:
     """One forward walk over a scope's body for one key (a name or a dotted attribute)."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, relevant: frozenset[int] | None = None) -> None:
         self.key = key
         self.attribute = "." in key
+        # The ids of the nodes below which an event may be (see ReachingDefinitions._relevant);
+        # None: look everywhere.
+        self.relevant = relevant
         self.reads: dict[int, set[ast.AST]] = {}
         self.loops: list[_Loop] = []
         self.tries: list[list[_State]] = []  # states seen inside each enclosing `try` body
@@ -206,6 +211,8 @@ class _Walk:
 
     def expression(self, node: ast.expr, state: _State, reading_store: bool = False) -> _State:
         """Record the reads of the key in ``node`` (in evaluation order) and apply its ``:=``."""
+        if self.relevant is not None and id(node) not in self.relevant:
+            return state  # the key is not spelled below
         for event in self._events(node, reading_store):
             if isinstance(event, ast.NamedExpr):
                 if self._is_key(event.target):
@@ -225,8 +232,10 @@ class _Walk:
         if self._is_key(node) and (reading_store or isinstance(node.ctx, ast.Load)):  # type: ignore[attr-defined]
             yield node
             return
+        relevant = self.relevant
         for child in ast.iter_child_nodes(node):
-            yield from self._events(child, reading_store)
+            if relevant is None or id(child) in relevant:
+                yield from self._events(child, reading_store)
 
     def store(self, target: ast.expr, state: _State) -> _State:
         """An assignment to ``target`` (unpacking included): the key's definition replaces the
@@ -250,9 +259,12 @@ class _Walk:
 class ReachingDefinitions:
     """Which definitions reach a read, per scope and key, computed on demand and cached."""
 
-    def __init__(self, index: ModuleIndex) -> None:
+    def __init__(self, index: ModuleIndex, *, prune: bool = True) -> None:
         self.index = index
+        # False: every walk looks into every expression (the soundness tests' slow path).
+        self.prune = prune
         self._walks: dict[tuple[int, str], _Walk] = {}
+        self._relevant_to: dict[str, frozenset[int]] = {}
 
     def of_name(self, read: ast.Name) -> list[ast.AST] | None:
         """The definitions of ``read``'s name that reach it, in source order (``ENTRY`` last).
@@ -285,15 +297,42 @@ class ReachingDefinitions:
     def _reaching(self, owner: ast.AST, key: str, read: ast.AST) -> list[ast.AST] | None:
         walk = self._walks.get((id(owner), key))
         if walk is None:
-            walk = self._walks[(id(owner), key)] = _walk_scope(owner, key)
+            # An owner from another tree (not one this index holds): walk all of it.
+            known = owner is self.index.tree or self.index.parent(owner) is not None
+            relevant = self._relevant(key) if known and self.prune else None
+            walk = self._walks[(id(owner), key)] = _walk_scope(owner, key, relevant)
         found = walk.reads.get(id(read))
         if found is None:
             return None
         return sorted(found, key=_definition_order)
 
+    def _relevant(self, key: str) -> frozenset[int]:
+        """The ids of the nodes spelled as ``key`` (a name, or a dotted attribute; stored or
+        read) and of all their ancestors. Below any other node a walk for ``key`` has no event:
+        no read of the key, and no ``:=`` that binds it (its target is spelled as the key); a
+        ``:=`` that binds another name changes nothing for this key."""
+        known = self._relevant_to.get(key)
+        if known is not None:
+            return known
+        index = self.index
+        spelled: list[ast.AST]
+        if "." in key:
+            last = key.rpartition(".")[2]
+            spelled = [a for a in index.attributes(last) if dotted_name(a) == key]
+        else:
+            spelled = [*index.names(key)]
+        marked: set[int] = set()
+        for node in spelled:
+            current: ast.AST | None = node
+            while current is not None and id(current) not in marked:
+                marked.add(id(current))
+                current = index.parent(current)
+        known = self._relevant_to[key] = frozenset(marked)
+        return known
 
-def _walk_scope(owner: ast.AST, key: str) -> _Walk:
-    walk = _Walk(key)
+
+def _walk_scope(owner: ast.AST, key: str, relevant: frozenset[int] | None = None) -> _Walk:
+    walk = _Walk(key, relevant)
     entry: _State = frozenset({ENTRY})
     if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) and "." not in key:
         arguments = owner.args

@@ -345,7 +345,7 @@ class Origins:
 
 def reaching_definitions(view: FileView) -> ReachingDefinitions:
     """The file's reaching definitions, shared by every analysis of the file."""
-    return view.memo(ReachingDefinitions, lambda: ReachingDefinitions(view.index))
+    return view.memo(ReachingDefinitions, lambda: ReachingDefinitions(view.index, prune=view.fast))
 
 
 def origins_of(view: FileView, policy: LookThrough) -> Origins:
