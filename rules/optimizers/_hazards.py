@@ -796,14 +796,8 @@ def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
     if params is None:
         return set()
     models: set[str] = set()
-    for expression in _params_sources(flow, params):
-        for node in ast.walk(expression):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in _PARAMETER_METHODS
-            ):
-                models |= _receiver_spellings(flow, node.func.value)
+    for receiver in _parameter_receivers(_params_sources(flow, params)):
+        models |= _receiver_spellings(flow, receiver)
     return models
 
 
@@ -1050,20 +1044,26 @@ def _models_named(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
     if params is None:
         return set()
     models: set[str] = set()
-    for expression in _added_before(flow, params):
+    for receiver in _parameter_receivers(_added_before(flow, params)):
+        while isinstance(receiver, ast.Subscript):
+            receiver = receiver.value
+        name = dotted_name(receiver)
+        if name is not None:
+            models.add(name)
+    return models
+
+
+def _parameter_receivers(expressions: list[ast.expr]) -> Iterator[ast.expr]:
+    """The ``x`` of every ``x.parameters()`` / ``x.named_parameters()`` call in
+    ``expressions``."""
+    for expression in expressions:
         for node in ast.walk(expression):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _PARAMETER_METHODS
             ):
-                receiver = node.func.value
-                while isinstance(receiver, ast.Subscript):
-                    receiver = receiver.value
-                name = dotted_name(receiver)
-                if name is not None:
-                    models.add(name)
-    return models
+                yield node.func.value
 
 
 def _added_before(flow: OptimizerFlow, params: ast.expr) -> list[ast.expr]:
