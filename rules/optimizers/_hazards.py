@@ -229,8 +229,10 @@ class FusionHazards:
         parameters into flat buffers of its own at its first step, so a second fused one packs
         them again (the first then updates buffers the model no longer reads), and an unfused
         one sets their gradients to None in ``zero_grad()``. Two constructors on the two sides
-        of an `if`, one returned before the other is built, or assigned to the same name (the
-        second replaces the first) are alternatives, not neighbours."""
+        of an `if`, one returned before the other is built, assigned to the same name (the
+        second replaces the first), or two values of a dict or list subscripted at once (nnUNet's
+        `{"sgd": FusedSGD(...), "adam": FusedAdam(...)}[name]`) are alternatives, not
+        neighbours."""
         mine = _models_named(self.flow, params)
         if not mine:
             return []
@@ -277,6 +279,15 @@ class FusionHazards:
     def _alternatives(self, first: ast.Call, second: ast.Call) -> bool:
         if self.flow.exclusive(first, second) or self.flow.exclusive(second, first):
             return True
+        container = self.index.parent(first)
+        if isinstance(container, ast.Dict | ast.List | ast.Tuple):
+            picked = self.index.parent(container)
+            if (
+                self.index.parent(second) is container
+                and isinstance(picked, ast.Subscript)
+                and picked.value is container
+            ):
+                return True  # `{"sgd": SGD(...), "adam": Adam(...)}[name]`: one is kept
         earlier, later = sorted((first, second), key=line_of)
         # `return SGD(...)` ends the call: what comes after it never runs beside it.
         if isinstance(self.index.parent(earlier), ast.Return) and line_of(later) > line_of(earlier):
