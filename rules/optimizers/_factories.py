@@ -65,6 +65,7 @@ from migrator.rules.optimizers._flow import (
     takes,
 )
 from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
+from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
 from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
 from migrator.rules.optimizers._tables import (
@@ -209,6 +210,8 @@ class _Link:
     reader: FileViews
     located: dict[tuple[str, str], Factory | str] = field(default_factory=dict)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> facts
+    # path -> the code of other modules its calls reach (_handed), for the hazards there.
+    handed: Mapping[str, Facts] = field(default_factory=dict)
 
     @property
     def switched_level(self) -> str | None:
@@ -220,10 +223,13 @@ class _Link:
         return self.facts.setdefault(path, {}).setdefault(part, {})
 
 
-def link(linking: Linking, views: FileViews) -> Mapping[str, Facts] | None:
+def link(
+    linking: Linking, views: FileViews, handed_code: Mapping[str, Facts] | None = None
+) -> Mapping[str, Facts] | None:
     """The factories' facts (NPU101's planner decides, in each factory's module, what the
-    factory returns); ``views``: the files' views this link stage shares."""
-    state = _Link(linking, views)
+    factory returns); ``views``: the files' views this link stage shares; ``handed_code``: the
+    code of other modules each file's calls reach (:func:`._handed.link`)."""
+    state = _Link(linking, views, handed=handed_code or {})
     callers: dict[Factory, list[tuple[str, str, str]]] = {}  # -> (caller, origin key, callee)
     for path, summary in linking.project.summaries(KEY).items():
         for worker in summary.get("workers", []):
@@ -379,7 +385,12 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
         if not found:
             continue
         flow = OptimizerFlow.of(reader)
-        hazards = FusionHazards(reader, flow, returned=frozenset(id(call) for call in called))
+        hazards = FusionHazards(
+            reader,
+            flow,
+            returned=frozenset(id(call) for call in called),
+            elsewhere=HandedCode(reader, state.handed.get(path, {})),
+        )
         contract = ParameterContract(reader, flow)
         for call, factory in found:
             amp_calls = flow.amp_calls_reached.get(id(call), [])
@@ -685,6 +696,7 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         suppressions=suppressions,
         amp_always=state.linking.settings.amp is AmpPolicy.ALWAYS,
         lightning=_lightning_doubt(state.linking, path),
+        elsewhere=state.handed.get(path, {}),
     )
     plans = {id(rewrite.call): rewrite for rewrite in decisions.rewrites}
     parameters: dict[str, str] = {}
@@ -888,7 +900,11 @@ class OptimizerFactories:
         """The factories' facts and the callers of methods that return an optimizer (each
         part of a file's facts comes from one of the two)."""
         views = FileViews(linking.files)
-        found = {path: dict(facts) for path, facts in (link(linking, views) or {}).items()}
+        handed_code = handed.link(linking, linking.project.summaries(KEY))
+        views.release()
+        found = {path: dict(facts) for path, facts in handed_code.items()}
+        for path, facts in (link(linking, views, handed_code) or {}).items():
+            found.setdefault(path, {}).update(facts)
         for path, summary in linking.project.summaries(KEY).items():
             if summary.get("lightning_modules"):
                 doubt = _lightning_doubt(linking, path)
@@ -898,7 +914,4 @@ class OptimizerFactories:
         views.release()
         for path, facts in methods.items():
             found.setdefault(path, {}).update(facts)
-        for path, facts in handed.link(linking, linking.project.summaries(KEY)).items():
-            found.setdefault(path, {}).update(facts)
-        views.release()
         return found or None

@@ -327,20 +327,33 @@ def _stored_in_self(
     statement: ast.Assign | ast.AnnAssign | ast.AugAssign,
     method: ast.FunctionDef | ast.AsyncFunctionDef,
 ) -> Iterator[tuple[str, str | None]]:
-    """``self.a = p`` in ``method``: (``a``, ``p`` when it is a parameter of the method, else
-    None), for each attribute of ``self`` that ``statement`` stores."""
+    """``self.a = p`` in ``method`` (also ``self.a, self.b = p, q``): (``a``, ``p`` when it is
+    a parameter of the method, else None), for each attribute of ``self`` that ``statement``
+    stores."""
     targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-    value = statement.value
-    plain = (
-        not isinstance(statement, ast.AugAssign)
-        and isinstance(value, ast.Name)
-        and value.id in _parameters(method)
-    )
+    parameters = _parameters(method)
     for target in targets:
-        for element in _flat(target):
+        for element, value in _paired(target, statement.value):
             if isinstance(element, ast.Attribute) and _is_self(element.value):
-                whole = plain and element is target and isinstance(value, ast.Name)
-                yield element.attr, value.id if whole and isinstance(value, ast.Name) else None
+                plain = (
+                    not isinstance(statement, ast.AugAssign)
+                    and isinstance(value, ast.Name)
+                    and value.id in parameters
+                )
+                yield element.attr, value.id if plain and isinstance(value, ast.Name) else None
+
+
+def _paired(target: ast.expr, value: ast.expr | None) -> Iterator[tuple[ast.expr, ast.expr | None]]:
+    """Each name or attribute ``target`` stores, with the part of ``value`` it gets when the
+    two are tuples (or lists) of the same length, else None for the parts of a tuple."""
+    if isinstance(target, ast.Tuple | ast.List):
+        values: list[ast.expr | None] = [None] * len(target.elts)
+        if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
+            values = list(value.elts)
+        for element, part in zip(target.elts, values, strict=True):
+            yield from _paired(element, part)
+    else:
+        yield target, value
 
 
 def _flat(target: ast.expr) -> Iterator[ast.expr]:
@@ -518,17 +531,27 @@ class HandedCode:
             return None
         return Callee(found.path, f"{found.name}.{name}", found.facts)
 
-    def resets(self, callee: Callee, holding: set[str]) -> list[Reset]:
+    def resets(
+        self,
+        callee: Callee,
+        holding: set[str],
+        built_with: set[str] | None = None,
+    ) -> list[Reset]:
         """The gradient resets that running ``callee`` with the optimizer in its parameters
-        ``holding`` may meet (see the module docstring), in the order found."""
+        ``holding`` may meet (see the module docstring), in the order found; ``built_with``:
+        for a method, the parameters of its class's ``__init__`` that the instance was given
+        an optimizer in (what they keep in attributes holds it too)."""
         owner = callee.owner
         attributes = _held_attributes(callee, holding) if owner else set()
+        if owner is not None and built_with:
+            constructor = Callee(callee.path, owner, callee.facts)
+            attributes |= _held_attributes(constructor, built_with)
         entries = [(callee.entry, frozenset(holding))]
         if attributes and owner is not None:
             # The optimizer is kept in the instance: every method may meet it.
             methods = callee.facts["classes"][owner]["methods"]
             entries += [(f"{owner}.{m}", frozenset()) for m in methods]
-        return _closure(callee, entries, attributes)
+        return _closure(callee, entries, attributes, traced_only=not holding)
 
     def method_resets(self, wrapper: Callee, holding: set[str], method: str) -> list[Reset] | None:
         """The resets of ``method`` of the class ``wrapper`` (a constructor whose parameters
@@ -542,10 +565,16 @@ class HandedCode:
 
 
 def _closure(
-    callee: Callee, entries: list[tuple[str, frozenset[str]]], attributes: set[str]
+    callee: Callee,
+    entries: list[tuple[str, frozenset[str]]],
+    attributes: set[str],
+    traced_only: bool = False,
 ) -> list[Reset]:
     """The resets met running ``entries`` (function, parameters holding the optimizer) and what
-    they call, ``attributes`` of the callee's class holding it too."""
+    they call, ``attributes`` of the callee's class holding it too. ``traced_only`` (code run
+    where the optimizer is stepped, but not given it): a ``zero_grad()`` counts only on what
+    was passed in or kept in the instance (a module it is given), not on a local value that
+    may be an optimizer npu-migrate does not trace."""
     functions: Mapping[str, Any] = callee.facts["functions"]
     owner = callee.owner
     found: list[Reset] = []
@@ -559,6 +588,8 @@ def _closure(
         in_class = name.split(".")[0] == owner if "." in name else False
         holders = held | {f"self.{a}" for a in attributes} if in_class else held
         for reset in facts["resets"]:
+            if traced_only and reset["kind"] == "zero_grad" and reset["receiver"] is None:
+                continue
             effect = _effect(reset, holders)
             if effect is not None:
                 reset_at = Reset(callee.path, reset["line"], reset["code"], effect, facts["line"])

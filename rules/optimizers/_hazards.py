@@ -299,24 +299,36 @@ class FusionHazards:
     # -- code of other modules ------------------------------------------------------------------
 
     def _handed_elsewhere(self, constructor: ast.Call) -> Iterator[Hazard]:
-        """Calls that pass the optimizer to a function, a class or a method of another module
-        of the run whose code resets gradients (see :mod:`._handed`)."""
+        """Calls that pass the optimizer to a function, a class or a method (of another module
+        of the run, or of this file) whose code resets gradients, and calls in the functions
+        where the optimizer lives of such code given other things (SlowFast's
+        ``contrastive_parameter_surgery(model, ...)`` between ``unscale_`` and ``step``, which
+        sets some gradients to None); see :mod:`._handed`."""
         units = self._units_of(constructor)
         for call, callee, bound in self._calls_elsewhere:
-            holding = self._holding(bound, constructor)
-            if not holding:
-                continue
+            given = self._holding(bound, constructor)
+            unit = self.unit_of(call)
+            if not given and (unit is self.index.tree or id(unit) not in units):
+                continue  # not given the optimizer, and not run where it is stepped
             assert self.elsewhere is not None
-            resets = self.elsewhere.resets(callee, holding)
+            # The parameters given any optimizer zero their own with `zero_grad()`: not a reset.
+            holding = given | self._given_optimizers(bound)
+            built_with: set[str] = set()
+            if callee.owner is not None and not callee.is_class:
+                for instance in self._instances(call):
+                    built = Callee(callee.path, callee.owner, callee.facts).bind(instance)
+                    built_with |= self._holding(built, constructor) | self._given_optimizers(built)
+            resets = self.elsewhere.resets(callee, holding, built_with)
             if callee.path is None:
                 resets = [r for r in resets if id(self._function_at(r.function)) not in units]
             if not resets:
                 continue
             more = f" (and {len(resets) - 1} more reset there)" if len(resets) > 1 else ""
+            verb = "hands it to" if given else "runs"
             yield Hazard(
                 call,
                 f"`{_short(self.view, call)}`",
-                f"hands it to {callee.shown()}, where {resets[0].shown()}{more}",
+                f"{verb} {callee.shown()}, where {resets[0].shown()}{more}",
                 "keep that code's gradients in place (zero them with the optimizer's "
                 "`zero_grad()`, write into them with `.copy_(...)`)",
             )
@@ -329,8 +341,6 @@ class FusionHazards:
             return []
         found: list[tuple[ast.Call, Callee, list[tuple[str, ast.expr]]]] = []
         for call in self.index.nodes(ast.Call):
-            if not call.args and not call.keywords:
-                continue
             callee = self.elsewhere.callee(call.func)
             if (
                 callee is None
@@ -455,6 +465,17 @@ class FusionHazards:
         if resets is None:
             return None
         return Callee(callee.path, f"{callee.name}.zero_grad", callee.facts), resets
+
+    def _instances(self, call: ast.Call) -> list[ast.Call]:
+        """The calls that built the receiver of the method call ``call``."""
+        if not isinstance(call.func, ast.Attribute):
+            return []
+        origins = self.flow.origins(call.func.value)
+        return [origin for origin in origins if isinstance(origin, ast.Call)]
+
+    def _given_optimizers(self, bound: list[tuple[str, ast.expr]]) -> set[str]:
+        """The parameters among ``bound`` given an optimizer (any of the file's)."""
+        return {parameter for parameter, value in bound if self._optimizers_held(value)}
 
     def _holding(self, bound: list[tuple[str, ast.expr]], constructor: ast.Call) -> set[str]:
         """The parameters among ``bound`` that may be given the optimizer of ``constructor``."""

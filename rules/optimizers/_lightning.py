@@ -59,6 +59,7 @@ _PLAIN_CLASSES = frozenset(
     }
 )
 # Words of a plugin that re-allocates the parameters (older Lightning passed strategies there).
+_MAX_BASES = 8  # classes of the file followed up from a LightningModule subclass
 _SHARDING_WORDS = ("deepspeed", "fsdp", "shard", "colossal", "bagua")
 _NO_TRAINER = "no Lightning `Trainer(...)` is in the files of this run"
 
@@ -74,10 +75,30 @@ def _lightning_name(view: FileView, node: ast.AST) -> str | None:
     return None
 
 
-def _is_lightning_module(view: FileView, class_def: ast.ClassDef) -> bool:
-    return any(
-        (_lightning_name(view, base) or "").endswith("LightningModule") for base in class_def.bases
-    )
+def _is_lightning_module(view: FileView, class_def: ast.ClassDef, depth: int = 0) -> bool:
+    """``class_def`` derives from a ``LightningModule``: directly, or through classes of the same
+    file (latent-diffusion's ``LatentDiffusion(DDPM)``, ``DDPM(pl.LightningModule)``)."""
+    for base in class_def.bases:
+        if (_lightning_name(view, base) or "").endswith("LightningModule"):
+            return True
+        parent = _class_of_file(view, base)
+        if (
+            parent is not None
+            and depth < _MAX_BASES
+            and _is_lightning_module(view, parent, depth + 1)
+        ):
+            return True
+    return False
+
+
+def _class_of_file(view: FileView, base: ast.expr) -> ast.ClassDef | None:
+    """The top-level class of the file that the name ``base`` is bound to, by its one binding."""
+    if not isinstance(base, ast.Name):
+        return None
+    bindings = view.index.bindings_of(base)
+    if len(bindings) != 1 or not isinstance(bindings[0].node, ast.ClassDef):
+        return None
+    return bindings[0].node
 
 
 def lightning_class(view: FileView, node: ast.AST) -> ast.ClassDef | None:

@@ -47,6 +47,7 @@ from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import OptimizerFlow, escape
 from migrator.rules.optimizers._fused_planner import plan_fused
+from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import FusionHazards, GradFix, Hazard, describe
 from migrator.rules.optimizers._lightning import default_doubt as default_lightning_doubt
 from migrator.rules.optimizers._plans import OptLevelSwitch
@@ -188,7 +189,7 @@ def link(
     facts: dict[str, dict[str, Any]] = {}
     safe: dict[Method, _Judged] = {}
     for method in methods:
-        judged = _Judge(linking.files, readers, method).judge(containing[method.name])
+        judged = _Judge(linking.files, readers, method, known).judge(containing[method.name])
         entry: dict[str, Any] = {
             "callers": judged.callers,
             "why": judged.why,
@@ -236,6 +237,7 @@ def _swapped(
         unsafe_fixes=linking.settings.unsafe_fixes,
         methods=methods,
         lightning=known.get("lightning", {}).get("doubt", default_lightning_doubt()),
+        elsewhere=known,
     )
     rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
     flow = OptimizerFlow.of(view)
@@ -264,7 +266,14 @@ class _Judged:
 
 
 class _Judge:
-    def __init__(self, files: ProjectFiles, readers: FileViews, method: Method) -> None:
+    def __init__(
+        self,
+        files: ProjectFiles,
+        readers: FileViews,
+        method: Method,
+        known: Mapping[str, Facts] | None = None,
+    ) -> None:
+        self.known = known or {}  # the facts found so far (the code other modules' calls reach)
         self.files = files
         self.readers = readers
         self.method = method
@@ -530,7 +539,7 @@ class _Judge:
         """Records the calls of the method in ``path`` and their fixes; why they are unsafe."""
         problems: list[str] = []
         suppressions = Suppressions.scan(view.index.source.text)
-        found = caller_hazards(view, calls)
+        found = caller_hazards(view, calls, self.known.get(path, {}))
         for call in calls:
             where = f"{_display(path)}:{call.lineno}"
             judged.callers.append(where)
@@ -598,11 +607,19 @@ def _reaches_amp(view: FileView, call: ast.Call) -> bool:
     return False
 
 
-def caller_hazards(view: FileView, calls: list[ast.Call]) -> dict[int, tuple[list[Hazard], str]]:
+def caller_hazards(
+    view: FileView, calls: list[ast.Call], elsewhere: Mapping[str, Any]
+) -> dict[int, tuple[list[Hazard], str]]:
     """id(call) -> the hazards around the optimizer each call of a method returns in ``view``,
-    and the parameter-contract breaks of its receiver's parameters (described, "" without)."""
+    and the parameter-contract breaks of its receiver's parameters (described, "" without);
+    ``elsewhere``: the link stage's facts about the code of other modules ``view`` calls."""
     flow = OptimizerFlow.of(view)
-    hazards = FusionHazards(view, flow, returned=frozenset(id(call) for call in calls))
+    hazards = FusionHazards(
+        view,
+        flow,
+        returned=frozenset(id(call) for call in calls),
+        elsewhere=HandedCode(view, elsewhere),
+    )
     contract = ParameterContract(view, flow)
     found: dict[int, tuple[list[Hazard], str]] = {}
     for call in calls:
@@ -712,7 +729,7 @@ def caller_fixes(rule: Rule, key: str) -> Iterator[tuple[GradFix, str]]:
         and isinstance(call.func, ast.Attribute)
         and wanted[_key(call)]["code"] == rule.view.written(call.func)
     ]
-    found = caller_hazards(rule.view, calls)
+    found = caller_hazards(rule.view, calls, facts)
     for call in calls:
         hazards, _ = found[id(call)]
         for hazard in hazards:
