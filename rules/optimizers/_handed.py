@@ -536,11 +536,13 @@ class HandedCode:
         callee: Callee,
         holding: set[str],
         built_with: set[str] | None = None,
+        traced_only: bool = False,
     ) -> list[Reset]:
         """The gradient resets that running ``callee`` with the optimizer in its parameters
         ``holding`` may meet (see the module docstring), in the order found; ``built_with``:
         for a method, the parameters of its class's ``__init__`` that the instance was given
-        an optimizer in (what they keep in attributes holds it too)."""
+        an optimizer in (what they keep in attributes holds it too); ``traced_only``: see
+        :func:`_closure` (code that is not given the optimizer)."""
         owner = callee.owner
         attributes = _held_attributes(callee, holding) if owner else set()
         if owner is not None and built_with:
@@ -551,7 +553,7 @@ class HandedCode:
             # The optimizer is kept in the instance: every method may meet it.
             methods = callee.facts["classes"][owner]["methods"]
             entries += [(f"{owner}.{m}", frozenset()) for m in methods]
-        return _closure(callee, entries, attributes, traced_only=not holding)
+        return _closure(callee, entries, attributes, traced_only)
 
     def method_resets(self, wrapper: Callee, holding: set[str], method: str) -> list[Reset] | None:
         """The resets of ``method`` of the class ``wrapper`` (a constructor whose parameters

@@ -318,7 +318,7 @@ class FusionHazards:
                 for instance in self._instances(call):
                     built = Callee(callee.path, callee.owner, callee.facts).bind(instance)
                     built_with |= self._holding(built, constructor) | self._given_optimizers(built)
-            resets = self.elsewhere.resets(callee, holding, built_with)
+            resets = self.elsewhere.resets(callee, holding, built_with, traced_only=not given)
             if callee.path is None:
                 resets = [r for r in resets if id(self._function_at(r.function)) not in units]
             if not resets:
