@@ -34,6 +34,7 @@ inside its own module are the module's own flow, as before.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -133,6 +134,8 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
             if use is not None and use not in uses:
                 uses.append(use)
     facts: dict[str, Any] = {"uses": uses} if uses else {}
+    if flow.amp_sinks:
+        facts["amp"] = True  # the run has an apex `amp.initialize` (see _Link.amp_in_run)
     workers = _workers(reader)
     if workers:
         facts["workers"] = workers
@@ -162,6 +165,28 @@ def _workers(reader: FileView) -> list[dict[str, Any]]:
                 if worker not in found:
                     found.append(worker)
     return found
+
+
+def _returning(index: ModuleIndex) -> list[str]:
+    """The functions at the top of the module that return an optimizer NPU101 knows: their
+    callers in other files are where the optimizer is zeroed and stepped."""
+    names = [
+        statement.name
+        for statement in index.tree.body
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(isinstance(node, ast.Return) for node in index.walk(statement))
+    ]
+    if not names:
+        return []
+    view = FileView(index)
+    return [
+        name
+        for name in names
+        if any(
+            isinstance(origin, ast.Call) and _known_optimizer(view, origin)
+            for origin in returned_origins(view, name)
+        )
+    ]
 
 
 def _use(reader: FileView, call: ast.Call, at: ast.expr | None = None) -> dict[str, Any] | None:
@@ -213,6 +238,18 @@ class _Link:
     # path -> the code of other modules its calls reach (_handed), for the hazards there.
     handed: Mapping[str, Facts] = field(default_factory=dict)
 
+    @functools.cached_property
+    def amp_files(self) -> list[str]:
+        """The files of the run that call apex's ``amp.initialize``."""
+        summaries = self.linking.project.summaries(KEY)
+        return [path for path, summary in summaries.items() if summary.get("amp")]
+
+    def amp_in_sight(self, path: str) -> bool:
+        """Can the file ``path`` reach a file of the run that calls apex's ``amp.initialize``
+        (one its imports may find: in a monorepo, of its own project)? Without one, an
+        optimizer it hands on cannot meet apex amp in the run's code."""
+        return any(self.linking.files.sees(path, amp) for amp in self.amp_files)
+
     @property
     def switched_level(self) -> str | None:
         """The ``opt_level`` NPU102's option sets in this run, if it runs and sets one."""
@@ -244,6 +281,11 @@ def link(
             else:
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
+    for path, summary in linking.project.summaries(KEY).items():
+        for name in summary.get("returning", []):
+            found = _top_level(state, path, name, 0)
+            if isinstance(found, Factory):
+                callers.setdefault(found, [])
     if callers:
         _find_call_sites(state, _with_forwarders(state, list(callers)))
         for factory_path in sorted({factory.path for factory in callers}):
@@ -474,7 +516,7 @@ def _site_facts(
         else:
             why = unportable_test(flow, call, amp, test, what="the call")
             argument = test if why is None else None
-    if not enabled:
+    if not enabled and state.amp_in_sight(path):
         handed = _handed_on(partial(_followed, state, reader, path), reader, call)
         if handed is not None:
             facts["handed_on"] = (
@@ -893,6 +935,9 @@ class OptimizerFactories:
             facts.update(lightning.summarize(FileView(index)))
         if method_callers.constructs(source):
             facts.update(handed.summarize(index))
+            returning = _returning(index)
+            if returning:
+                facts["returning"] = returning
         return facts or None
 
     @classmethod
