@@ -211,7 +211,8 @@ def _members(text: str, index: int) -> Iterator[tuple[str, int, int]]:
     if text[index : index + 1] == "}":
         return
     while True:
-        key, index = json.decoder.scanstring(text, _expect(text, index, '"'))
+        _expect(text, index, '"')
+        key, index = _DECODER.raw_decode(text, index)
         if key in seen:
             raise NotebookError(
                 f"the key {key!r} is given twice in one object (offset {index}), so the file "
