@@ -17,11 +17,12 @@ How a notebook goes through the engine (:func:`migrate_notebook`):
 4. the migrated module is split at the cell markers, masked lines get their original text back,
    and only the cells whose source changed get a new ``source`` (a list of lines or one string,
    as the cell had it). Outputs, metadata, cell ids and every other cell are the values read;
-5. the notebook is written in its own JSON formatting (:class:`JsonStyle`): indentation,
-   separators, key order, ``ensure_ascii`` style, line breaks and final newline are read from
-   the file, and re-serialising the notebook as read must give back its exact bytes before
-   anything is written. A notebook whose formatting cannot be reproduced is reported and left
-   as it is, never reformatted.
+5. only the JSON tokens of the changed cells' ``source`` values are replaced in the file's
+   text, re-encoded in its own style: a list of lines or one string as the cell had it, the
+   same layout between lines, non-ASCII characters escaped (``\\u00e9``) or not as the file
+   has them. Every other byte (indentation, key order, separators, CRLF line breaks, the final
+   newline, numbers as written) stays as it was, so any JSON formatting can be edited. A file
+   that cannot be edited safely (a key given twice in one object) is reported and left as it is.
 
 ``--check`` runs the same steps as a write, so that it fails exactly where a write would.
 A notebook whose kernel is not Python (``metadata.kernelspec.language``) is left unchanged.
@@ -118,20 +119,22 @@ class Notebook:
         return str(kernel.get("language") or info.get("name") or "python").lower()
 
     def rewritten(self, sources: dict[int, str]) -> bytes:
-        """The file with new sources for some cells (by 1-based position), in its formatting.
+        """The file with new sources for some cells (by 1-based position): only those
+        sources' JSON tokens change, re-encoded in the file's own style.
 
-        Raises :class:`NotebookError` when the formatting cannot be reproduced."""
-        style = JsonStyle.of(self.text)
-        style.check(self.data, self.text)
-        for number, text in sources.items():
-            cell = self.cells[number - 1]
+        Raises :class:`NotebookError` when the file cannot be edited safely."""
+        text = spliced(self.text, len(self.cells), sources)
+        expected = json.loads(self.text)
+        for number, source in sources.items():
+            cell = expected["cells"][number - 1]
             if isinstance(cell["source"], list):
-                # As Jupyter stores it: one string per line, each with its line break.
-                cell["source"] = text.splitlines(keepends=True)
+                cell["source"] = source.splitlines(keepends=True)
             else:
-                cell["source"] = text
+                cell["source"] = source
+        if json.loads(text) != expected:
+            raise NotebookError("internal error, file left untouched: an edit did not splice")
         prefix = codecs.BOM_UTF8 if self.bom else b""
-        return prefix + style.dumps(self.data).encode("utf-8")
+        return prefix + text.encode("utf-8")
 
 
 def _validate(data: Any) -> None:
@@ -165,73 +168,154 @@ def _schema_location(path: list[Any]) -> str:
     return f"at {'/'.join(str(part) for part in path)}: " if path else ""
 
 
-# -- the notebook's JSON formatting ----------------------------------------------------------------
+# -- writing back: the changed sources spliced into the file's own text ----------------------------
 
-# The opening brace, the first key and what separates it from its value.
-_FIRST_KEY = re.compile(
-    r'\{(?P<newline>[ \t]*\r?\n)?(?P<indent>[ \t]*)"(?:[^"\\]|\\.)*"(?P<colon>[ \t]*:[ \t]*)'
-)
-# A comma followed by a space at the end of a line: Python 2's json.dumps with an indent.
-_SPACED_COMMA = re.compile(r", \r?\n")
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+# A \\u escape of a non-ASCII character: the file was written with ensure_ascii.
+_NON_ASCII_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u(?!00[0-7])[0-9a-fA-F]{4}")
 
 
 @dataclass(frozen=True)
-class JsonStyle:
-    """How a notebook's JSON is laid out, as :func:`json.dumps` arguments plus line breaks.
+class SourceToken:
+    """Where a cell's ``source`` value lies in the file's text, and how it is laid out."""
 
-    Jupyter writes ``indent=1``, sorted keys, ``ensure_ascii=False`` and a final newline;
-    other editors differ (two-space indents, keys in insertion order, escaped non-ASCII).
-    Keys keep the order they were read in, so a sorted file stays sorted."""
+    start: int
+    end: int
+    is_list: bool
+    opening: str = ""  # the whitespace after ``[``
+    separator: str = ","  # the comma and whitespace between two lines
+    closing: str = ""  # the whitespace before ``]``
 
-    indent: int | str | None
-    separators: tuple[str, str]
-    ensure_ascii: bool
-    newline: str
-    final_newline: bool
 
-    @classmethod
-    def of(cls, text: str) -> JsonStyle:
-        newline = "\r\n" if "\r\n" in text else "\n"
-        final_newline = text.endswith(newline)
-        body = text[: -len(newline)] if final_newline else text
-        match = _FIRST_KEY.match(body)
-        indent: int | str | None = 1
-        colon = ": "
-        if match is not None:
-            colon = match["colon"]
-            spaces = match["indent"]
-            if match["newline"] is None:
-                indent = None
-            else:
-                indent = len(spaces) if spaces.strip(" ") == "" else spaces
-        if indent is None:
-            comma = "," if colon == ":" else ", "
-        else:
-            # A raw line break is never inside a JSON string: this only sees the layout.
-            comma = ", " if _SPACED_COMMA.search(body) else ","
-        return cls(indent, (comma, colon), text.isascii(), newline, final_newline)
+def _skip(text: str, index: int) -> int:
+    match = _WHITESPACE.match(text, index)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
 
-    def dumps(self, data: Any) -> str:
-        text = json.dumps(
-            data, indent=self.indent, separators=self.separators, ensure_ascii=self.ensure_ascii
-        )
-        if self.newline != "\n":
-            text = text.replace("\n", self.newline)
-        return text + (self.newline if self.final_newline else "")
 
-    def check(self, data: Any, text: str) -> None:
-        """Raise :class:`NotebookError` unless writing ``data`` gives back ``text`` exactly."""
-        written = self.dumps(data)
-        if written == text:
+def _expect(text: str, index: int, char: str) -> int:
+    if text[index : index + 1] != char:
+        raise NotebookError(f"cannot locate the cells in the file's JSON (offset {index})")
+    return index + 1
+
+
+def _members(text: str, index: int) -> Iterator[tuple[str, int, int]]:
+    """(key, start, end) of each member of the object at ``index`` (after whitespace).
+
+    Raises :class:`NotebookError` on a key given twice: which value counts is then up to the
+    reader, so such a file is not edited."""
+    index = _expect(text, _skip(text, index), "{")
+    seen: set[str] = set()
+    index = _skip(text, index)
+    if text[index : index + 1] == "}":
+        return
+    while True:
+        _expect(text, index, '"')
+        key, index = _DECODER.raw_decode(text, index)
+        if key in seen:
+            raise NotebookError(
+                f"the key {key!r} is given twice in one object (offset {index}), so the file "
+                "cannot be edited safely; it is left untouched"
+            )
+        seen.add(key)
+        start = _skip(text, _expect(text, _skip(text, index), ":"))
+        _, end = _DECODER.raw_decode(text, start)
+        yield key, start, end
+        index = _skip(text, end)
+        if text[index : index + 1] == "}":
             return
-        common = min(len(written), len(text))
-        first = next((i for i in range(common) if written[i] != text[i]), common)
-        line = 1 + text.count("\n", 0, first)
-        raise NotebookError(
-            "npu-migrate cannot write this notebook back in its own JSON formatting (it "
-            f"differs from what Python's json module writes at line {line}), so it is left "
-            "untouched; saving it once in Jupyter normalises it"
-        )
+        index = _skip(text, _expect(text, index, ","))
+
+
+def source_tokens(text: str) -> list[SourceToken | None]:
+    """The ``source`` token of each cell in the file, in order (None where a cell has none)."""
+    tokens: list[SourceToken | None] = []
+    for key, start, _ in _members(text, 0):
+        if key != "cells":
+            continue
+        index = _skip(text, _expect(text, start, "["))
+        while text[index : index + 1] != "]":
+            _, end = _DECODER.raw_decode(text, index)
+            found = None
+            for cell_key, value, value_end in _members(text, index):
+                if cell_key == "source":
+                    found = _token(text, value, value_end)
+            tokens.append(found)
+            index = _skip(text, end)
+            if text[index : index + 1] == ",":
+                index = _skip(text, index + 1)
+    return tokens
+
+
+def _token(text: str, start: int, end: int) -> SourceToken:
+    if text[start] != "[":
+        return SourceToken(start, end, is_list=False)
+    opening_end = _skip(text, start + 1)
+    closing_start = end - 1
+    while closing_start > opening_end and text[closing_start - 1] in " \t\r\n":
+        closing_start -= 1
+    separator = ","
+    if opening_end < closing_start:
+        _, first_end = _DECODER.raw_decode(text, opening_end)
+        after = _skip(text, first_end)
+        if text[after : after + 1] == ",":
+            separator = text[after : _skip(text, after + 1)]
+        else:
+            separator = "," + text[start + 1 : opening_end]
+    return SourceToken(
+        start, end, True, text[start + 1 : opening_end], separator, text[closing_start : end - 1]
+    )
+
+
+def _ascii_escaped(text: str, token: SourceToken) -> bool:
+    """Whether the file writes non-ASCII characters as ``\\u`` escapes: as its cell does where
+    that shows, else as the rest of the file does (Jupyter writes them as they are)."""
+    for part in (text[token.start : token.end], text):
+        if not part.isascii():
+            return False
+        if _NON_ASCII_ESCAPE.search(part):
+            return True
+    return False
+
+
+def _encoded(text: str, token: SourceToken, source: str) -> str:
+    ensure_ascii = _ascii_escaped(text, token)
+    if not token.is_list:
+        return json.dumps(source, ensure_ascii=ensure_ascii)
+    lines = [json.dumps(line, ensure_ascii=ensure_ascii) for line in source.splitlines(True)]
+    if not lines:
+        return "[]"
+    opening, separator, closing = token.opening, token.separator, token.closing
+    if text[token.start : token.end] == "[]":  # no layout to copy: that of the line above
+        line_start = text.rfind("\n", 0, token.start) + 1
+        indent = text[line_start : _skip(text, line_start)].strip("\r\n")
+        if line_start == 0 or not indent:
+            opening, separator, closing = "", ",", ""
+        else:
+            newline = "\r\n" if text[line_start - 2 : line_start] == "\r\n" else "\n"
+            unit = indent[:1]
+            opening = newline + indent + unit
+            separator, closing = "," + opening, newline + indent
+    return "[" + opening + separator.join(lines) + closing + "]"
+
+
+def spliced(text: str, cells: int, sources: dict[int, str]) -> str:
+    """``text`` with the ``source`` of some cells (by 1-based position) replaced, in the
+    file's own layout and escaping; every other character stays as it was."""
+    tokens = source_tokens(text)
+    if len(tokens) != cells:
+        raise NotebookError("cannot locate the cells in the file's JSON")
+    pieces: list[str] = []
+    last = 0
+    for number in sorted(sources):
+        token = tokens[number - 1]
+        if token is None:
+            raise NotebookError(f"cell {number} has no `source` in the file")
+        pieces += [text[last : token.start], _encoded(text, token, sources[number])]
+        last = token.end
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 # -- the code cells as one module ------------------------------------------------------------------

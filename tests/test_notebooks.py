@@ -26,7 +26,7 @@ import pytest
 from _cli import run_npu_migrate
 
 from migrator.ipython import ipython_spans
-from migrator.notebooks import JsonStyle, Notebook, NotebookError, NotebookModule, split_lines
+from migrator.notebooks import Notebook, NotebookModule, split_lines
 from migrator.registry import all_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
@@ -380,30 +380,81 @@ def test_each_layout_is_written_back_with_only_the_sources_changed(tmp_path: Pat
     assert (tree / "bom.ipynb").read_bytes() == bom
 
 
-def test_a_layout_that_cannot_be_reproduced_is_reported_not_reformatted(tmp_path: Path) -> None:
+def one_string_sources(data: dict[str, Any]) -> dict[str, Any]:
+    for cell in data["cells"]:
+        cell["source"] = "".join(cell["source"])
+    return data
+
+
+def hand_edited(text: str) -> str:
+    """What json.dumps never writes: a number as 1.50, keys out of order, odd spacing."""
+    return text.replace("1.5", "1.50").replace('"alpha": 1', '"alpha" :  1')
+
+
+def test_any_formatting_gets_findings_and_a_splice_of_only_the_changed_lines(
+    tmp_path: Path,
+) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
-    data = notebook(CELLS, widget={"scale": 1.5})
-    # JavaScript writes 1.50 as 1.5, Python too: a hand-edited number cannot be written back.
-    text = json.dumps(data, indent=1).replace("1.5", "1.50") + "\n"
-    (tree / "odd.ipynb").write_text(text)
+    metadata = {"zeta": [], "alpha": 1, "widget": {"scale": 1.5}}
+    shapes = {
+        "hand-edited": lambda data: hand_edited(json.dumps(data, indent=2)),
+        "one-string-sources": lambda data: json.dumps(one_string_sources(data), indent=1),
+        "one-string-crlf-ascii": lambda data: hand_edited(
+            json.dumps(one_string_sources(data), indent=3, ensure_ascii=True)
+        ),
+    }
+    for name, shape in shapes.items():
+        before = shape(notebook(CELLS, **metadata))
+        if "crlf" in name:
+            before = before.replace("\n", "\r\n")
+        (tree / f"{name}.ipynb").write_bytes(before.encode())
+    expected = {}
+    for name, shape in shapes.items():
+        after = shape(notebook(MIGRATED_CELLS, **metadata))
+        if "crlf" in name:
+            after = after.replace("\n", "\r\n")
+        expected[name] = after.encode()
+    originals = {name: (tree / f"{name}.ipynb").read_bytes() for name in shapes}
+    check = npu_migrate("--check", "--format", "json", ".", cwd=tree)
+    assert check.returncode == 1, check.stderr
+    for name in shapes:
+        assert f"{name}.ipynb" in check.stdout, name
+        assert (tree / f"{name}.ipynb").read_bytes() == originals[name]
+    diff = npu_migrate("--diff", ".", cwd=tree)
+    assert diff.returncode == 1, diff.stderr
+    assert diff.stdout.count("+x = torch.ones(2).npu()  # é ☃") == len(shapes)
+    result = npu_migrate(".", cwd=tree)
+    assert result.returncode == 1, result.stderr
+    for name in shapes:
+        assert (tree / f"{name}.ipynb").read_bytes() == expected[name], name
+    again = npu_migrate(".", cwd=tree)
+    assert again.returncode == 0, again.stdout + again.stderr
+    for name in shapes:
+        assert (tree / f"{name}.ipynb").read_bytes() == expected[name], name
+
+
+def test_a_notebook_no_rule_touches_stays_byte_identical_in_any_formatting(
+    tmp_path: Path,
+) -> None:
+    text = hand_edited(json.dumps(notebook(["print(1)  # é"], alpha=1, w=1.5), indent=2))
+    (tmp_path / "plain.ipynb").write_bytes(text.encode())
+    result = npu_migrate(".", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "plain.ipynb").read_bytes() == text.encode()
+
+
+def test_a_key_given_twice_is_reported_and_the_file_left_untouched(tmp_path: Path) -> None:
+    text = json.dumps(notebook(CELLS), indent=1)
+    duplicated = text.replace(
+        '"execution_count": null,', '"source": [],\n "execution_count": null,', 1
+    )
+    (tmp_path / "twice.ipynb").write_text(duplicated)
     for mode in ("--check", "--diff", "--no-cache"):
-        result = npu_migrate(mode, "odd.ipynb", cwd=tree)
-        assert result.returncode == 2, mode
-        assert "cannot write this notebook back in its own JSON formatting" in result.stderr
-        assert (tree / "odd.ipynb").read_text() == text
-
-
-@pytest.mark.parametrize("name", sorted(LAYOUTS))
-def test_json_style_reproduces_the_layout_it_read(name: str) -> None:
-    text = layout(notebook(CELLS), LAYOUTS[name]).decode()
-    JsonStyle.of(text).check(json.loads(text), text)  # raises when it would differ
-
-
-def test_json_style_check_names_the_first_different_line() -> None:
-    text = '{\n "a": 1,\n "b": 2.50\n}\n'
-    with pytest.raises(NotebookError, match="at line 3"):
-        JsonStyle.of(text).check(json.loads(text), text)
+        result = npu_migrate(mode, "twice.ipynb", cwd=tmp_path)
+        assert result.returncode == 2, (mode, result.stdout, result.stderr)
+        assert "given twice" in result.stderr
+        assert (tmp_path / "twice.ipynb").read_text() == duplicated
 
 
 def test_no_rule_is_triggered_by_the_lines_that_join_and_mask_cells() -> None:
