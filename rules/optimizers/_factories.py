@@ -281,13 +281,33 @@ def link(
             else:
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
-    for path, summary in linking.project.summaries(KEY).items():
-        for name in summary.get("returning", []):
+    # Functions that return an optimizer, whose callers in other files (amp or not) are where
+    # it is zeroed and stepped; calls in their own module are that module's flow.
+    returning = [
+        (path, name)
+        for path, summary in linking.project.summaries(KEY).items()
+        for name in summary.get("returning", [])
+    ]
+    named = linking.files.containing(sorted({name for _, name in returning}))
+    unused: set[Factory] = set()  # linked for their callers only
+    for path, name in returning:
+        if any(other != path for other in named[name]):
             found = _top_level(state, path, name, 0)
-            if isinstance(found, Factory):
-                callers.setdefault(found, [])
+            if isinstance(found, Factory) and found not in callers:
+                callers[found] = []
+                unused.add(found)
     if callers:
         _find_call_sites(state, _with_forwarders(state, list(callers)))
+        # A function another linked factory forwards to keeps its entry (it carries the
+        # condition threaded through the forwarder).
+        forwarded = set(_with_forwarders(state, [f for f in callers if f not in unused]))
+        for factory in unused - forwarded:
+            facts = state.of(factory.path, "factories")
+            if not facts[factory.name]["sites"]:
+                # No call in another file after all (the name is only spelled there): the
+                # function stays its own module's business, as before.
+                del facts[factory.name]
+                del callers[factory]
         for factory_path in sorted({factory.path for factory in callers}):
             factories = [factory for factory in callers if factory.path == factory_path]
             for factory, entry in _verdicts(state, factory_path, factories).items():
