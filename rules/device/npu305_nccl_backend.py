@@ -354,9 +354,17 @@ def _backend_positions(rule: Rule) -> Iterator[ast.AST]:
             yield default
     for comparison in index.nodes(ast.Compare):
         operands = [comparison.left, *comparison.comparators]
-        for left, right in itertools.pairwise(operands):
+        for (left, right), operator in zip(
+            itertools.pairwise(operands), comparison.ops, strict=True
+        ):
             if _names_backend(rule, left):
-                yield right
+                if isinstance(operator, ast.In | ast.NotIn) and isinstance(
+                    right, ast.List | ast.Tuple | ast.Set
+                ):
+                    # `backend in ["gloo", "nccl"]`: each element is a backend it is tested for.
+                    yield from right.elts
+                else:
+                    yield right
             elif _names_backend(rule, right):
                 yield left
 
