@@ -76,6 +76,8 @@ _SPARSE_LAYERS = frozenset(
     }
 )
 # Optimizer wrappers by name, wherever they are defined (timm, torchcontrib, copies in projects).
+# A call's arguments as the callee's parameters they are bound to (Callee.bind).
+_Bound = list[tuple[str, ast.expr]]
 _OPTIMIZER_WRAPPERS = frozenset({"Lookahead", "SWA", "Lookahead_", "LookAhead"})
 _KEEP_FLOAT32 = "keep the parameters in float32 and get lower-precision compute from autocast"
 _ZERO_IN_PLACE = (
@@ -305,7 +307,7 @@ class FusionHazards:
         ``contrastive_parameter_surgery(model, ...)`` between ``unscale_`` and ``step``, which
         sets some gradients to None); see :mod:`._handed`."""
         units = self._units_of(constructor)
-        for call, callee, bound in self._calls_elsewhere:
+        for call, callee, bound, built in self._calls_elsewhere:
             given = self._holding(bound, constructor)
             unit = self.unit_of(call)
             if not given and (unit is self.index.tree or id(unit) not in units):
@@ -314,10 +316,10 @@ class FusionHazards:
             # The parameters given any optimizer zero their own with `zero_grad()`: not a reset.
             holding = given | self._given_optimizers(bound)
             built_with: set[str] = set()
-            if callee.owner is not None and not callee.is_class:
-                for instance in self._instances(call):
-                    built = Callee(callee.path, callee.owner, callee.facts).bind(instance)
-                    built_with |= self._holding(built, constructor) | self._given_optimizers(built)
+            for instance in built:
+                built_with |= self._holding(instance, constructor) | self._given_optimizers(
+                    instance
+                )
             resets = self.elsewhere.resets(callee, holding, built_with, traced_only=not given)
             if callee.path is None:
                 resets = [r for r in resets if id(self._function_at(r.function)) not in units]
@@ -334,23 +336,29 @@ class FusionHazards:
             )
 
     @cached_property
-    def _calls_elsewhere(self) -> list[tuple[ast.Call, Callee, list[tuple[str, ast.expr]]]]:
-        """The calls of this file that run code of another module of the run, each with the
-        callee and the parameters its arguments are bound to."""
+    def _calls_elsewhere(self) -> list[tuple[ast.Call, Callee, _Bound, list[_Bound]]]:
+        """The calls of this file that run code of another module of the run (or of this
+        file's own functions and classes), each with the callee, the parameters its arguments
+        are bound to and, for a method, how each call that built the receiver bound its class's
+        ``__init__``."""
         if not self.elsewhere:
             return []
-        found: list[tuple[ast.Call, Callee, list[tuple[str, ast.expr]]]] = []
+        found: list[tuple[ast.Call, Callee, _Bound, list[_Bound]]] = []
         for call in self.index.nodes(ast.Call):
             callee = self.elsewhere.callee(call.func)
+            built: list[_Bound] = []
             if (
                 callee is None
                 and isinstance(call.func, ast.Attribute)
                 and call.func.attr in self.elsewhere.method_names
             ):
-                classes = self.flow.origins(call.func.value)
-                callee = self.elsewhere.method(classes, call.func.attr)
+                instances = self.flow.origins(call.func.value)
+                callee = self.elsewhere.method(instances, call.func.attr)
+                if callee is not None and callee.owner is not None:
+                    constructor = Callee(callee.path, callee.owner, callee.facts)
+                    built = [constructor.bind(i) for i in instances if isinstance(i, ast.Call)]
             if callee is not None:
-                found.append((call, callee, callee.bind(call)))
+                found.append((call, callee, callee.bind(call), built))
         return found
 
     # -- zero_grad -----------------------------------------------------------------------------
@@ -466,18 +474,11 @@ class FusionHazards:
             return None
         return Callee(callee.path, f"{callee.name}.zero_grad", callee.facts), resets
 
-    def _instances(self, call: ast.Call) -> list[ast.Call]:
-        """The calls that built the receiver of the method call ``call``."""
-        if not isinstance(call.func, ast.Attribute):
-            return []
-        origins = self.flow.origins(call.func.value)
-        return [origin for origin in origins if isinstance(origin, ast.Call)]
-
-    def _given_optimizers(self, bound: list[tuple[str, ast.expr]]) -> set[str]:
+    def _given_optimizers(self, bound: _Bound) -> set[str]:
         """The parameters among ``bound`` given an optimizer (any of the file's)."""
         return {parameter for parameter, value in bound if self._optimizers_held(value)}
 
-    def _holding(self, bound: list[tuple[str, ast.expr]], constructor: ast.Call) -> set[str]:
+    def _holding(self, bound: _Bound, constructor: ast.Call) -> set[str]:
         """The parameters among ``bound`` that may be given the optimizer of ``constructor``."""
         holding: set[str] = set()
         for parameter, value in bound:
