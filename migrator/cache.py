@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +36,25 @@ def default_cache_dir() -> Path:
     return Path(base) / "npu-migrate"
 
 
+@functools.cache
 def source_fingerprint() -> str:
     """A hash of the migrator's own code, so that editing a rule invalidates the cache even
     between two releases with the same version number."""
-    digest = hashlib.sha256(migrator.__version__.encode())
     rules_package = importlib.import_module("migrator.rules")
-    for folder in sorted({Path(migrator.__file__).parent, *map(Path, rules_package.__path__)}):
-        for source in sorted(folder.glob("*.py")):
-            digest.update(source.name.encode())
-            digest.update(source.read_bytes())
-    # The rules' data (the torch_npu API tables) decides findings as much as their code.
-    for data in sorted((Path(migrator.__file__).parent / "data").rglob("*.toml")):
-        digest.update(data.name.encode())
-        digest.update(data.read_bytes())
+    roots = {Path(migrator.__file__).parent, *map(Path, rules_package.__path__)}
+    return code_fingerprint(migrator.__version__, sorted(roots))
+
+
+def code_fingerprint(version: str, roots: Sequence[Path]) -> str:
+    """A hash of ``version`` and of every Python source under ``roots``, subpackages included
+    (the rule families, the analysis layer), and of the rules' data (the torch_npu API
+    tables, which decide findings as much as their code)."""
+    digest = hashlib.sha256(version.encode())
+    for root in roots:
+        for pattern in ("*.py", "*.toml"):
+            for source in sorted(root.rglob(pattern)):
+                digest.update(str(source.relative_to(root)).encode())
+                digest.update(source.read_bytes())
     return digest.hexdigest()
 
 

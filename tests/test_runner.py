@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from migrator.cache import code_fingerprint
 from migrator.results import Status
 from migrator.runner import (
     TEMP_SUFFIX,
@@ -173,6 +174,26 @@ def test_cache_key_depends_on_rules_and_settings() -> None:
     }
     assert len(keys) == 5
     assert cache_key(Job(Mode.WRITE, ("NPU102",), Settings())) == cache_key(CHECK)
+
+
+def test_the_code_fingerprint_covers_subpackages_and_data(tmp_path: Path) -> None:
+    # Rules live in family subpackages (rules/optimizers/...), the analysis in migrator/analysis:
+    # editing any of them must invalidate cached results, as editing a top-level module does.
+    rules = tmp_path / "rules"
+    (rules / "optimizers").mkdir(parents=True)
+    (rules / "__init__.py").write_text("")
+    rule = rules / "optimizers" / "npu101.py"
+    rule.write_text("CODE = 'NPU101'\n")
+    table = rules / "optimizers" / "api.toml"
+    table.write_text("x = 1\n")
+    seen = {code_fingerprint("1.0", [rules])}
+    rule.write_text("CODE = 'NPU101'  # changed\n")
+    seen.add(code_fingerprint("1.0", [rules]))
+    table.write_text("x = 2\n")
+    seen.add(code_fingerprint("1.0", [rules]))
+    seen.add(code_fingerprint("1.1", [rules]))
+    assert len(seen) == 4
+    assert code_fingerprint("1.1", [rules]) == code_fingerprint("1.1", [rules])
 
 
 def test_damaged_cache_file_is_ignored(tmp_path: Path) -> None:
