@@ -39,6 +39,7 @@ import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import json
 import os
 import random
@@ -462,6 +463,37 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def observe_subclass_steps(
+    base: type[Any],
+    before: Callable[[Any, Any, Any], None],
+    after: Callable[[Any, Any, Any], None],
+) -> None:
+    """Run ``before`` / ``after`` around the ``step`` of every subclass of torch's Optimizer
+    the program defines. torch's global step hooks reach a subclass's ``step`` only once
+    ``Optimizer.__init__`` or ``Optimizer.zero_grad`` patched it: an optimizer wrapper that
+    calls neither (timm's ``Lookahead``, given its own ``zero_grad``) would be missed, and its
+    wrapped optimizer's step taken for the outermost one, before the wrapper's own update.
+    Nested calls are counted by depth, as the hooks' are."""
+
+    def observed(step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(step)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            before(self, args, kwargs)
+            result = step(self, *args, **kwargs)
+            after(self, args, kwargs)
+            return result
+
+        return wrapper
+
+    def init_subclass(cls: type, **kwargs: Any) -> None:
+        super(base, cls).__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if inspect.isfunction(step):
+            cls.step = observed(step)  # type: ignore[attr-defined]
+
+    base.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
+
+
 def patch_torch(recorder: Recorder, synthetic: bool, emulate: bool, torch: ModuleType) -> None:
     import torch.optim.optimizer as optim
 
@@ -480,6 +512,7 @@ def patch_torch(recorder: Recorder, synthetic: bool, emulate: bool, torch: Modul
 
     optim.register_optimizer_step_pre_hook(before_step)
     optim.register_optimizer_step_post_hook(after_step)
+    observe_subclass_steps(optim.Optimizer, before_step, after_step)
 
     real_backward = torch.autograd.backward
 
