@@ -19,7 +19,7 @@ from itertools import combinations
 from typing import Any, Literal
 
 from migrator.analysis.calls import NOT_LITERAL, Argument, argument, arguments, literal_value
-from migrator.analysis.index import full_name, line_of, resolution_base
+from migrator.analysis.index import ModuleIndex, full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.analysis.view import FileView
@@ -629,9 +629,35 @@ class _Planner:
         for lookup in self._getattr_lookups():
             call = self.index.parent(lookup)
             called = isinstance(call, ast.Call) and call.func is lookup
-            if not called and not self._mapped_default(lookup):
+            if not called and not self._mapped_default(lookup) and not self._registered(lookup):
                 found.append(lookup)
         return found
+
+    def _registered(self, lookup: ast.Call | ast.Subscript) -> bool:
+        """``_optim = getattr(torch.optim, name)`` that is only tested and put in a registry
+        (mmcv's and mmengine's ``register_torch_optimizers``: ``if inspect.isclass(_optim) and
+        issubclass(_optim, torch.optim.Optimizer): OPTIMIZERS.register_module()(_optim)``):
+        nothing is built here; the configs name the class (NPU107)."""
+        statement = self.index.parent(lookup)
+        if not (
+            isinstance(statement, ast.Assign)
+            and statement.value is lookup
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            return False
+        name = statement.targets[0].id
+        scope = next(
+            (a for a in self.index.ancestors(statement) if isinstance(a, _FUNCTION_NODES)),
+            self.index.tree,
+        )
+        # Every read of the name in the function (whatever the assignment it sees).
+        reads = [
+            node
+            for node in self.index.names(name)
+            if isinstance(node.ctx, ast.Load) and _inside(self.index, node, scope)
+        ]
+        return bool(reads) and all(_registers_or_tests(self.index, read) for read in reads)
 
     def _mapped_default(self, lookup: ast.Call | ast.Subscript) -> bool:
         """``{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, <lookup>)``: the mapping NPU101
@@ -3035,3 +3061,38 @@ def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
         elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS:
             stored.add("*")
     return stored
+
+
+# What a registration loop does with a class it looks up (see FusedPlanner._registered).
+_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
+_CLASS_TESTS = frozenset({"isclass", "issubclass"})
+_REGISTERS = frozenset({"register_module", "register"})
+
+
+def _inside(index: ModuleIndex, node: ast.AST, scope: ast.AST) -> bool:
+    return scope is index.tree or any(a is scope for a in index.ancestors(node))
+
+
+def _registers_or_tests(index: ModuleIndex, use: ast.Name) -> bool:
+    """``use`` is an argument of ``inspect.isclass(...)`` / ``issubclass(...)``, or the class
+    given to a registry: ``R.register_module()(use)``, ``R.register_module(module=use)``,
+    ``R.register(use)``."""
+    parent = index.parent(use)
+    if isinstance(parent, ast.keyword):
+        parent = index.parent(parent)
+        if not (isinstance(parent, ast.Call) and _method_named(parent.func, _REGISTERS)):
+            return False
+        return any(k.arg == "module" and k.value is use for k in parent.keywords)
+    if not isinstance(parent, ast.Call) or use not in parent.args:
+        return False
+    func = parent.func
+    if _method_named(func, _REGISTERS):
+        return True
+    if isinstance(func, ast.Call) and _method_named(func.func, _REGISTERS):
+        return True  # `R.register_module()(use)`
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return called in _CLASS_TESTS and parent.args[0] is use
+
+
+def _method_named(func: ast.expr, names: frozenset[str]) -> bool:
+    return isinstance(func, ast.Attribute) and func.attr in names

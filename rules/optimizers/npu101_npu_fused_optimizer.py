@@ -109,6 +109,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `getattr(torch.optim, name)(args)` gets a mapping next to the lookup,
     `{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))`, for the
     names whose NPU fused class takes `args` exactly as written; other names keep torch's class.
+    A lookup whose class is only tested and put in a registry (mmcv's and mmengine's
+    `register_torch_optimizers`: `_optim = getattr(torch.optim, name)`, `inspect.isclass`,
+    `issubclass`, `OPTIMIZERS.register_module()(_optim)`) builds nothing: the configs that name
+    the class are NPU107's, and the lookup is not reported.
     A name holding one of several classes when called (`Optimizer = torch.optim.SGD` or
     `torch.optim.AdamW`, `cls = O.AdamW if c else O.SGD`, `{"adamw": AdamW, ...}[name]`) is
     mapped by identity at the call, `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD,
