@@ -68,7 +68,11 @@ CONTRACT = (
 NOT_ON_ASCEND = "does not run on Ascend"
 # NPU101's edits in the callers of a method whose optimizer it fuses, and of a factory that it
 # makes pick its class by amp's condition: not constructions.
-CALLER_EDITS = ("dropped `set_to_none` from `", "passed amp's condition to `")
+CALLER_EDITS = (
+    "dropped `set_to_none` from `",
+    "passed amp's condition to `",
+    "added `zero_grad` to `",  # an optimizer wrapper class (timm's Lookahead)
+)
 
 
 @dataclass

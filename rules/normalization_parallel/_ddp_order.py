@@ -60,6 +60,11 @@ _BODY_FIELDS = ("body", "orelse", "finalbody")
 # -- the plan ------------------------------------------------------------------------------------
 
 
+# Where NPU203's project facts (the functions of other modules it follows) are kept; NPU101
+# reads them to know which optimizers NPU203 moves above a wrap.
+DDP_ORDER_KEY = "NPU203"
+
+
 @dataclass(frozen=True)
 class Unwrap:
     """A use of a DDP-wrapped model in a moved line, which becomes a use of the model inside:
@@ -136,6 +141,32 @@ class DdpOrderPlan:
     @property
     def after_hidden_wraps(self) -> list[AfterHiddenWrap]:
         return [found for block in self.blocks for found in block.after_hidden_wraps]
+
+    def left_after_wraps(self, moves_run: bool) -> dict[int, str]:
+        """id(call) -> why, for each optimizer-building call that stays after a DDP wrap of
+        its block: refused, after a hidden wrap, and, when NPU203 does not run
+        (``moves_run`` False), those it would move. For NPU101, which must not fuse an
+        optimizer built after DDP initialisation."""
+        left: dict[int, str] = {}
+        for refusal in self.refusals:
+            left[id(refusal.call)] = (
+                f"is built after its model is wrapped in DDP (line {refusal.wrap_line}), and "
+                f"NPU203 cannot move it above the wrap ({refusal.reason})"
+            )
+        for found in self.after_hidden_wraps:
+            left[id(found.call)] = f"is built after {found.why} (line {found.wrap_line})"
+        if not moves_run:
+            for move in self.moves:
+                for statement in move.optimizers:
+                    for node in ast.walk(statement):
+                        if isinstance(node, ast.Call):
+                            left.setdefault(
+                                id(node),
+                                f"is built after its model is wrapped in DDP (line "
+                                f"{move.wrap_line}), and NPU203, which would move it above "
+                                "the wrap, does not run",
+                            )
+        return left
 
 
 def plan_ddp_order(

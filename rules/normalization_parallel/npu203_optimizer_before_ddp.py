@@ -18,13 +18,15 @@ from migrator.edits import Edit, Lines
 from migrator.lazy_imports import cst
 from migrator.rule import FileContext, FixSafety, Linking, Rule
 from migrator.rules.normalization_parallel._ddp_order import (
+    DDP_ORDER_KEY,
     AfterHiddenWrap,
     Move,
     Refusal,
     Unwrap,
     plan_ddp_order,
 )
-from migrator.rules.optimizers._plans import FusedPlans, RemovedWraps, planned
+from migrator.rules.optimizers._plans import DdpMoves, FusedPlans, RemovedWraps, planned
+from migrator.settings import Settings
 
 _TARGET_WORDS = (b"optim", b"add_param_group", b"initialize")
 
@@ -90,9 +92,16 @@ class OptimizerBeforeDdp(Rule):
     # NPU101's respelling of optimizer classes: a moved statement reads its callee as rewritten;
     # NPU104's removed wraps (replaced by combine_ddp) are no wraps to move above.
     READS = (FusedPlans, RemovedWraps)
+    # NPU101 fuses an optimizer built after a wrap only where this rule moves it.
+    RUN_PLANS = (DdpMoves,)
     # The files it checks are summarised: the functions and classes of other modules of the run
     # they call (migrator.analysis.functions and .classes), whose verdicts the link computes.
     PROJECT_TRIGGER = TRIGGER
+    PROJECT_KEY = DDP_ORDER_KEY
+
+    @classmethod
+    def run_plans(cls, settings: Settings) -> tuple[object, ...]:
+        return (DdpMoves(),)
 
     @classmethod
     def wants_summary(cls, source: bytes) -> bool:

@@ -42,6 +42,7 @@ from functools import partial
 from typing import Any
 
 from migrator.analysis.calls import NOT_LITERAL, arguments
+from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
@@ -421,6 +422,9 @@ def _flat(targets: list[ast.expr]) -> Iterator[ast.expr]:
 
 # -- call sites ----------------------------------------------------------------------------------
 
+# The wraps that initialise DDP (DataParallel broadcasts nothing the optimizer depends on).
+_DDP = DDP_CLASSES - DATA_PARALLEL
+
 
 def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
     """Every call of each factory in the other files of the run, and the ``amp.initialize``
@@ -452,6 +456,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             flow,
             returned=frozenset(id(call) for call in called),
             elsewhere=HandedCode(reader, state.handed.get(path, {})),
+            after_ddp=_called_after_ddp(reader, called),
         )
         contract = ParameterContract(reader, flow)
         for call, factory in found:
@@ -465,6 +470,41 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
                 "breaks": _site_breaks(contract, call),
             }
             facts["sites"].append(site)
+
+
+def _called_after_ddp(reader: FileView, calls: list[ast.Call]) -> dict[int, str]:
+    """id(call) -> why, for the factory calls made after a DDP wrap in the same function (or
+    module-level code): the optimizer is then built after DDP initialisation. Whether NPU203
+    moves such a call above the wrap in the same run is not known in the link stage, so every
+    one counts."""
+    if "DistributedDataParallel" not in reader.index.source.text:
+        return {}
+    wraps = [
+        call
+        for call in reader.index.nodes(ast.Call)
+        if reader.qualified_name_in(call.func, _DDP) in _DDP
+    ]
+    found: dict[int, str] = {}
+    for call in calls:
+        scope = _scope_of(reader.index, call)
+        earlier = [
+            w for w in wraps if w.lineno < call.lineno and _scope_of(reader.index, w) is scope
+        ]
+        if earlier:
+            found[id(call)] = (
+                f"is called after a model is wrapped in DDP (line {earlier[-1].lineno}), so the "
+                "optimizer is built after DDP initialisation (NPU101 plans the factory before "
+                "NPU203 decides whether the call can move above the wrap)"
+            )
+    return found
+
+
+def _scope_of(index: ModuleIndex, node: ast.AST) -> ast.AST:
+    """The innermost function ``node`` is in, or the module."""
+    return next(
+        (a for a in index.ancestors(node) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)),
+        index.tree,
+    )
 
 
 def _site_breaks(contract: ParameterContract, call: ast.Call) -> str:

@@ -272,6 +272,7 @@ def plan_fused(
     methods: Mapping[str, Any] | None = None,
     lightning: str | None = default_lightning_doubt(),
     elsewhere: Mapping[str, Any] | None = None,
+    after_ddp: Mapping[int, str] | None = None,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -289,7 +290,8 @@ def plan_fused(
     run's Lightning Trainers may shard the parameters of a LightningModule's optimizers (None:
     they cannot; :mod:`~migrator.rules.optimizers._lightning`); ``elsewhere`` the link
     stage's facts about the code of other modules that the file calls
-    (:mod:`~migrator.rules.optimizers._handed`).
+    (:mod:`~migrator.rules.optimizers._handed`); ``after_ddp`` the optimizer calls that stay
+    after a DDP wrap of their model, with why (NPU203's plan).
     """
     # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
     # module's parameters is fused too: plan assuming every constructor is, then again with only
@@ -297,7 +299,15 @@ def plan_fused(
     assumed: set[int] | None = None
     while True:
         planner = _Planner(
-            view, level, factories, suppressions, shared or {}, planned_amp, lightning, elsewhere
+            view,
+            level,
+            factories,
+            suppressions,
+            shared or {},
+            planned_amp,
+            lightning,
+            elsewhere,
+            after_ddp,
         )
         planner.amp_always, planner.unsafe_fixes = amp_always, unsafe_fixes
         planner.assumed_fused = assumed
@@ -355,6 +365,7 @@ class _Planner:
         planned_amp: PlannedAmp | None = None,
         lightning: str | None = default_lightning_doubt(),
         elsewhere: Mapping[str, Any] | None = None,
+        after_ddp: Mapping[int, str] | None = None,
     ) -> None:
         self.view = view
         self.planned_amp = planned_amp or PlannedAmp()
@@ -362,7 +373,9 @@ class _Planner:
         self.level = level
         self.suppressions = suppressions
         self.flow = OptimizerFlow.of(view)
-        self.hazards = FusionHazards(view, self.flow, elsewhere=HandedCode(view, elsewhere or {}))
+        self.hazards = FusionHazards(
+            view, self.flow, elsewhere=HandedCode(view, elsewhere or {}), after_ddp=after_ddp
+        )
         self.contract = ParameterContract(view, self.flow, shared, lightning)
         self.sites = factory_sites(view, factories, level)
         self.factory_names = frozenset(factories)  # whose calls in other files the link found

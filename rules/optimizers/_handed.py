@@ -48,7 +48,9 @@ from migrator.analysis.project import AmbiguousModule, Facts
 from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.rule import Linking
+from migrator.suppressions import Suppressions
 
+_CODE = "NPU101"
 RESET_TRIGGERS = (".grad", "zero_grad(")
 # Roots of names that are never code of the repository (the summary keeps the others).
 _LIBRARIES = frozenset(
@@ -132,9 +134,10 @@ def _imported_names(index: ModuleIndex) -> set[str]:
     return names
 
 
-def _code_facts(index: ModuleIndex) -> dict[str, Any]:
+def _code_facts(index: ModuleIndex, keep: bool = False) -> dict[str, Any]:
     """The module's functions and methods with their resets and calls, looked up in the
-    module's index (no walk of its own); empty when no function holds a reset."""
+    module's index (no walk of its own); empty when no function holds a reset, unless ``keep``
+    (a module that defines an optimizer wrapper: its class is looked at all the same)."""
     units: dict[int, _Unit] = {}
     names: dict[int, str] = {}
     for statement in index.tree.body:
@@ -148,7 +151,7 @@ def _code_facts(index: ModuleIndex) -> dict[str, Any]:
                     names[id(method)] = f"{statement.name}.{method.name}"
     if not units:
         return {}
-    found_reset = False
+    found_reset = keep
     stores: set[int] = set()
     for attribute in index.attributes("grad"):
         if isinstance(attribute.ctx, ast.Load):
@@ -364,15 +367,183 @@ def _flat(target: ast.expr) -> Iterator[ast.expr]:
         yield target
 
 
+# -- optimizer wrappers ----------------------------------------------------------------------------
+
+# torch's optimizer base class: a subclass that does not define `zero_grad` inherits its, which
+# sets the gradients to None by default (torch >= 2.0).
+_OPTIMIZER_BASES = frozenset({"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"})
+# The per-parameter state the NPU fused optimizers keep in their flat buffers: storing a new
+# tensor under one of these keys leaves the buffer's copy stepping on its own.
+_FUSED_STATE = frozenset(
+    {
+        "momentum_buffer",
+        "exp_avg",
+        "exp_avg_sq",
+        "max_exp_avg_sq",
+        "square_avg",
+        "acc_delta",
+        "step",
+    }
+)
+
+
+def optimizer_wrappers(view: FileView) -> dict[str, dict[str, Any]]:
+    """The module's top-level subclasses of torch's ``Optimizer``, which may be built around
+    another optimizer (timm's ``Lookahead(base_optimizer)``), by name:
+
+    - ``line``: where the class is defined;
+    - ``parameter`` / ``attribute``: ``__init__``'s first argument and the one attribute of
+      ``self`` that keeps it and nothing else (``self.base_optimizer = base_optimizer``), or None;
+    - ``shares_groups``: every ``self.param_groups = ...`` of the class is that optimizer's
+      ``param_groups`` (``__init__`` sets it), so what the class zeroes is the wrapped
+      optimizer's parameters;
+    - ``breaks``: lines that would break an NPU fused optimizer it wraps by replacing what it
+      keeps in its flat buffers: a store to or ``del`` of a ``.data``, a store of optimizer
+      state, ``state[p]["momentum_buffer"] = ...`` (its gradient resets are the code facts');
+    - ``zero_grad``: the class defines its own;
+    - ``delegated``: none of that stands in the way of a ``zero_grad`` that runs the wrapped
+      optimizer's (:func:`with_delegated_zero_grad`), and NPU101 is not suppressed there: NPU101
+      adds it when a file of the run that builds an optimizer calls the class.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    suppressions: Suppressions | None = None
+    for statement in view.index.tree.body:
+        if not isinstance(statement, ast.ClassDef) or not any(
+            view.qualified_name(base) in _OPTIMIZER_BASES for base in statement.bases
+        ):
+            continue
+        init = _method(statement, _INIT)
+        parameter = _first_argument(init) if init is not None else None
+        attribute = _keeping(statement, parameter) if parameter is not None else None
+        shares = attribute is not None and _shares_groups(statement, attribute, parameter)
+        breaks = _breaks(statement)
+        defines = _defines(statement, "zero_grad")
+        if suppressions is None:
+            suppressions = Suppressions.scan(view.index.source.text)
+        suppressed = suppressions.skip_file or suppressions.covers(statement.lineno, _CODE)
+        if statement.name in found:  # defined twice: which one a call builds depends on the run
+            found[statement.name]["delegated"] = False
+            continue
+        found[statement.name] = {
+            "line": statement.lineno,
+            "parameter": parameter,
+            "attribute": attribute,
+            "shares_groups": shares,
+            "breaks": breaks,
+            "zero_grad": defines,
+            "delegated": shares and not breaks and not defines and not suppressed,
+        }
+    return found
+
+
+def _method(owner: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    found = [m for m in owner.body if isinstance(m, _FUNCTIONS) and m.name == name]
+    return found[0] if len(found) == 1 else None
+
+
+def _first_argument(init: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The parameter after ``self`` that a call's first positional argument goes to."""
+    positional = [*init.args.posonlyargs, *init.args.args]
+    return positional[1].arg if len(positional) > 1 else None
+
+
+def _methods_of(owner: ast.ClassDef) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return (m for m in owner.body if isinstance(m, _FUNCTIONS))
+
+
+def _assignments(
+    method: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> Iterator[ast.Assign | ast.AnnAssign | ast.AugAssign]:
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            yield node
+
+
+def _keeping(owner: ast.ClassDef, parameter: str) -> str | None:
+    """The one attribute of ``self`` that only ever gets ``__init__``'s ``parameter``."""
+    sources: dict[str, set[tuple[str, str | None]]] = {}
+    for method in _methods_of(owner):
+        for assignment in _assignments(method):
+            for name, value in _stored_in_self(assignment, method):
+                sources.setdefault(name, set()).add((method.name, value))
+    keeping = [name for name, got in sources.items() if got == {(_INIT, parameter)}]
+    return keeping[0] if len(keeping) == 1 else None
+
+
+def _shares_groups(owner: ast.ClassDef, attribute: str, parameter: str | None) -> bool:
+    """Every store to ``self.param_groups`` in the class is the wrapped optimizer's
+    ``param_groups``, and ``__init__`` makes one."""
+    in_init = False
+    for method in _methods_of(owner):
+        for assignment in _assignments(method):
+            targets = (
+                assignment.targets if isinstance(assignment, ast.Assign) else [assignment.target]
+            )
+            for target in targets:
+                stored = [
+                    element
+                    for element in _flat(target)
+                    if isinstance(element, ast.Attribute)
+                    and element.attr == "param_groups"
+                    and _is_self(element.value)
+                ]
+                if not stored:
+                    continue
+                if isinstance(assignment, ast.AugAssign) or len(targets) != 1 or len(stored) != 1:
+                    return False
+                if not _groups_of(assignment.value, attribute, parameter, method.name == _INIT):
+                    return False
+                in_init = in_init or method.name == _INIT
+    return in_init
+
+
+def _groups_of(value: ast.expr | None, attribute: str, parameter: str | None, init: bool) -> bool:
+    """``value`` is ``self.<attribute>.param_groups`` (or, in ``__init__``,
+    ``<parameter>.param_groups``)."""
+    if not isinstance(value, ast.Attribute) or value.attr != "param_groups":
+        return False
+    held = value.value
+    if isinstance(held, ast.Attribute) and held.attr == attribute and _is_self(held.value):
+        return True
+    return init and isinstance(held, ast.Name) and held.id == parameter
+
+
+def _breaks(owner: ast.ClassDef) -> list[int]:
+    """The lines of the class that store or delete a ``.data``, or store optimizer state the
+    NPU fused optimizers keep in their buffers."""
+    lines: set[int] = set()
+    for method in _methods_of(owner):
+        for node in ast.walk(method):
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.Delete):
+                targets = (
+                    node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+                )
+                for target in targets:
+                    lines.update(e.lineno for e in _flat(target) if _breaking(e))
+    return sorted(lines)
+
+
+def _breaking(target: ast.expr) -> bool:
+    if isinstance(target, ast.Attribute):
+        return target.attr == "data"
+    if isinstance(target, ast.Subscript):
+        key = target.slice
+        return isinstance(key, ast.Constant) and key.value in _FUSED_STATE
+    return False
+
+
 # -- 2. link ---------------------------------------------------------------------------------------
 
 
-def link(linking: Linking, summaries: Mapping[str, Facts]) -> dict[str, Facts]:
+def link(linking: Linking, summaries: Mapping[str, Facts]) -> dict[str, dict[str, Any]]:
     """For each file that builds an optimizer: the callees of its calls that are functions or
-    classes of files of the run that may reset gradients (``handed``: qualified name -> path
-    and name there), with those files' code facts (``handed_code``: path -> facts). A callee's
-    file is parsed here, once, and only when a file that builds an optimizer calls into it."""
-    found: dict[str, Facts] = {}
+    classes of files of the run that may reset gradients or wrap an optimizer (``handed``:
+    qualified name -> path and name there), with those files' code facts (``handed_code``:
+    path -> facts). A callee's file is parsed here, once, and only when a file that builds an
+    optimizer calls into it. For the file of an optimizer wrapper that such a file calls and
+    that NPU101 gives a ``zero_grad`` (``delegated``): ``delegates``, class -> the attribute
+    that keeps the wrapped optimizer."""
+    found: dict[str, dict[str, Any]] = {}
     codes: dict[str, dict[str, Any]] = {}
     for path, summary in summaries.items():
         handed: dict[str, Any] = {}
@@ -389,16 +560,27 @@ def link(linking: Linking, summaries: Mapping[str, Facts]) -> dict[str, Facts]:
                 continue
             handed[callee] = {"path": target.module.path, "name": name}
             code[target.module.path] = there
+            wrapper = there.get("wrappers", {}).get(name)
+            if wrapper is not None and wrapper["delegated"]:
+                delegates = found.setdefault(target.module.path, {}).setdefault("delegates", {})
+                delegates[name] = wrapper["attribute"]
         if handed:
-            found[path] = {"handed": handed, "handed_code": code}
+            found.setdefault(path, {}).update({"handed": handed, "handed_code": code})
     return found
 
 
 def _code_of(linking: Linking, path: str) -> dict[str, Any]:
     source = linking.files.index(path)
-    if source is None or not any(t in source.source.text for t in RESET_TRIGGERS):
+    if source is None:
         return {}
-    return _code_facts(source)
+    text = source.source.text
+    wrappers = optimizer_wrappers(FileView(source)) if "Optimizer" in text else {}
+    if not wrappers and not any(t in text for t in RESET_TRIGGERS):
+        return {}
+    facts = _code_facts(source, keep=bool(wrappers)) or {"functions": {}, "classes": {}}
+    if wrappers:
+        facts["wrappers"] = wrappers
+    return facts
 
 
 # -- 3. check --------------------------------------------------------------------------------------
@@ -433,6 +615,13 @@ class Callee:
     @property
     def is_class(self) -> bool:
         return self.name in self.facts["classes"]
+
+    @property
+    def wrapper(self) -> Mapping[str, Any] | None:
+        """What :func:`optimizer_wrappers` found of the class (None: not a subclass of torch's
+        Optimizer, a function, or a class of the file being checked)."""
+        wrappers: Mapping[str, Any] = self.facts.get("wrappers", {})
+        return wrappers.get(self.name) if self.is_class else None
 
     @property
     def entry(self) -> str:
@@ -555,6 +744,18 @@ class HandedCode:
             entries += [(f"{owner}.{m}", frozenset()) for m in methods]
         return _closure(callee, entries, attributes, traced_only)
 
+    def zeroes_wrapped(self, wrapper: Callee, holding: set[str]) -> bool:
+        """The optimizer wrapper class ``wrapper`` (a constructor whose parameters ``holding``
+        were given the optimizer) keeps it in an attribute, breaks nothing of an NPU fused
+        optimizer, and its ``zero_grad`` is the optimizer's own: one NPU101 adds in this run
+        (``delegated``), or its own, which resets nothing but through that optimizer."""
+        facts = wrapper.wrapper
+        if facts is None or facts["parameter"] not in holding or facts["breaks"]:
+            return False
+        if facts["delegated"]:
+            return True
+        return facts["zero_grad"] and self.method_resets(wrapper, holding, "zero_grad") == []
+
     def method_resets(self, wrapper: Callee, holding: set[str], method: str) -> list[Reset] | None:
         """The resets of ``method`` of the class ``wrapper`` (a constructor whose parameters
         ``holding`` were given the optimizer), where the class defines it (else None): the
@@ -656,3 +857,29 @@ def _effect(reset: Mapping[str, Any], holders: frozenset[str] | set[str]) -> str
     if flag == "unknown":
         return SETS_NONE.format(default=" when its `set_to_none` is true")
     return SETS_NONE.format(default=MODULE_DEFAULT if flag == "absent" else "")
+
+
+# -- the edit in a wrapper's module ----------------------------------------------------------------
+
+
+def delegated_wrappers(
+    view: FileView, facts: Mapping[str, Any]
+) -> Iterator[tuple[ast.ClassDef, str]]:
+    """The optimizer wrapper classes of the module of ``view`` that the link stage (``facts``,
+    the module's) found called by a file of the run that builds an optimizer, and that get a
+    ``zero_grad`` running the wrapped optimizer's, with the attribute that keeps it; checked
+    again on the module as it is now."""
+    wanted: Mapping[str, str] = facts.get("delegates", {})
+    if not wanted:
+        return
+    wrappers = optimizer_wrappers(view)
+    for statement in view.index.tree.body:
+        if not isinstance(statement, ast.ClassDef) or statement.name not in wanted:
+            continue
+        entry = wrappers.get(statement.name)
+        if (
+            entry is not None
+            and entry["delegated"]
+            and entry["attribute"] == wanted[statement.name]
+        ):
+            yield statement, entry["attribute"]

@@ -31,12 +31,14 @@ Code in other files (a training loop that receives the optimizer from a factory)
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
 from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_value
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
+from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._handed import (
@@ -130,6 +132,7 @@ class FusionHazards:
         flow: OptimizerFlow,
         returned: frozenset[int] = frozenset(),
         elsewhere: HandedCode | None = None,
+        after_ddp: Mapping[int, str] | None = None,
     ) -> None:
         self.view = view
         self.index = view.index
@@ -139,6 +142,8 @@ class FusionHazards:
         self.returned = returned
         # The functions and classes of other modules of the run that this file calls (_handed).
         self.elsewhere = elsewhere
+        # The optimizer calls left after a DDP wrap of their model, with why (NPU203's plan).
+        self.after_ddp = after_ddp or {}
 
     def of(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
         """The hazards for the optimizer that ``constructor`` builds from ``params``, in line
@@ -154,8 +159,25 @@ class FusionHazards:
         found += self._model_casts(units, params)
         found += self._sharing_optimizers(constructor, params)
         found += self._sparse_layers
+        found += self._built_after_ddp(constructor)
         found.sort(key=lambda hazard: (hazard.line, hazard.node.col_offset))  # type: ignore[attr-defined]
         return found
+
+    def _built_after_ddp(self, constructor: ast.Call) -> list[Hazard]:
+        """The optimizer is built after its model's DDP wrap and stays there: Ascend documents
+        that an optimizer created or changed after DDP initialisation only takes effect on the
+        main card, and an NPU fused one re-packs the parameters and gradients that DDP's
+        buckets were built on at its first step."""
+        why = self.after_ddp.get(id(constructor))
+        if why is None:
+            return []
+        effect = (
+            f"{why}: on Ascend an optimizer built after DDP initialisation only takes effect on "
+            "the main card, and an NPU fused one re-packs the parameters and gradients DDP was "
+            "set up with"
+        )
+        remedy = "build it before the model is wrapped in DDP"
+        return [Hazard(constructor, f"`{_short(self.view, constructor)}`", effect, remedy)]
 
     # -- where the optimizer lives -------------------------------------------------------------
 
@@ -320,6 +342,20 @@ class FusionHazards:
                 built_with |= self._holding(instance, constructor) | self._given_optimizers(
                     instance
                 )
+            breaks = callee.wrapper["breaks"] if given and callee.wrapper is not None else []
+            if breaks:
+                where = ", ".join(
+                    f"{os.path.normpath(callee.path or '')}:{line}" for line in breaks
+                )
+                yield Hazard(
+                    call,
+                    f"`{_short(self.view, call)}`",
+                    f"hands it to {callee.shown()}, which stores a new tensor ({where}) in place "
+                    "of optimizer state or of a parameter's `.data`, which an NPU fused "
+                    "optimizer keeps in its flat buffers (it then keeps stepping the old one)",
+                    "update those tensors in place there (`.zero_()`, `.copy_(...)`)",
+                )
+                continue
             resets = self.elsewhere.resets(callee, holding, built_with, traced_only=not given)
             if callee.path is None:
                 resets = [r for r in resets if id(self._function_at(r.function)) not in units]
@@ -419,9 +455,16 @@ class FusionHazards:
             if value is False:
                 continue
             wrapper = wrappers[0]
+            if set_to_none is None and self._zeroes_wrapped(wrapper, constructor):
+                continue  # the optimizer's own zero_grad, as written
             written = f"`{self.view.written(call)}`"
             shown = f"`{self.view.written(wrapper.func)}(...)` (line {line_of(wrapper)})"
-            optimizer_like = self._optimizer_wrapper(wrapper)
+            run_class = self._run_wrapper(wrapper)
+            optimizer_like = self._optimizer_wrapper(wrapper) and not (
+                run_class is not None
+                and run_class.wrapper is not None
+                and run_class.wrapper["zero_grad"]
+            )
             known = None if optimizer_like else self._known_zero_grad(wrapper, constructor)
             if known is not None and not known[1]:
                 continue  # the project's wrapper zeroes in place (its code, followed)
@@ -490,23 +533,42 @@ class FusionHazards:
     def _returned_wrappers(self, constructor: ast.Call) -> Iterator[Hazard]:
         """An optimizer wrapper around this optimizer (timm's ``Lookahead``) that a ``return``
         hands to callers, whose ``optimizer.zero_grad()`` is then the wrapper's (ConvNeXt's
-        ``create_optimizer`` for ``--opt lookahead_adamw``): no edit here can reach it."""
+        ``create_optimizer`` for ``--opt lookahead_adamw``): no edit here can reach it. None
+        where the wrapper's class is of another module of the run and its ``zero_grad`` is the
+        wrapped optimizer's (NPU101 adds one to timm's ``Lookahead`` there)."""
         reported: set[int] = set()
         for statement, origin in self._returned_wrapper_calls:
             if id(origin) in reported or origin is constructor:
                 continue
             if self._wraps(origin, constructor):
                 reported.add(id(origin))
+                if self._zeroes_wrapped(origin, constructor):
+                    continue
                 shown = f"`{self.view.written(origin.func)}(...)`"
+                returned = f"wraps this optimizer and is returned (line {statement.lineno})"
+                if self._known_zero_grad(origin, constructor) is not None:
+                    # A class of the run with its own zero_grad: its code is followed where it
+                    # is handed the optimizer (_handed_elsewhere).
+                    continue
                 effect = (
-                    f"wraps this optimizer and is returned (line {statement.lineno}): its callers' "
-                    "`zero_grad()` is the wrapper's, torch's Optimizer.zero_grad, which sets the "
-                    "gradients to None by default and detaches them from the NPU fused "
-                    "optimizer's flat gradient buffer (it then keeps stepping with stale "
-                    "gradients)"
+                    f"{returned}: its callers' `zero_grad()` is the wrapper's, torch's "
+                    "Optimizer.zero_grad, which sets the gradients to None by default and "
+                    "detaches them from the NPU fused optimizer's flat gradient buffer (it then "
+                    "keeps stepping with stale gradients)"
                 )
                 remedy = "zero the gradients with `zero_grad(set_to_none=False)` where it is used"
                 yield Hazard(origin, shown, effect, remedy)
+
+    def _zeroes_wrapped(self, wrapper: ast.Call, constructor: ast.Call) -> bool:
+        """``wrapper`` builds a wrapper class of another module of the run whose ``zero_grad``
+        is the wrapped optimizer's (:meth:`HandedCode.zeroes_wrapped`): timm's ``Lookahead``,
+        once NPU101 gives it one in its file."""
+        callee = self._run_wrapper(wrapper)
+        if callee is None:
+            return False
+        assert self.elsewhere is not None
+        holding = self._holding(callee.bind(wrapper), constructor)
+        return self.elsewhere.zeroes_wrapped(callee, holding)
 
     @cached_property
     def _returned_wrapper_calls(self) -> list[tuple[ast.Return, ast.Call]]:
@@ -560,13 +622,27 @@ class FusionHazards:
         or one whose name says so; not an LR scheduler (``torch.optim.lr_scheduler``, a
         ``...LR`` or ``...Scheduler`` class) nor ``torch.optim.swa_utils``' model averaging."""
         name = self.view.qualified_name(call.func)
+        if isinstance(name, Ambiguous):
+            return any(self._wrapper_name(candidate) for candidate in name.candidates)
         if not isinstance(name, str):
             return False
+        return self._wrapper_name(name) or self._run_wrapper(call) is not None
+
+    @staticmethod
+    def _wrapper_name(name: str) -> bool:
         module, _, last = name.rpartition(".")
         if last in _OPTIMIZER_WRAPPERS:
             return True
         scheduler = "sched" in module.lower() or last.endswith(("LR", "Scheduler", "Lr"))
         return "optim" in module.lower() and not scheduler and not module.endswith("swa_utils")
+
+    def _run_wrapper(self, call: ast.Call) -> Callee | None:
+        """The subclass of torch's Optimizer, of another module of the run, that ``call``
+        builds (:func:`._handed.optimizer_wrappers`)."""
+        if not self.elsewhere:
+            return None
+        callee = self.elsewhere.callee(call.func)
+        return callee if callee is not None and callee.wrapper is not None else None
 
     @cached_property
     def _module_zero_grads(self) -> list[tuple[ast.AST, Hazard]]:

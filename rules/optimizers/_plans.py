@@ -67,6 +67,12 @@ class FusedSwaps:
 
 
 @dataclass(frozen=True)
+class DdpMoves:
+    """NPU203 runs: an optimizer built after its model's DDP wrap is moved above the wrap
+    wherever that is safe (NPU101 fuses only those, and the ones built before it)."""
+
+
+@dataclass(frozen=True)
 class OptLevelSwitch:
     """NPU102's ``opt-level`` option: the ``opt_level`` it sets on every ``amp.initialize``."""
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from migrator.analysis.calls import Argument, arguments
+from migrator.analysis.effects import CallNames
 from migrator.callargs import (
     add_keyword_only,
     append_arg,
@@ -18,6 +19,7 @@ from migrator.callargs import argument as find_argument
 from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
+from migrator.rules.normalization_parallel._ddp_order import DDP_ORDER_KEY, plan_ddp_order
 from migrator.rules.optimizers._factories import (
     PASSED_CONDITION,
     OptimizerFactories,
@@ -35,12 +37,14 @@ from migrator.rules.optimizers._fused_planner import (
     Rewrite,
     plan_fused,
 )
+from migrator.rules.optimizers._handed import delegated_wrappers
 from migrator.rules.optimizers._hazards import GradFix
 from migrator.rules.optimizers._kwargs import KeyDrop, alone_in_block
 from migrator.rules.optimizers._method_callers import caller_fixes, methods_facts
 from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
     AddedAmp,
+    DdpMoves,
     DroppedKeys,
     Fp16Rewrites,
     FusedPlan,
@@ -51,6 +55,14 @@ from migrator.rules.optimizers._plans import (
 )
 from migrator.rules.optimizers._tables import OPTIMIZER_TRIGGER, TORCH_NPU_HOME
 from migrator.settings import AmpPolicy, Settings
+
+# The start of the message of the edit that gives an optimizer wrapper its own zero_grad (not a
+# construction: tools/migration_rates.py leaves it out).
+DELEGATED_ZERO_GRAD = "added `zero_grad` to "
+# What an optimizer wrapper's added zero_grad is preceded by.
+_DELEGATED_COMMENT = (
+    "# The wrapped optimizer zeroes its own gradients (an NPU fused one, in place)."
+)
 
 
 class NpuFusedOptimizer(OptimizerFactories, Rule):
@@ -148,7 +160,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     FSDP and DeepSpeed), a LightningModule's optimizers unless every Lightning `Trainer(...)`
     of the run rules out a sharding strategy, an optimizer handed to Hugging Face's `Trainer`
     (whose loop calls `model.zero_grad()`); optimizer classes used as values that
-    stay dynamic (`{"adam": FusedAdam}[name]`).
+    stay dynamic (`{"adam": FusedAdam}[name]`); an optimizer built after its model is wrapped
+    in DDP that stays there (NPU203 cannot move it above the wrap, or does not run: Ascend
+    documents that an optimizer built after DDP initialisation only takes effect on the main
+    card, and a fused one re-packs the parameters and gradients DDP was set up with).
 
     Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
     them from the fused optimizer's flat buffer: `optimizer.zero_grad(set_to_none=True)` (or a
@@ -161,7 +176,16 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     zeros); otherwise that is an unsafe fix, applied
     with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
     `zero_grad(set_to_none=...)` in another file of the run that gets it from a method (nanoGPT's
-    `train.py`) loses the argument in the same run as the swap.
+    `train.py`) loses the argument in the same run as the swap. An optimizer wrapper class of
+    another module of the run that a file building an optimizer calls (timm's `Lookahead`,
+    vendored in a project, which `create_optimizer` returns for `--opt lookahead_sgd`) and that
+    inherits torch's `Optimizer.zero_grad` gets a `zero_grad` of its own that runs the wrapped
+    optimizer's, `return self.base_optimizer.zero_grad(*args, **kwargs)`, where the class keeps
+    the optimizer its `__init__` is given in one attribute and shares its `param_groups`: for
+    torch's optimizers the two zero the same gradients the same way, and an NPU fused optimizer
+    it wraps zeroes its flat buffer in place. A wrapper that stores a new tensor in place of
+    the wrapped optimizer's state or a parameter's `.data` (a Lookahead that resets momentum
+    buffers) is a hazard for the optimizers it is handed.
 
     The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
     were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
@@ -228,7 +252,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     RUN_PLANS = (FusedSwaps,)
     # NPU102's opt-level switch decides which amp levels the optimizers will run with; NPU105
     # and NPU106 write `amp.initialize` calls that the optimizers they name go through.
-    READS = (OptLevelSwitch, Fp16Rewrites, AddedAmp)
+    READS = (OptLevelSwitch, Fp16Rewrites, AddedAmp, DdpMoves)
 
     @classmethod
     def run_plans(cls, settings: Settings) -> tuple[object, ...]:
@@ -249,6 +273,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             methods=methods_facts(self, self.PROJECT_KEY),
             lightning=lightning_doubt(self),
             elsewhere=handed_facts(self),
+            after_ddp=self._left_after_ddp(),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
@@ -282,6 +307,16 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         self.publish(DroppedKeys(frozenset(dropped)))
         self._fix_method_callers()
         self._pass_amp_conditions()
+        self._delegate_wrapper_zero_grads()
+
+    def _left_after_ddp(self) -> Mapping[int, str]:
+        """The optimizer calls of the file built after their model's DDP wrap that stay after
+        it (NPU203's plan, all of them when NPU203 does not run), with why."""
+        if "DataParallel" not in self.context.source_text:
+            return {}
+        links = self.project.links(DDP_ORDER_KEY)
+        plan = plan_ddp_order(self.view, CallNames(self.view, self.context.path, links, {}))
+        return plan.left_after_wraps(moves_run=self.read_plan(DdpMoves) is not None)
 
     def _fix_method_callers(self) -> None:
         """In a file that calls another module's method whose optimizer this run swaps for an
@@ -294,6 +329,22 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 "and those zero their flat gradient buffer in place (`set_to_none=True` raises "
                 "ValueError there)",
                 self._grad_fix_edit(fix),
+            )
+
+    def _delegate_wrapper_zero_grads(self) -> None:
+        """In a file that defines an optimizer wrapper that inherits torch's ``zero_grad``
+        (timm's ``Lookahead``), called by a file of the run that builds an optimizer: the class
+        gets a ``zero_grad`` that runs the wrapped optimizer's (the link stage decided it)."""
+        for class_def, attribute in delegated_wrappers(self.view, handed_facts(self)):
+            self.fix(
+                class_def,
+                f"{DELEGATED_ZERO_GRAD}`{class_def.name}`, which runs the wrapped optimizer's "
+                f"(`self.{attribute}.zero_grad(...)`): the one it inherits, torch's "
+                "Optimizer.zero_grad, sets the gradients to None by default, which detaches "
+                "them from the flat gradient buffer of an NPU fused optimizer it wraps. For "
+                "torch's optimizers the two zero the same parameters the same way (the class "
+                "shares the wrapped optimizer's `param_groups`)",
+                self.replace_statement(class_def, partial(_with_zero_grad, attribute=attribute)),
             )
 
     def _pass_amp_conditions(self) -> None:
@@ -587,3 +638,23 @@ def _realign(call: cst.Call, moves: Sequence[bool], shift: int) -> cst.Call:
 
 def _appended(node: cst.Call, argument: cst.Arg) -> cst.Call:
     return append_arg(node, argument)
+
+
+def _with_zero_grad(node: cst.ClassDef, attribute: str) -> cst.ClassDef:
+    """``class Lookahead(Optimizer): ...`` with a last method ``zero_grad`` that passes its
+    arguments on to the wrapped optimizer's."""
+    method = cst.ensure_type(
+        cst.parse_statement(
+            "def zero_grad(self, *args, **kwargs):\n"
+            f"    return self.{attribute}.zero_grad(*args, **kwargs)\n"
+        ),
+        cst.FunctionDef,
+    )
+    method = method.with_changes(
+        leading_lines=[
+            cst.EmptyLine(indent=False),
+            cst.EmptyLine(comment=cst.Comment(_DELEGATED_COMMENT)),
+        ]
+    )
+    body = cst.ensure_type(node.body, cst.IndentedBlock)
+    return node.with_changes(body=body.with_changes(body=[*body.body, method]))
