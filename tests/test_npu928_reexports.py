@@ -103,3 +103,27 @@ def test_the_caller_alone_is_not_reported(repository: Path) -> None:
         "--check", "--select", "NPU928", "--no-cache", "train.py", cwd=repository, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_import_that_could_name_two_files_is_reported_with_the_doubt(
+    repository: Path,
+) -> None:
+    """`python tools/train.py` finds tools/utils/torch_utils.py, `python -m tools.train` or the
+    installed project finds utils/torch_utils.py, which re-exports the helper."""
+    (repository / "setup.py").write_text("from setuptools import setup\n\nsetup()\n")
+    (repository / "tools" / "utils").mkdir(parents=True)
+    (repository / "tools" / "utils" / "torch_utils.py").write_text(
+        "def smart_amp_autocast(enabled):\n    return None\n"
+    )
+    (repository / "tools" / "train.py").write_text(TRAIN)
+    result = check(repository, "--no-cache")
+    assert ("tools/train.py", 5, "doubt") in findings(result)
+    [message] = [
+        d["message"]
+        for d in json.loads(result.stdout)["diagnostics"]
+        if os.path.normpath(d["path"]) == "tools/train.py"
+    ]
+    assert (
+        "`utils.torch_utils` could be any of tools/utils/torch_utils.py, utils/torch_utils.py"
+        in (message)
+    )

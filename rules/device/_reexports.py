@@ -27,9 +27,10 @@ project facts of :mod:`migrator.analysis.project`:
 3. **Check**: NPU928 takes a call of such a name for a call of the helper, and reports the doubt
    with it.
 
-Not followed: a module the importer's name cannot be tied to one file of (an
-``AmbiguousModule``), names a star import brings (they are not bound by name where they are
-exported), and re-exports of the helper's module rather than of the helper
+A module that the importer's name cannot be tied to one file of (which one depends on how the
+program is run: an ``AmbiguousModule``) leads to an export when one of those files exports the
+name, with that doubt. Not followed: names a star import brings (they are not bound by name
+where they are exported), and re-exports of the helper's module rather than of the helper
 (``from ultralytics.utils import torch_utils`` in one module, ``utils.torch_utils.autocast`` in
 another).
 """
@@ -45,7 +46,13 @@ from typing import Any
 
 from migrator.analysis import names
 from migrator.analysis.index import ModuleIndex, full_name
-from migrator.analysis.project import Facts, ProjectFacts, ProjectFiles, Resolved
+from migrator.analysis.project import (
+    AmbiguousModule,
+    Facts,
+    ProjectFacts,
+    ProjectFiles,
+    Resolved,
+)
 from migrator.analysis.view import FileView
 
 MAX_REEXPORTS = 4  # `from .torch_utils import smart_amp_autocast` in an __init__.py, and on
@@ -204,9 +211,23 @@ class _Tracer:
         if dotted in self.helpers:
             return Export(dotted)
         target = self.files.resolve(dotted, importer)
+        if isinstance(target, AmbiguousModule):
+            return self._maybe(target, dotted)
         if not isinstance(target, Resolved) or len(target.rest) != 1:
-            return None  # not a module of the run, an AmbiguousModule, or deeper than a name
+            return None  # not a module of the run, or deeper than a name of one
         return self.exports.get(target.module.path, {}).get(target.rest[0])
+
+    def _maybe(self, modules: AmbiguousModule, dotted: str) -> Export | None:
+        """The export ``dotted`` is when one of the files its module could be (which one depends
+        on how the program is run) exports its last name, with that doubt."""
+        module, _, name = dotted.rpartition(".")
+        for path in modules.paths:
+            export = self.exports.get(path, {}).get(name)
+            if export is not None:
+                files = ", ".join(os.path.normpath(path) for path in modules.paths)
+                doubt = f"`{module}` could be any of {files}, depending on how the program is run"
+                return Export(export.helper, export.doubt or doubt)
+        return None
 
     def follow_reexports(self) -> None:
         """Add the names that modules bind by importing an export, a hop at a time."""

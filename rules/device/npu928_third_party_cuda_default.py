@@ -82,10 +82,10 @@ class ThirdPartyCudaDefault(Rule):
     is the helper's when that module binds the name by importing the helper, directly or through
     up to four such modules (a package's `__init__.py`); it is reported as a direct call is. When
     that module also defines or assigns the name, or binds it by a `try`/`except` fallback, or
-    the caller gets it by a star import, the call is reported with that doubt. Not followed: a
-    module the caller's import cannot be tied to one file of, a name re-exported by a star
-    import, and a re-exported module of the helper's library (`from ultralytics.utils import
-    torch_utils`).
+    the caller gets it by a star import, or the caller's import could name another file too
+    (depending on how the program is run), the call is reported with that doubt. Not followed:
+    a name re-exported by a star import, and a re-exported module of the helper's library
+    (`from ultralytics.utils import torch_utils`).
 
     ## Why
     The helper's code is not the repository's, so npu-migrate does not migrate it, and its
