@@ -221,3 +221,64 @@ def test_compared_with_none(test: str, expected: bool) -> None:
     index = index_of(test + "\n")
     x = next(name for name in index.nodes(ast.Name) if name.id == "x")
     assert names.compared_with_none(index, x) is expected
+
+
+HELPER = "ultralytics.utils.torch_utils.autocast"
+
+
+def resolve_global(source: str, name: str) -> str | Ambiguous | None:
+    return names.resolve_global(index_of(source), name)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from ultralytics.utils.torch_utils import autocast as amp\n", HELPER),
+        ("from .torch_utils import amp\n", ".torch_utils.amp"),
+        # Calling None raises: a caller of the name gets the import.
+        (
+            "try:\n    from ultralytics.utils.torch_utils import autocast as amp\n"
+            "except ImportError:\n    amp = None\n",
+            HELPER,
+        ),
+        ("def amp(enabled):\n    pass\n", None),
+        ("def f():\n    from ultralytics.utils.torch_utils import autocast as amp\n", None),
+    ],
+)
+def test_a_module_level_name_resolves_as_its_importers_see_it(
+    source: str, expected: str | None
+) -> None:
+    assert resolve_global(source, "amp") == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "candidates", "reason"),
+    [
+        (
+            "try:\n    from ultralytics.utils.torch_utils import autocast as amp\n"
+            "except ImportError:\n    from torch.cuda.amp import autocast as amp\n",
+            ("torch.cuda.amp.autocast", HELPER),
+            "bound by more than one import",
+        ),
+        (
+            "from ultralytics.utils.torch_utils import autocast as amp\n"
+            "def amp(enabled):\n    pass\n",
+            ("amp", HELPER),
+            "bound both by an import and locally",
+        ),
+        (
+            "from ultralytics.utils import torch_utils\namp = torch_utils.autocast\n",
+            (HELPER,),
+            "`amp` is a value alias",
+        ),
+        (
+            "from ultralytics.utils.torch_utils import *\n",
+            ("ultralytics.utils.torch_utils.amp",),
+            "`amp` may come from a star import",
+        ),
+    ],
+)
+def test_a_module_level_name_with_several_origins_is_ambiguous(
+    source: str, candidates: tuple[str, ...], reason: str
+) -> None:
+    assert resolve_global(source, "amp") == Ambiguous(candidates, reason)

@@ -21,7 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from migrator.analysis.index import ModuleIndex, base_name, full_name
-from migrator.analysis.scopes import BindingKind, NameSource
+from migrator.analysis.scopes import Binding, BindingKind, NameSource
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,16 @@ def _only_none_besides_imports(index: ModuleIndex, node: ast.AST) -> bool:
     called = isinstance(parent, ast.Call) and parent.func is node
     if base is node and not called:
         return False
-    for binding in index.bindings_of(base):
-        if binding.kind in (BindingKind.IMPORT, BindingKind.BUILTIN):
-            continue
-        value = binding.assigned_value
-        if not (isinstance(value, ast.Constant) and value.value is None):
-            return False
-    return True
+    return all(
+        _assigns_none(binding)
+        for binding in index.bindings_of(base)
+        if binding.kind not in (BindingKind.IMPORT, BindingKind.BUILTIN)
+    )
+
+
+def _assigns_none(binding: Binding) -> bool:
+    value = binding.assigned_value
+    return isinstance(value, ast.Constant) and value.value is None
 
 
 def compared_with_none(index: ModuleIndex, node: ast.AST) -> bool:
@@ -119,28 +122,68 @@ def resolve_any(
     return result if result in wanted else None
 
 
+def resolve_global(index: ModuleIndex, name: str) -> str | Ambiguous | None:
+    """What another module gets by ``from <this module> import name`` and calls: the qualified
+    name of the module-level ``name`` by the rules of :func:`resolve`, where every binding at
+    the module's top counts (the importer sees whichever ran last). A ``name = None`` fallback
+    of an import does not: calling None raises."""
+    bindings = index.module_scope.bindings.get(name, [])
+    imported = {
+        qualified.name
+        for binding in bindings
+        if binding.kind is BindingKind.IMPORT
+        for qualified in binding.qualified_names(name)
+    }
+    others = [binding for binding in bindings if binding.kind is not BindingKind.IMPORT]
+    if imported:
+        others = [binding for binding in others if not _assigns_none(binding)]
+    local = {qualified.name for binding in others for qualified in binding.qualified_names(name)}
+    if imported and local:
+        return Ambiguous(tuple(sorted(imported | local)), "bound both by an import and locally")
+    if len(imported) > 1:
+        return Ambiguous(tuple(sorted(imported)), "bound by more than one import")
+    if imported:
+        return imported.pop()
+    if local:
+        return _aliased(index, name, others, "", frozenset())
+    if index.star_imports:
+        candidates = tuple(f"{module}.{name}" for module in index.star_imports)
+        return Ambiguous(candidates, f"`{name}` may come from a star import")
+    return None
+
+
 def _value_alias(index: ModuleIndex, node: ast.AST, following: frozenset[str]) -> Ambiguous | None:
     """``Opt = torch.optim.SGD`` then ``Opt(...)``: report what ``Opt`` may stand for."""
     base = base_name(node)
     if base is None or base.id in following:
         return None
-    suffix = _suffix_after_base(node)
+    return _aliased(index, base.id, index.bindings_of(base), _suffix_after_base(node), following)
+
+
+def _aliased(
+    index: ModuleIndex,
+    name: str,
+    bindings: list[Binding],
+    suffix: str,
+    following: frozenset[str],
+) -> Ambiguous | None:
+    """What ``name`` may stand for when ``bindings`` assign it dotted names."""
     candidates: set[str] = set()
-    for binding in index.bindings_of(base):
+    for binding in bindings:
         if binding.kind is BindingKind.BUILTIN:
             continue
         value = binding.assigned_value
         # Only a dotted name is an alias: `code = GraphModule(...).code` holds a value that a
         # call made, not the class attribute (and ModuleIndex.names_reaching agrees).
-        if value is None or base_name(value) is None or full_name(value) == base.id:
+        if value is None or base_name(value) is None or full_name(value) == name:
             continue
-        target = resolve(index, value, following | {base.id})
+        target = resolve(index, value, following | {name})
         if isinstance(target, str):
             candidates.add(target + suffix)
         elif isinstance(target, Ambiguous):
             candidates.update(c + suffix for c in target.candidates)
     if candidates:
-        return Ambiguous(tuple(sorted(candidates)), f"`{base.id}` is a value alias")
+        return Ambiguous(tuple(sorted(candidates)), f"`{name}` is a value alias")
     return None
 
 

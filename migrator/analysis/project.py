@@ -82,7 +82,15 @@ class Resolved:
 
 
 class AmbiguousModule(str):
-    """A dotted name that two summarised files could both be (the message names them)."""
+    """A dotted name that two summarised files could both be (the message names them,
+    ``paths`` lists them)."""
+
+    paths: tuple[str, ...]
+
+    def __new__(cls, message: str, paths: tuple[str, ...] = ()) -> AmbiguousModule:
+        made = super().__new__(cls, message)
+        made.paths = paths
+        return made
 
 
 @dataclass(frozen=True)
@@ -194,9 +202,11 @@ class ProjectFacts:
             if module is not None:
                 picks.setdefault(module.path, module)
         if len(picks) > 1:
-            names = ", ".join(sorted(picks))
+            paths = tuple(sorted(picks))
             return AmbiguousModule(
-                f"`{'.'.join(parts)}` could be any of {names}, depending on how the program is run"
+                f"`{'.'.join(parts)}` could be any of {', '.join(paths)}, depending on how the "
+                "program is run",
+                paths,
             )
         if picks:
             return next(iter(picks.values()))

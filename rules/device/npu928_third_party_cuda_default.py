@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from migrator.analysis.calls import argument
+from migrator.analysis.index import ModuleIndex
 from migrator.analysis.names import Ambiguous
-from migrator.rule import FixSafety, Rule
+from migrator.analysis.project import Facts, Module
+from migrator.rule import FixSafety, Linking, Rule
+from migrator.rules.device import _reexports as reexports
+from migrator.rules.device._reexports import Export
 from migrator.rules.device._target import device_target
+from migrator.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,18 @@ class ThirdPartyCudaDefault(Rule):
     (before, e.g. the 0.3.2 that DeiT-era code pins, use a scaler of your own around
     `torch.amp.GradScaler("npu")`).
 
+    A helper that a module of the run re-exports is followed: yolov5's `utils/torch_utils.py`
+    imports ultralytics' `autocast as smart_amp_autocast`, and its training scripts call
+    `smart_amp_autocast(amp)` imported from there. A call of a name that the file imports from
+    a module of the run (under any alias, by `from ... import` or as an attribute of the module)
+    is the helper's when that module binds the name by importing the helper, directly or through
+    up to four such modules (a package's `__init__.py`); it is reported as a direct call is. When
+    that module also defines or assigns the name, or binds it by a `try`/`except` fallback, or
+    the caller gets it by a star import, or the caller's import could name another file too
+    (depending on how the program is run), the call is reported with that doubt. Not followed:
+    a name re-exported by a star import, and a re-exported module of the helper's library
+    (`from ultralytics.utils import torch_utils`).
+
     ## Why
     The helper's code is not the repository's, so npu-migrate does not migrate it, and its
     CUDA default stays: on the NPU ultralytics' autocast is CUDA's and AMP is silently off,
@@ -80,17 +98,27 @@ class ThirdPartyCudaDefault(Rule):
 
     with autocast(amp):
         loss = model(images)
+
+    # train.py, with utils/torch_utils.py re-exporting it as smart_amp_autocast
+    from utils.torch_utils import smart_amp_autocast
+
+    with smart_amp_autocast(amp):
+        loss = model(images)
     ```
 
     ## Use instead
     ```python
     with autocast(amp, device="npu"):
         loss = model(images)
+
+    with smart_amp_autocast(amp, device="npu"):
+        loss = model(images)
     ```
 
     ## Fix safety
     No fix: which device the helper should use (and whether the installed release takes the
-    argument) is the user's to check.
+    argument) is the user's to check. Re-exports are seen only among the files of the run:
+    `npu-migrate train.py` alone does not know what `utils/torch_utils.py` binds.
     """
 
     CODE = "NPU928"
@@ -98,21 +126,46 @@ class ThirdPartyCudaDefault(Rule):
     SUMMARY = "third-party helper whose device defaults to CUDA (ultralytics, timm)"
     FIX_SAFETY = FixSafety.NONE
     TRIGGER = ("autocast", "create_loader", "PrefetchLoader", "NativeScaler")
+    # Modules that import a helper may re-export it to the files that call it (_reexports).
+    PROJECT_TRIGGER = tuple(sorted(ROOTS))
+
+    @classmethod
+    def triggers(cls, settings: Settings) -> tuple[str, ...]:
+        """The helpers' names, and the names the run's modules re-export them under."""
+        return cls.TRIGGER + reexports.linked_words(settings.project, cls.project_key())
+
+    @classmethod
+    def wants_summary(cls, source: bytes) -> bool:
+        return reexports.wants_summary(source, HELPERS)
+
+    @classmethod
+    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
+        return reexports.summarize(index, module.path, HELPERS)
+
+    @classmethod
+    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
+        summaries = linking.project.summaries(cls.project_key())
+        return reexports.link(linking.files, summaries, HELPERS)
 
     def check(self) -> None:
-        for call in self.calls_to(ROOTS):
-            name = self.qualified_name_in(call.func, HELPERS)
+        reexported = reexports.linked_names(self.project, self.project_key(), self.context.path)
+        wanted = HELPERS.keys() | reexported.keys()
+        for call in self._candidates(reexported):
+            name = self.qualified_name_in(call.func, wanted)
             if isinstance(name, Ambiguous):
-                wanted = [candidate for candidate in name.candidates if candidate in HELPERS]
-                self._report(
-                    call,
-                    wanted[0],
-                    f"cannot tell whether this is `{wanted[0]}`: {name.describe()}; if it is, ",
-                )
-            elif name in HELPERS:
-                self._report(call, name, "")
+                first = next(candidate for candidate in name.candidates if candidate in wanted)
+                self._report(call, reexported.get(first, Export(first)), name.describe())
+            elif name is not None:
+                export = reexported.get(name, Export(name))
+                self._report(call, export, export.doubt)
 
-    def _report(self, call: ast.Call, name: str, doubt: str) -> None:
+    def _candidates(self, reexported: Mapping[str, Export]) -> Iterable[ast.Call]:
+        """The calls that may be of a helper: in a file that calls one by a name a module of
+        the run re-exports it under, every call (their names start anywhere)."""
+        return self.index.nodes(ast.Call) if reexported else self.calls_to(ROOTS)
+
+    def _report(self, call: ast.Call, export: Export, doubt: str) -> None:
+        name = export.helper
         helper = HELPERS[name]
         if argument(call, helper.parameter, helper.position) is not None:
             return
@@ -122,16 +175,17 @@ class ThirdPartyCudaDefault(Rule):
             return  # `**options` may pass it
         device = device_target(self).device_type
         advice = f"pass `{helper.parameter}={device}`"
+        prefix = f"cannot tell whether this is `{name}`: {doubt}; if it is, " if doubt else ""
         if helper.since is None:
             self.report(
                 call,
-                f'{doubt}`{name}` defaults to `{helper.parameter}="cuda"`: on the NPU '
+                f'{prefix}`{name}` defaults to `{helper.parameter}="cuda"`: on the NPU '
                 f"{helper.effect}; {advice}",
             )
             return
         self.report(
             call,
-            f"{doubt}`{name}` runs on CUDA: on the NPU {helper.effect}; {helper.since} and "
+            f"{prefix}`{name}` runs on CUDA: on the NPU {helper.effect}; {helper.since} and "
             f"later take `{helper.parameter}=`: {advice}; earlier releases hard-code CUDA: "
             f"upgrade, or {helper.before}",
         )
