@@ -1076,6 +1076,10 @@ class _Planner:
             return
         params = args[names.index("params")].value if "params" in names else None
         # What no edit can make fusable goes first: then the code a person could change.
+        unmatched = [] if source.npu_class else _no_counterpart(args, names)
+        if unmatched:
+            self._report(call, _blocked_message(source, target, unmatched))
+            return
         sharded = self.contract.sharding(call, params)
         if sharded:
             self._report(call, _sharded_message(source, target, sharded))
@@ -2316,6 +2320,20 @@ def _bind(view: FileView, args: list[Argument], source: Source) -> tuple[list[st
             problems.append(f"`{arg.keyword}=` is not a parameter of `{source.display}`")
             names.append(arg.keyword)
     return names, problems
+
+
+def _no_counterpart(args: list[Argument], names: list[str]) -> list[str]:
+    """Why arguments given as literals change the update in a way no NPU fused optimizer
+    makes (``bias_correction=False``, ``maximize=True``): nothing else matters for the
+    constructor then (the rest of the arguments are mapped later, see _map_arguments)."""
+    reasons: list[str] = []
+    for arg, name in zip(args, names, strict=True):
+        if name in NEUTRAL_AT:
+            neutral, reason = NEUTRAL_AT[name]
+            value = literal_value(arg.value)
+            if value is not NOT_LITERAL and value != neutral:
+                reasons.append(reason)
+    return reasons
 
 
 def _fused_adam_target(
