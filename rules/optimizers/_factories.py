@@ -564,12 +564,21 @@ def _site_facts(
     enabled = [amp for amp in amp_calls if not amp_options(reader, amp, None).disabled]
     argument: str | None = "False"
     why: str | None = None
+    amp: ast.AST | None = enabled[0] if len(enabled) == 1 else None
+    run_time: str | None = None
     if len(enabled) > 1:
-        argument, why = None, "it is passed to more than one `amp.initialize` there"
+        # Both arms of one `if` (Vit_small's `if args.combine_grad:` ... `else:`): amp runs
+        # when that statement runs, unless an arm enables it at run time.
+        amp = flow.both_arms(enabled)
+        if amp is None or any(
+            amp_options(reader, each, None).enabled is NOT_LITERAL for each in enabled
+        ):
+            amp = None
+            argument, why = None, "it is passed to more than one `amp.initialize` there"
     elif enabled:
-        amp = enabled[0]
-        options = amp_options(reader, amp, None)
+        options = amp_options(reader, enabled[0], None)
         run_time = options.enabled_code if options.enabled is NOT_LITERAL else None
+    if amp is not None:
         test = amp_runs_when(flow.guards_only_for(amp, call), run_time)
         if test is None:
             argument = "True"

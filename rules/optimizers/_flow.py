@@ -253,6 +253,21 @@ class OptimizerFlow:
             if (self._test(guard), in_body) not in guards_of_other
         ]
 
+    def both_arms(self, calls: list[ast.Call]) -> ast.If | None:
+        """The `if` statement whose two arms hold ``calls``, one each, under no test of their
+        own inside it (`if args.combine_grad: amp.initialize(..., combine_grad=True)` /
+        `else: amp.initialize(...)`): one of them runs exactly when the statement does, so it
+        stands for both. None for any other placement (an `elif` arm has a test of its own)."""
+        if len(calls) != 2:
+            return None
+        innermost = [next(self._guards(call), None) for call in calls]
+        if any(found is None for found in innermost):
+            return None
+        (first, first_in_body), (second, second_in_body) = innermost  # type: ignore[misc]
+        if first is not second or first_in_body == second_in_body:
+            return None
+        return first
+
     def scope_of(self, node: ast.AST) -> ast.AST:
         """The innermost function (or lambda) around ``node``, or the module."""
         for parent in self.index.ancestors(node):

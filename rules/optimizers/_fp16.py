@@ -218,9 +218,21 @@ def uncovered_condition(
         return frozenset(found)
 
     around_call = conditions(call)
-    terms: set[frozenset[tuple[str, bool]]] = {
-        conditions(wrapper) - around_call for wrapper in wrappers
-    }
+    terms = merged_terms({conditions(wrapper) - around_call for wrapper in wrappers})
+    if frozenset() in terms:
+        return None
+    smallest: frozenset[tuple[str, bool]] = min(terms, key=lambda term: (len(term), sorted(term)))
+    return sorted(smallest)[0]
+
+
+Condition = tuple[str, bool]  # an `if` test as written, and whether it holds
+
+
+def merged_terms(terms: set[frozenset[Condition]]) -> set[frozenset[Condition]]:
+    """``terms`` (each a set of conditions that all hold on some path), with every two that
+    differ in one condition only, held true in one and false in the other, merged into what
+    they share (`if c: ...` / `else: ...` under the same conditions): the empty set among them
+    means every path."""
     merged = True
     while merged and frozenset() not in terms:
         merged = False
@@ -230,10 +242,7 @@ def uncovered_condition(
                 terms = (terms - {first, second}) | {first & second}
                 merged = True
                 break
-    if frozenset() in terms:
-        return None
-    smallest: frozenset[tuple[str, bool]] = min(terms, key=lambda term: (len(term), sorted(term)))
-    return sorted(smallest)[0]
+    return terms
 
 
 def brief(view: FileView, node: ast.AST) -> str:

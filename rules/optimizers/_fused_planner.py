@@ -42,7 +42,7 @@ from migrator.rules.optimizers._flow import (
     npu_fused_name,
     takes,
 )
-from migrator.rules.optimizers._fp16 import uncovered_condition
+from migrator.rules.optimizers._fp16 import Condition, merged_terms, uncovered_condition
 from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import (
     FusionHazards,
@@ -1386,6 +1386,8 @@ class _Planner:
             for store in _stores_of(scope, held, line_of(own_call), line_of(amp)):
                 if store is statement or any(node is amp for node in ast.walk(store)):
                     continue  # the call's own assignment, or what amp.initialize hands back
+                if self.flow.exclusive(store, amp):
+                    continue  # the other arm of an `if` (its own amp.initialize's result)
                 if _calls_function(store, own_call):
                     # Another call of the same function (CSWin's `if args.resume:` and
                     # `if not args.resume:` blocks): it passes the same condition, and the
@@ -1393,20 +1395,29 @@ class _Planner:
                     continue
                 if not self.flow.exclusive(store, own_call):
                     return None, f"`{held}` is assigned again at line {store.lineno}"
-        if len(amps) > 1:
-            return None, f"{at} gives its result to more than one `amp.initialize`"
         if not amps:
             if escape(self.view, own_call, self._own_sight) is not None:
                 return None, f"{at} hands its result on where npu-migrate does not follow it"
             return "False", ""
-        amp = amps[0]
-        accounted.add(id(amp))
-        options = amp_options(self.view, amp, self.level)
-        run_time = options.enabled_code if options.enabled is NOT_LITERAL else None
-        test = amp_runs_when(self.flow.guards_only_for(amp, own_call), run_time)
+        gate: ast.AST = amps[0]  # the amp.initialize, or the `if` whose arms hold both
+        run_time: str | None = None
+        if len(amps) > 1:
+            # Both arms of one `if`: amp runs when that statement runs (see both_arms).
+            arms = self.flow.both_arms(amps)
+            literal = all(
+                amp_options(self.view, each, self.level).enabled is not NOT_LITERAL for each in amps
+            )
+            if arms is None or not literal:
+                return None, f"{at} gives its result to more than one `amp.initialize`"
+            gate = arms
+        else:
+            options = amp_options(self.view, amps[0], self.level)
+            run_time = options.enabled_code if options.enabled is NOT_LITERAL else None
+        accounted.update(id(each) for each in amps)
+        test = amp_runs_when(self.flow.guards_only_for(gate, own_call), run_time)
         if test is None:
             return "True", ""
-        why = unportable_test(self.flow, own_call, amp, test, what="the call")
+        why = unportable_test(self.flow, own_call, gate, test, what="the call")
         return (test, "") if why is None else (None, f"at {at}, {why}")
 
     def _own_sight(self, given: ast.Call) -> bool:
@@ -1437,6 +1448,8 @@ class _Planner:
         calls = [options.call for options in enabled]
         if len(calls) > 1 and not run_time and uncovered_condition(self.view, calls, call) is None:
             return None
+        if len(calls) > 1:
+            return self._any_amp_gate(call, enabled)
         for options in enabled:
             guards = self.flow.guards_only_for(options.call, call)
             run_time_enabled = options.enabled is NOT_LITERAL and options.enabled_code is not None
@@ -1454,6 +1467,32 @@ class _Planner:
             if options.enabled is NOT_LITERAL and options.enabled_code is not None:
                 return AmpGate(options.call, options.enabled_code, True, verb="enables amp")
         return None
+
+    def _any_amp_gate(self, call: ast.Call, enabled: list[AmpOptions]) -> AmpGate | None:
+        """Several ``amp.initialize`` calls that do not cover every path: amp runs where any of
+        them runs and enables it, so the gate is the condition over all of them (`if args.amp:`
+        around `if args.combine_grad:` / `else:` gives `args.amp`); one call's own condition
+        would leave the other's paths with the wrong class. None when they cover every path."""
+        terms: set[frozenset[Condition]] = set()
+        order: dict[Condition, int] = {}  # outer tests first, as the single-call gate writes them
+        for options in enabled:
+            conditions = list(reversed(self.flow.guards_only_for(options.call, call)))
+            if options.enabled is NOT_LITERAL and options.enabled_code is not None:
+                conditions.append((options.enabled_code, True))
+            for condition in conditions:
+                order.setdefault(condition, len(order))
+            terms.add(frozenset(conditions))
+        terms = merged_terms(terms)
+        if frozenset() in terms:
+            return None
+        parts = [
+            " and ".join(_term(*condition) for condition in sorted(term, key=order.__getitem__))
+            for term in sorted(terms, key=lambda term: sorted(order[c] for c in term))
+        ]
+        test = " or ".join(f"({part})" if " and " in part else part for part in parts)
+        first = min((options.call for options in enabled), key=line_of)
+        run_time = any(o.enabled is NOT_LITERAL and o.enabled_code for o in enabled)
+        return AmpGate(first, test, amp_when_true=True, verb="enables amp" if run_time else "runs")
 
     def _grad_fix_risk(self, fix: GradFix, constructor: ast.Call) -> tuple[str | None, bool]:
         """Why ``fix`` may change the training (None: it cannot).
