@@ -62,12 +62,9 @@ def _resolve(
     local = {q.name for q in qualified if q.source is NameSource.LOCAL}
     if imported and local and _only_none_besides_imports(index, node):
         local = set()  # `except ImportError: amp = None`: None has no attributes, no call
-    if imported and local:
-        return Ambiguous(tuple(sorted(imported | local)), "bound both by an import and locally")
-    if len(imported) > 1:
-        return Ambiguous(tuple(sorted(imported)), "bound by more than one import")
-    if imported:
-        return imported.pop()
+    chosen = _between_imports(imported, local)
+    if chosen is not None:
+        return chosen
     if local:
         return _value_alias(index, node, _following)
     return _star_candidate(index, node)
@@ -122,6 +119,16 @@ def resolve_any(
     return result if result in wanted else None
 
 
+def _between_imports(imported: set[str], local: set[str]) -> str | Ambiguous | None:
+    """The one imported name, or the doubt when there are several or local bindings too;
+    None when nothing is imported."""
+    if imported and local:
+        return Ambiguous(tuple(sorted(imported | local)), "bound both by an import and locally")
+    if len(imported) > 1:
+        return Ambiguous(tuple(sorted(imported)), "bound by more than one import")
+    return next(iter(imported), None)
+
+
 def resolve_global(index: ModuleIndex, name: str) -> str | Ambiguous | None:
     """What another module gets by ``from <this module> import name`` and calls: the qualified
     name of the module-level ``name`` by the rules of :func:`resolve`, where every binding at
@@ -138,12 +145,9 @@ def resolve_global(index: ModuleIndex, name: str) -> str | Ambiguous | None:
     if imported:
         others = [binding for binding in others if not _assigns_none(binding)]
     local = {qualified.name for binding in others for qualified in binding.qualified_names(name)}
-    if imported and local:
-        return Ambiguous(tuple(sorted(imported | local)), "bound both by an import and locally")
-    if len(imported) > 1:
-        return Ambiguous(tuple(sorted(imported)), "bound by more than one import")
-    if imported:
-        return imported.pop()
+    chosen = _between_imports(imported, local)
+    if chosen is not None:
+        return chosen
     if local:
         return _aliased(index, name, others, "", frozenset())
     if index.star_imports:
