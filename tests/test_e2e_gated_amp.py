@@ -15,7 +15,9 @@ amp on some paths only (fixtures/e2e/factory_amp, timm's `create_optimizer` call
 under `use_amp == "apex"`, and the `create_optimizer_v2` it returns a call of, called by
 benchmark.py without amp): both get a keyword-only `apex_amp` that picks the class, and each
 call passes amp's condition there; the same for a function of the script itself called on two
-paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's shape).
+paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's shape). Where the
+`amp.initialize` calls sit in two branches under `--amp` (fixtures/e2e/amp_arms, YOLOv4's shape),
+the class is picked by `args.amp`, and both branches compute what the original computes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
 LOOKUP = REPO / "fixtures" / "e2e" / "gated_lookup"
 FACTORY = REPO / "fixtures" / "e2e" / "factory_amp"
 OWN_FACTORY = REPO / "fixtures" / "e2e" / "own_factory"
+ARMS = REPO / "fixtures" / "e2e" / "amp_arms"
 TIMEOUT_S = 180
 VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -159,6 +162,23 @@ def test_a_function_of_the_script_gets_the_condition_from_its_own_calls(tmp_path
         "amp, adamw, fine-tuning": start_verify(
             original, migrated, "--amp", "--opt", "adamw", "--finetune"
         ),
+    }
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
+
+
+def test_amp_in_two_branches_picks_the_class_by_the_condition_over_both(tmp_path: Path) -> None:
+    migrated = migrated_copy(tmp_path, "arms", program=ARMS)
+    text = migrated.read_text()
+    assert "(apex.optimizers.NpuFusedSGD if args.amp else torch_npu.optim.NpuFusedSGD)(" in text
+    assert text.count("combine_grad=True") == 2
+    original = ARMS / "train.py"
+    runs = {
+        "fp32": start_verify(original, migrated),
+        "amp, static scale": start_verify(original, migrated, "--amp"),
+        "amp, dynamic scale": start_verify(original, migrated, "--amp", "--dynamic-scale"),
     }
     for name, process in runs.items():
         code, output = finish(process)
