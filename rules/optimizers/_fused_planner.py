@@ -272,7 +272,7 @@ def plan_fused(
     methods: Mapping[str, Any] | None = None,
     lightning: str | None = default_lightning_doubt(),
     elsewhere: Mapping[str, Any] | None = None,
-    after_ddp: Mapping[int, str] | None = None,
+    after_ddp: Callable[[], Mapping[int, str]] | None = None,
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -290,8 +290,8 @@ def plan_fused(
     run's Lightning Trainers may shard the parameters of a LightningModule's optimizers (None:
     they cannot; :mod:`~migrator.rules.optimizers._lightning`); ``elsewhere`` the link
     stage's facts about the code of other modules that the file calls
-    (:mod:`~migrator.rules.optimizers._handed`); ``after_ddp`` the optimizer calls that stay
-    after a DDP wrap of their model, with why (NPU203's plan).
+    (:mod:`~migrator.rules.optimizers._handed`); ``after_ddp`` computes the optimizer calls
+    that stay after a DDP wrap of their model, with why (NPU203's plan), when first needed.
     """
     # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
     # module's parameters is fused too: plan assuming every constructor is, then again with only
@@ -365,7 +365,7 @@ class _Planner:
         planned_amp: PlannedAmp | None = None,
         lightning: str | None = default_lightning_doubt(),
         elsewhere: Mapping[str, Any] | None = None,
-        after_ddp: Mapping[int, str] | None = None,
+        after_ddp: Callable[[], Mapping[int, str]] | None = None,
     ) -> None:
         self.view = view
         self.planned_amp = planned_amp or PlannedAmp()

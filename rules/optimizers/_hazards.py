@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -132,7 +132,7 @@ class FusionHazards:
         flow: OptimizerFlow,
         returned: frozenset[int] = frozenset(),
         elsewhere: HandedCode | None = None,
-        after_ddp: Mapping[int, str] | None = None,
+        after_ddp: Callable[[], Mapping[int, str]] | Mapping[int, str] | None = None,
     ) -> None:
         self.view = view
         self.index = view.index
@@ -142,8 +142,9 @@ class FusionHazards:
         self.returned = returned
         # The functions and classes of other modules of the run that this file calls (_handed).
         self.elsewhere = elsewhere
-        # The optimizer calls left after a DDP wrap of their model, with why (NPU203's plan).
-        self.after_ddp = after_ddp or {}
+        # The optimizer calls left after a DDP wrap of their model, with why (NPU203's plan),
+        # or what computes them when first asked (most files never ask).
+        self._after_ddp = after_ddp
 
     def of(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
         """The hazards for the optimizer that ``constructor`` builds from ``params``, in line
@@ -162,6 +163,13 @@ class FusionHazards:
         found += self._built_after_ddp(constructor)
         found.sort(key=lambda hazard: (hazard.line, hazard.node.col_offset))  # type: ignore[attr-defined]
         return found
+
+    @cached_property
+    def after_ddp(self) -> Mapping[int, str]:
+        found = self._after_ddp
+        if found is None:
+            return {}
+        return found() if callable(found) else found
 
     def _built_after_ddp(self, constructor: ast.Call) -> list[Hazard]:
         """The optimizer is built after its model's DDP wrap and stays there: Ascend documents

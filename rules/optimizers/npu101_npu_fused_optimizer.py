@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from functools import cache, partial
 
 from migrator.analysis.calls import Argument, arguments
 from migrator.analysis.effects import CallNames
@@ -273,7 +273,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             methods=methods_facts(self, self.PROJECT_KEY),
             lightning=lightning_doubt(self),
             elsewhere=handed_facts(self),
-            after_ddp=self._left_after_ddp(),
+            after_ddp=cache(self._left_after_ddp),  # computed once, where a constructor asks
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
