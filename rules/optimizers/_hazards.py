@@ -25,7 +25,10 @@ Where this module looks, for one optimizer constructor (the *scope rule*):
   optimizer of ``train()``;
 - sparse embeddings anywhere in the file (the model may be built in another function).
 
-Code in other files (a training loop that receives the optimizer from a factory) is not seen.
+Code in other files is followed where the link stage shows it: the code the optimizer is handed
+to (:mod:`~migrator.rules.optimizers._handed`), a factory's callers and a method's callers
+(:mod:`~migrator.rules.optimizers._factories`, :mod:`~migrator.rules.optimizers._method_callers`).
+An optimizer built after its model's DDP wrap that stays there (NPU203's plan) is a hazard too.
 """
 
 from __future__ import annotations
