@@ -1,6 +1,8 @@
 """An optimizer handed to code of another module of the run (rules/optimizers/_handed.py), through
 the real command line: the callee's gradient resets keep NPU101 from fusing it, and the callee's
-file is part of the caller's cache key."""
+file is part of the caller's cache key. An optimizer wrapper class of the run (timm's Lookahead)
+gets its `zero_grad` in the same run that fuses what it wraps, and an edit to the wrapper's file
+moves both verdicts together."""
 
 from __future__ import annotations
 
@@ -72,3 +74,73 @@ def test_a_reset_added_to_the_callee_rechecks_the_unchanged_caller(tmp_path: Pat
     written = npu_migrate(tmp_path, "--cache-dir", cache, ".")
     assert written.returncode == 0, written.stdout + written.stderr
     assert (tmp_path / "train.py").read_text() == TRAIN
+
+
+FACTORY = """\
+import torch
+
+from lookahead import Lookahead
+
+
+def create_optimizer(args, model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    if args.lookahead:
+        optimizer = Lookahead(optimizer)
+    return optimizer
+"""
+LOOKAHEAD = """\
+from torch.optim import Optimizer
+
+
+class Lookahead(Optimizer):
+    def __init__(self, base_optimizer):
+        self.base_optimizer = base_optimizer
+        self.param_groups = base_optimizer.param_groups
+
+    def step(self, closure=None):
+        return self.base_optimizer.step(closure)
+"""
+# The same wrapper, now resetting the wrapped optimizer's momentum: no zero_grad can save that.
+LOOKAHEAD_WITH_RESET = (
+    LOOKAHEAD.removesuffix("        return self.base_optimizer.step(closure)\n")
+    + """\
+        loss = self.base_optimizer.step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.base_optimizer.state[p]["momentum_buffer"] = p.detach() * 0
+        return loss
+"""
+)
+
+
+def findings(result: subprocess.CompletedProcess[str], path: str) -> list[tuple[int, str]]:
+    document = json.loads(result.stdout)
+    return sorted(
+        (d["line"], d["severity"])
+        for d in document["edits"] + document["diagnostics"]
+        if d["path"].removeprefix("./") == path and d["code"] == "NPU101"
+    )
+
+
+def test_the_wrapper_and_the_optimizers_it_wraps_move_together(tmp_path: Path) -> None:
+    (tmp_path / "optim_factory.py").write_text(FACTORY)
+    wrapper = tmp_path / "lookahead.py"
+    wrapper.write_text(LOOKAHEAD)
+    cache = str(tmp_path / "cache")
+    check = ("--cache-dir", cache, "--check", "--format", "json", ".")
+    before = npu_migrate(tmp_path, *check)
+    assert findings(before, "optim_factory.py") == [(7, "fixed")]
+    assert findings(before, "lookahead.py") == [(4, "fixed")]  # gets its zero_grad
+
+    wrapper.write_text(LOOKAHEAD_WITH_RESET)
+    after = npu_migrate(tmp_path, *check)
+    assert findings(after, "optim_factory.py") == [(7, "manual")]  # the factory, unchanged
+    assert findings(after, "lookahead.py") == []
+
+    wrapper.write_text(LOOKAHEAD)
+    written = npu_migrate(tmp_path, "--cache-dir", cache, ".")
+    assert written.returncode == 1, written.stdout + written.stderr
+    assert "def zero_grad(self, *args, **kwargs):" in wrapper.read_text()
+    assert "torch_npu.optim.NpuFusedSGD(" in (tmp_path / "optim_factory.py").read_text()
+    again = npu_migrate(tmp_path, *check)
+    assert findings(again, "optim_factory.py") == findings(again, "lookahead.py") == []
