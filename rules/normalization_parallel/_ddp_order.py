@@ -154,7 +154,10 @@ class DdpOrderPlan:
                 f"NPU203 cannot move it above the wrap ({refusal.reason})"
             )
         for found in self.after_hidden_wraps:
-            left[id(found.call)] = f"is built after {found.why} (line {found.wrap_line})"
+            left[id(found.call)] = (
+                f"is built after a wrap NPU203 does not move anything above ({found.why}, line "
+                f"{found.wrap_line})"
+            )
         if not moves_run:
             for move in self.moves:
                 for statement in move.optimizers:
