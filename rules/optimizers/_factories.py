@@ -456,7 +456,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             flow,
             returned=frozenset(id(call) for call in called),
             elsewhere=HandedCode(reader, state.handed.get(path, {})),
-            after_ddp=_called_after_ddp(reader, called),
+            after_ddp=_called_after_ddp(reader, flow, called),
         )
         contract = ParameterContract(reader, flow)
         for call, factory in found:
@@ -472,7 +472,9 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             facts["sites"].append(site)
 
 
-def _called_after_ddp(reader: FileView, calls: list[ast.Call]) -> dict[int, str]:
+def _called_after_ddp(
+    reader: FileView, flow: OptimizerFlow, calls: list[ast.Call]
+) -> dict[int, str]:
     """id(call) -> why, for the factory calls made after a DDP wrap in the same function (or
     module-level code): the optimizer is then built after DDP initialisation. Whether NPU203
     moves such a call above the wrap in the same run is not known in the link stage, so every
@@ -486,10 +488,8 @@ def _called_after_ddp(reader: FileView, calls: list[ast.Call]) -> dict[int, str]
     ]
     found: dict[int, str] = {}
     for call in calls:
-        scope = _scope_of(reader.index, call)
-        earlier = [
-            w for w in wraps if w.lineno < call.lineno and _scope_of(reader.index, w) is scope
-        ]
+        scope = flow.scope_of(call)
+        earlier = [w for w in wraps if w.lineno < call.lineno and flow.scope_of(w) is scope]
         if earlier:
             found[id(call)] = (
                 f"is called after a model is wrapped in DDP (line {earlier[-1].lineno}), so the "
@@ -497,14 +497,6 @@ def _called_after_ddp(reader: FileView, calls: list[ast.Call]) -> dict[int, str]
                 "NPU203 decides whether the call can move above the wrap)"
             )
     return found
-
-
-def _scope_of(index: ModuleIndex, node: ast.AST) -> ast.AST:
-    """The innermost function ``node`` is in, or the module."""
-    return next(
-        (a for a in index.ancestors(node) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)),
-        index.tree,
-    )
 
 
 def _site_breaks(contract: ParameterContract, call: ast.Call) -> str:

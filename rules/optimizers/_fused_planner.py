@@ -660,10 +660,7 @@ class _Planner:
         ):
             return False
         name = statement.targets[0].id
-        scope = next(
-            (a for a in self.index.ancestors(statement) if isinstance(a, _FUNCTION_NODES)),
-            self.index.tree,
-        )
+        scope = self.flow.scope_of(statement)
         # Every read of the name in the function (whatever the assignment it sees).
         reads = [
             node
@@ -3134,7 +3131,6 @@ def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
 
 
 # What a registration loop does with a class it looks up (see FusedPlanner._registered).
-_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
 _CLASS_TESTS = frozenset({"isclass", "issubclass"})
 _REGISTERS = frozenset({"register_module", "register"})
 
