@@ -211,6 +211,9 @@ class Rewrite:
     # The factory (a function of the module) that gets a keyword-only parameter, the name in
     # ``choice``, which its callers set to amp's condition (carried by its first rewrite).
     amp_parameter: AmpParameter | None = None
+    # The class as written stays where this test holds, the NPU fused one is built where it does
+    # not: `(optim.SGD if test else torch_npu.optim.NpuFusedSGD)` (see KeptWhen).
+    kept: KeptWhen | None = None
 
     @property
     def qualified_target(self) -> str:
@@ -220,7 +223,26 @@ class Rewrite:
     @property
     def callee(self) -> str:
         """The callee a ``dotted`` rewrite writes."""
-        return picked_by(*self.choice, self.target) if self.choice else self.qualified_target
+        return _callee(self.qualified_target, self.target, self.choice, self.kept)
+
+
+@dataclass(frozen=True)
+class KeptWhen:
+    """Where an optimizer keeps the class it is written with: on the paths where ``test``
+    holds, a wrapper whose ``zero_grad`` would detach a fused optimizer's gradients (timm's
+    ``Lookahead``, returned to the callers) wraps it. ``test`` is the condition of that wrap,
+    read at the constructor: nothing it reads can change in between."""
+
+    test: str
+    written: str  # the callee as written, `optim.SGD`
+    wrap: ast.Call  # `Lookahead(optimizer)`
+
+
+def _callee(
+    qualified_target: str, target: str, choice: tuple[str, bool] | None, kept: KeptWhen | None
+) -> str:
+    fused = picked_by(*choice, target) if choice else qualified_target
+    return f"({kept.written} if {kept.test} else {fused})" if kept else fused
 
 
 @dataclass(frozen=True)
@@ -344,6 +366,7 @@ class _Draft:
     forwarded: list[tuple[int, ForwardedKeys]] = field(default_factory=list)
     lookup: _Lookup | None = None  # a `getattr(torch.optim, name)(...)` construction
     amp_parameter: AmpParameter | None = None  # see Rewrite.amp_parameter
+    kept: KeptWhen | None = None  # see Rewrite.kept
 
     @property
     def qualified_target(self) -> str:
@@ -351,7 +374,7 @@ class _Draft:
 
     @property
     def callee(self) -> str:
-        return picked_by(*self.choice, self.target) if self.choice else self.qualified_target
+        return _callee(self.qualified_target, self.target, self.choice, self.kept)
 
 
 class _Planner:
@@ -613,6 +636,11 @@ class _Planner:
                 return grandparent.func.id not in _TYPE_TESTS  # isinstance(x, (SGD, Adam))
         if isinstance(parent, (ast.Compare, ast.ClassDef)):
             return False
+        if isinstance(parent, ast.IfExp) and parent.body is node:
+            called = self.index.parent(parent)
+            if isinstance(called, ast.Call) and called.func is parent:
+                # `(optim.SGD if <wrapped> else torch_npu.optim.NpuFusedSGD)(...)`: KeptWhen
+                return not self._fused_class(parent.orelse)
         if (
             isinstance(parent, ast.Dict)
             and any(node is key for key in parent.keys)
@@ -1049,7 +1077,10 @@ class _Planner:
                 f"subclasses: {advice}",
             )
 
-    def _plan(self, call: ast.Call, source: Source) -> None:
+    def _plan(self, call: ast.Call, source: Source, keep: bool = True) -> None:
+        """Plan the rewrite of ``call`` to ``source``'s NPU fused class, or report why not;
+        ``keep``: the written class may stay on the paths a returned wrapper wraps it (not for
+        a lookup, whose class is mapped by name)."""
         args = arguments(call)
         names, problems = _bind(self.view, args, source)
         target = source.target
@@ -1090,6 +1121,14 @@ class _Planner:
         # first step on those paths, the same training on the others.
         loud = [hazard for hazard in hazards if hazard.loud]
         hazards = [hazard for hazard in hazards if not hazard.loud]
+        # A wrapper (timm's Lookahead) that breaks it, on some paths only, where no edit of the
+        # wrapper's `zero_grad` calls fixes it: the written class stays on those paths, the
+        # fused one is built on the others.
+        fixable = all(hazard.fix is not None for hazard in hazards)
+        kept = kept_when(self.view, self.flow, call, hazards) if keep and not fixable else None
+        wrapped = hazards
+        if isinstance(kept, KeptWhen):
+            hazards = []
         grad_fixes: list[GradFix] = []
         unsafe: dict[int, str] = {}  # id(zero_grad call) -> why its edit is an unsafe fix
         # Reported once nothing else blocks the constructor: its zero_grad fixes rely on other
@@ -1101,6 +1140,8 @@ class _Planner:
             risky = {key: risk for key, (risk, _) in risks.items() if risk is not None}
             if unfixable or (risky and not self.unsafe_fixes):
                 message = _hazard_message(source, target, hazards)
+                if isinstance(kept, str):
+                    message += _kept_refusal(source, kept)
                 if not unfixable:
                     message += _unsafe_hint([h for h in hazards if id(h) in risky], risky)
                 if unfixable or not all(relies for risk, relies in risks.values() if risk):
@@ -1208,6 +1249,14 @@ class _Planner:
         if problems:
             self._report(call, _blocked_message(source, target, problems))
             return
+        if isinstance(kept, KeptWhen):
+            refusal = _kept_problem(draft)
+            if refusal is not None:
+                message = _hazard_message(source, target, wrapped) + _kept_refusal(source, refusal)
+                self._report(call, message)
+                return
+            draft.kept = kept
+            draft.notes.append(_kept_note(self.view, kept))
         if grad_fixes:
             draft.grad_fixes = tuple(grad_fixes)
             draft.notes.append(_grad_fix_note(self.view, grad_fixes, unsafe))
@@ -1823,7 +1872,7 @@ class _Planner:
             self._report(call, f"{_DYNAMIC_LOOKUP_ADVICE} ({reason})")
             return
         before, reported = len(self.drafts), len(self.findings)
-        self._plan(call, fitting[0])
+        self._plan(call, fitting[0], keep=False)
         self._restate(reported, lookup, fitting[0])
         if len(self.drafts) == before:
             return  # reported: what holds for one fused class holds for all of them
@@ -1864,7 +1913,7 @@ class _Planner:
         if not fitting:
             return False
         before, reported = len(self.drafts), len(self.findings)
-        self._plan(call, fitting[0])
+        self._plan(call, fitting[0], keep=False)
         self._restate(reported, call.func, fitting[0])
         if len(self.drafts) > before:
             draft = self.drafts[-1]
@@ -2023,7 +2072,7 @@ class _Planner:
             func = draft.call.func
             if draft.lookup is not None:
                 continue  # a mapping next to the lookup (its entries picked by any condition)
-            if draft.choice is not None:
+            if draft.choice is not None or draft.kept is not None:
                 draft.func_style = "dotted"  # `(apex... if test else torch_npu...)`, spelled out
                 continue
             if isinstance(func, ast.Attribute):
@@ -2036,7 +2085,7 @@ class _Planner:
         for drafts in by_import.values():
             self._plan_from_import(drafts)
         for draft in self.drafts:
-            if draft.func_style == "dotted":
+            if draft.func_style == "dotted" and draft.kept is None:  # kept: still written
                 self._release_old_import(draft.call.func)
 
     def _from_import_binding(self, name: ast.AST) -> Binding | None:
@@ -2149,6 +2198,7 @@ class _Planner:
                     key_drops=tuple(drops),
                     func_code=draft.lookup.code(draft.home) if draft.lookup is not None else None,
                     amp_parameter=self._first_parameter(draft.amp_parameter, carried_parameters),
+                    kept=draft.kept,
                 )
             )
         return tuple(rewrites)
@@ -2531,6 +2581,30 @@ def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> s
     return (
         f"{_not_rewritten(source, target)}, which would break here: "
         f"{findings}. {_left_unfused(source, to_fuse)}"
+    )
+
+
+def _kept_problem(draft: _Draft) -> str | None:
+    """Why the written class cannot stay on the paths its wrapper runs (see KeptWhen)."""
+    if draft.source.npu_class or draft.source.unfused_replacement is not None:
+        return "the class as written does not run there"
+    if draft.edits != ArgumentEdits() or draft.key_drops:
+        return "its arguments change for the NPU class, and the written class needs them as written"
+    return None
+
+
+def _kept_refusal(source: Source, why: str) -> str:
+    return (
+        f" (npu-migrate keeps `{source.display}` where the wrapper runs and fuses it elsewhere "
+        f"only when it can tell those paths apart at the constructor; here {why})"
+    )
+
+
+def _kept_note(view: FileView, kept: KeptWhen) -> str:
+    return (
+        f"the class stays `{kept.written}` where `{kept.test}` holds: there "
+        f"`{view.written(kept.wrap.func)}(...)` (line {line_of(kept.wrap)}) wraps it, and the "
+        "wrapper's `zero_grad()` would detach the gradients from a fused optimizer's flat buffer"
     )
 
 
@@ -3049,6 +3123,153 @@ def unportable_test(
     if changed:
         return f"`{changed[0]}` may change between the two lines"
     return None
+
+
+def kept_when(
+    view: FileView, flow: OptimizerFlow, call: ast.Call, hazards: Sequence[Hazard]
+) -> KeptWhen | str | None:
+    """Where ``call`` keeps its written class so that the NPU fused one is built only where
+    nothing of ``hazards`` runs: they must all come from one wrapper call (timm's ``Lookahead``,
+    whose ``zero_grad`` is torch's: returned to the callers, or zeroed here), which runs under
+    `if` tests of the constructor's function that read, at the constructor, what they read at
+    the wrap; the class is then picked by those tests. Why they cannot be read there; None when
+    the hazards are others, or the wrap runs on every path of the constructor.
+
+    Evaluated earlier, the tests do nothing else (no call but ``len``) and read the same values
+    (nothing they read is assigned in between, and a sequence they index is a new one of the
+    function's own, only ever indexed or measured)."""
+    wraps = {id(hazard.wrapper): hazard.wrapper for hazard in hazards}
+    if not hazards or len(wraps) != 1 or None in wraps.values():
+        return None
+    [wrap] = wraps.values()
+    assert wrap is not None
+    index = view.index
+    statement = index.statement_of(wrap)
+    built = index.statement_of(call)
+    if statement is None or built is None:
+        return None
+    guards = flow.guards_only_for(statement, call)
+    if not guards:
+        return None
+    test = " and ".join(_operand(test, holds) for test, holds in reversed(guards))
+    scope = flow.scope_of(call)
+    if scope is not flow.scope_of(statement) or statement.lineno <= (built.end_lineno or 0):
+        return f"`{test}` guards a wrap that is not after the constructor in its function"
+    problem = _unreadable_test(view, scope, built, statement, test)
+    if problem is not None:
+        return problem
+    return KeptWhen(test, view.written(call.func), wrap)
+
+
+def _unreadable_test(
+    view: FileView, scope: ast.AST, built: ast.stmt, wrap: ast.stmt, test: str
+) -> str | None:
+    """Why ``test`` (the wrap's condition) may not have the value at ``built`` that it has at
+    ``wrap``: a part other than names, attributes, constants, comparisons, ``len(x)`` and
+    ``x[i]``; something it reads assigned in between; an ``x`` that may be changed in place
+    (read otherwise than ``x[i]`` and ``len(x)``, or not a new list or tuple of its own)."""
+    expression = _expression(test)
+    if expression is None:
+        return f"npu-migrate cannot read `{test}`"
+    bases: set[str] = set()
+    for node in ast.walk(expression):
+        if isinstance(node, (*_PLAIN_TEST_NODES, ast.USub)):
+            continue
+        base = _read_base(node)
+        if base is None:
+            return (
+                f"`{test}` is not made of names, attributes, constants, comparisons, `len(x)` "
+                "and `x[i]` only"
+            )
+        bases.add(base)
+    for node in view.index.names("len"):
+        between = built.lineno <= node.lineno <= wrap.lineno
+        if between and view.qualified_name(node) != "builtins.len":
+            return f"`len` at line {node.lineno} is not the builtin"
+    stored = _stored_between(scope, built.lineno, wrap.lineno)
+    names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
+    attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
+    if "*" in stored:
+        return "a `setattr`, `exec` or `vars` call before the wrap may change what it reads"
+    changed = sorted((names | attributes) & stored)
+    if changed:
+        return f"`{changed[0]}` may change between the constructor and the wrap"
+    for base in sorted(bases):
+        problem = _changed_in_place(view.index, scope, built, base)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _read_base(node: ast.AST) -> str | None:
+    """``x`` of ``x[i]`` (a constant index) or of ``len(x)``; None for any other node."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        return node.value.id if isinstance(literal_value(node.slice), int) else None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "len"
+        and len(node.args) == 1
+        and not node.keywords
+        and isinstance(node.args[0], ast.Name)
+    ):
+        return node.args[0].id
+    return None
+
+
+# What builds a new list or tuple that nothing else holds: `opt_lower.split("_")`, `list(...)`.
+_NEW_SEQUENCES = frozenset({"split", "rsplit", "splitlines", "list", "tuple", "sorted"})
+
+
+def _changed_in_place(index: ModuleIndex, scope: ast.AST, built: ast.stmt, base: str) -> str | None:
+    """Why the sequence ``base`` of ``scope`` may change in place before the wrap reads it;
+    None when each of its assignments (all before ``built``) makes a new sequence and it is
+    only read as ``base[i]`` and ``len(base)``."""
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Name) or node.id != base:
+            continue
+        parent = index.parent(node)
+        line = node.lineno
+        if isinstance(node.ctx, ast.Load):
+            if parent is not None and _read_base(parent) == base:
+                continue
+            return f"`{base}` is used at line {line} otherwise than `{base}[i]` or `len({base})`"
+        if line >= built.lineno:
+            return f"`{base}` is assigned at line {line}, after the constructor"
+        if not (
+            isinstance(parent, ast.Assign)
+            and parent.targets == [node]
+            and _new_sequence(parent.value)
+        ):
+            return f"`{base}` (line {line}) may be a sequence that other code holds too"
+    return None
+
+
+def _new_sequence(value: ast.expr) -> bool:
+    """A list or tuple display, a string, or a call of :data:`_NEW_SEQUENCES`."""
+    if isinstance(value, ast.List | ast.Tuple | ast.ListComp | ast.Constant):
+        return True
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Attribute):
+        return func.attr in _NEW_SEQUENCES
+    return isinstance(func, ast.Name) and func.id in _NEW_SEQUENCES
+
+
+def _operand(test: str, holds: bool) -> str:
+    """``test`` (or its negation) as one operand of ``and``, parenthesized only where it must
+    be, or where ``not`` would read as applying to part of it."""
+    expression = _expression(test)
+    if holds:
+        loose = isinstance(expression, ast.BoolOp | ast.IfExp | ast.Lambda | ast.NamedExpr)
+        return f"({test})" if loose and not _and_of(expression) else test
+    tight = isinstance(expression, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+    return f"not {test}" if tight else f"not ({test})"
+
+
+def _and_of(expression: ast.expr | None) -> bool:
+    return isinstance(expression, ast.BoolOp) and isinstance(expression.op, ast.And)
 
 
 def _term(test: str, holds: bool) -> str:

@@ -120,6 +120,11 @@ class Hazard:
     # What it breaks can only be a loud error at the first step, and only on some paths (a
     # dtype chosen at run time): the swap is made and the message says so.
     loud: bool = False
+    # The wrapper call (timm's ``Lookahead(optimizer)``) whose ``zero_grad`` breaks the fused
+    # optimizer (it is returned, or its ``zero_grad`` is called here): the optimizer can be
+    # fused on the paths where that call does not run (FusedPlanner keeps the written class
+    # where it does).
+    wrapper: ast.Call | None = None
 
     @property
     def line(self) -> int:
@@ -510,7 +515,7 @@ class FusionHazards:
                 if plain and optimizer_like and receiver is not None
                 else None
             )
-            yield Hazard(call, written, effect, remedy, fix)
+            yield Hazard(call, written, effect, remedy, fix, wrapper=wrapper)
 
     def _known_zero_grad(
         self, wrapper: ast.Call, constructor: ast.Call
@@ -568,7 +573,7 @@ class FusionHazards:
                     "keeps stepping with stale gradients)"
                 )
                 remedy = "zero the gradients with `zero_grad(set_to_none=False)` where it is used"
-                yield Hazard(origin, shown, effect, remedy)
+                yield Hazard(origin, shown, effect, remedy, wrapper=origin)
 
     def _zeroes_wrapped(self, wrapper: ast.Call, constructor: ast.Call) -> bool:
         """``wrapper`` builds a wrapper class of another module of the run whose ``zero_grad``

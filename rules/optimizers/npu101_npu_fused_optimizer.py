@@ -185,7 +185,16 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     torch's optimizers the two zero the same gradients the same way, and an NPU fused optimizer
     it wraps zeroes its flat buffer in place. A wrapper that stores a new tensor in place of
     the wrapped optimizer's state or a parameter's `.data` (a Lookahead that resets momentum
-    buffers) is a hazard for the optimizers it is handed.
+    buffers) is a hazard for the optimizers it is handed. A wrapper npu-migrate cannot give a
+    `zero_grad` (the installed timm's `Lookahead`) that wraps the optimizer only under `if`
+    tests of the constructor's function (BEiT's and ConvNeXt's `create_optimizer`: `if
+    len(opt_split) > 1: if opt_split[0] == 'lookahead': optimizer = Lookahead(optimizer)`)
+    keeps the written class on those paths and gets the fused one on the others, `(optim.SGD if
+    len(opt_split) > 1 and opt_split[0] == 'lookahead' else torch_npu.optim.NpuFusedSGD)(...)`,
+    where the tests read the same at the constructor: names, attributes, constants,
+    comparisons, `len(x)` and `x[i]`, nothing of it assigned in between, and `x` a new sequence
+    of the function (`opt_lower.split('_')`) that is only indexed or measured; and where the
+    arguments need no change for the NPU class. Otherwise it is reported, with the reason.
 
     The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
     were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
@@ -301,7 +310,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                     self.add_import("torch_npu", after="torch")
                 if rewrite.home != TORCH_NPU_HOME:
                     self.add_import("apex", after="apex")  # next to the file's other apex imports
-            published[id(rewrite.call)] = self._published(rewrite)
+            if rewrite.kept is None:  # fused on some paths only: the other rules leave it be
+                published[id(rewrite.call)] = self._published(rewrite)
             dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))

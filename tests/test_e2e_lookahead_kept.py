@@ -1,0 +1,112 @@
+"""End to end: BEiT's and ConvNeXt's optimizer factory (timm 0.4's,
+fixtures/e2e/lookahead_installed) with the installed timm's Lookahead, which npu-migrate cannot
+edit.
+
+`--opt lookahead_sgd` wraps the optimizer in that Lookahead, whose `zero_grad` is torch's and
+sets the gradients to None: a fused optimizer there would step stale gradients on an NPU. NPU101
+keeps torch's class on the paths where the factory wraps it and builds the NPU fused one on the
+others, `(optim.SGD if len(opt_split) > 1 and opt_split[0] == "lookahead" else
+torch_npu.optim.NpuFusedSGD)(...)`: on every path the migrated program builds the class this
+says and computes what the original computes (`npu-migrate verify`). The installed timm is a
+package of this test's own, on PYTHONPATH, outside the migrated folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _cli import run_npu_migrate, start_npu_migrate
+
+testing = pytest.importorskip("apex.testing", reason="needs the runtime: pip install -e runtime")
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAM = REPO / "fixtures" / "e2e" / "lookahead_installed"
+# timm's Lookahead in miniature (it inherits torch's zero_grad), installed here as timm's.
+LOOKAHEAD = REPO / "fixtures" / "e2e" / "lookahead" / "lookahead.py"
+TIMEOUT_S = 180
+VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+# --opt: the class the migrated program builds, and the one its Lookahead wraps.
+BUILT = {
+    "sgd": "NpuFusedSGD -",
+    "adamw": "NpuFusedAdamW -",
+    "lookahead_sgd": "Lookahead SGD",
+    "lookahead_adamw": "Lookahead AdamW",
+}
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("lookahead_installed")
+    site = root / "site"
+    (site / "timm" / "optim").mkdir(parents=True)
+    (site / "timm" / "__init__.py").write_text("")
+    (site / "timm" / "optim" / "__init__.py").write_text("")
+    shutil.copy(LOOKAHEAD, site / "timm" / "optim" / "lookahead.py")
+    original, migrated = root / "original", root / "migrated"
+    for copy in (original, migrated):
+        shutil.copytree(PROGRAM, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    result = run_npu_migrate("--no-cache", "-q", migrated, timeout=TIMEOUT_S)
+    assert result.returncode == 1, result.stdout + result.stderr  # 1: the file was changed
+    return {"site": site, "original": original / "train.py", "migrated": migrated / "train.py"}
+
+
+def test_the_written_class_stays_where_the_factory_wraps_it(programs: dict[str, Path]) -> None:
+    text = programs["migrated"].read_text()
+    kept = 'len(opt_split) > 1 and opt_split[0] == "lookahead"'
+    assert f"(optim.SGD if {kept} else torch_npu.optim.NpuFusedSGD)(model" in text
+    assert f"(optim.AdamW if {kept} else torch_npu.optim.NpuFusedAdamW)(model" in text
+    assert "Lookahead(optimizer, alpha=0.5, k=2)" in text
+    assert "set_to_none" not in text  # nothing else changes to make the wrapper fit
+
+
+def test_the_migrated_program_passes_the_check(programs: dict[str, Path]) -> None:
+    """The class kept in `(optim.SGD if ... else torch_npu.optim.NpuFusedSGD)` is NPU101's own
+    choice: a second run neither edits nor reports it (nor anything else)."""
+    result = run_npu_migrate(
+        "--no-cache", "--check", "-v", programs["migrated"].parent, timeout=TIMEOUT_S
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NPU101" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("opt", sorted(BUILT))
+def test_each_path_builds_its_class(programs: dict[str, Path], opt: str) -> None:
+    env = testing.npu_shim_env()
+    env["PYTHONPATH"] += os.pathsep + str(programs["site"])
+    done = subprocess.run(
+        [sys.executable, str(programs["migrated"]), "--opt", opt, "--steps", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"optimizer {BUILT[opt]}\n" in done.stdout, done.stdout
+
+
+def test_every_path_computes_what_the_original_computes(programs: dict[str, Path]) -> None:
+    runs = {
+        opt: start_npu_migrate(
+            "verify",
+            "--steps",
+            "5",
+            "--timeout",
+            str(TIMEOUT_S),
+            programs["original"],
+            programs["migrated"],
+            "--",
+            "--opt",
+            opt,
+            extra_env={**VERIFY_ENV, "PYTHONPATH": str(programs["site"])},
+        )
+        for opt in sorted(BUILT)
+    }
+    for opt, run in runs.items():
+        stdout, stderr = run.communicate(timeout=3 * TIMEOUT_S)
+        assert run.returncode == 0, f"--opt {opt}:\n{stdout}{stderr}"
+        assert "same: 5 step(s) agree" in stdout, f"--opt {opt}:\n{stdout}"
