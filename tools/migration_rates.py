@@ -9,7 +9,8 @@ and counts, from the JSON report:
   for a person (``manual``, or ``info`` advice such as a class used as a value), and among the
   reported ones those that have no NPU counterpart at
   all (apex's FusedLAMB / FusedNovoGrad / FusedAdagrad / FusedMixedPrecisionLamb, FusedAdam's
-  ``bias_correction=False``, torch's ``maximize`` / ``differentiable``), which no edit can migrate;
+  ``bias_correction=False``, torch's ``maximize`` / ``differentiable``, Hugging Face's
+  ``AdamW``, whose arithmetic no NPU fused optimizer has), which no edit can migrate;
 - ``amp.initialize`` calls with optimizers (NPU102): given ``combine_grad=True`` (``fixed``) or
   reported (``manual``), and among the reported ones those whose optimizers (the lines NPU102
   names) all have no NPU counterpart.
@@ -45,6 +46,8 @@ NO_COUNTERPART = (
     "`bias_correction=False` has no NPU equivalent",
     "`maximize",
     "`differentiable",
+    # NO_FUSED_VERSION (rules/optimizers/_tables.py): Hugging Face's AdamW.
+    "is not rewritten: it has no NPU fused version",
 )
 
 # Phrases of NPU101's messages for torch optimizers it keeps because of the fused optimizers'

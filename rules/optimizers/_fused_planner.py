@@ -62,6 +62,8 @@ from migrator.rules.optimizers._tables import (
     FP16_OPTIMIZERS,
     FUSED_PREFIX,
     KNOWN_OPTIMIZERS,
+    NO_FUSED_ROOTS,
+    NO_FUSED_VERSION,
     NPU1_ROOTS,
     OPTIMIZER_LAST_NAMES,
     OPTIMIZER_MODULES,
@@ -430,6 +432,7 @@ class _Planner:
             self._examine_subclass(class_def)
         self._plan_class_value_calls()
         self._report_class_values()
+        self._report_no_fused_version()
         self._plan_call_names()
         rewrites = self._rewrites()
         return FusedDecisions(self._noted_findings(rewrites), rewrites, tuple(self.released))
@@ -616,6 +619,26 @@ class _Planner:
             and isinstance(func.value, ast.Dict)
             and self._fused_mapping(func.value)
         )
+
+    def _report_no_fused_version(self) -> None:
+        """Constructions of another package's optimizer that has no NPU fused version with the
+        same arithmetic (Hugging Face's ``AdamW``): they run on NPU unfused, and the report says
+        why none is fused."""
+        nodes: list[ast.expr] = []
+        for last in sorted({name.rpartition(".")[2] for name in NO_FUSED_VERSION}):
+            nodes += self.index.attributes(last)
+        reaching = self.index.names_reaching(NO_FUSED_ROOTS)
+        for identifier in sorted(self.index.identifiers()):
+            if identifier in reaching:
+                nodes += self.index.names(identifier)
+        for node in sorted(nodes, key=lambda node: (node.lineno, node.col_offset)):
+            call = self.index.parent(node)
+            if not isinstance(call, ast.Call) or call.func is not node or self._suppressed(call):
+                continue
+            name = self.view.qualified_name(node)
+            if isinstance(name, str) and name in NO_FUSED_VERSION:
+                message = f"`{name}` is not rewritten: {NO_FUSED_VERSION[name]}"
+                self._report(call, message, Severity.INFO)
 
     def _used_as_value(self, node: ast.expr) -> bool:
         """Not called, not part of a longer dotted name, not a type test (``isinstance``,

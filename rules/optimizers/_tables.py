@@ -188,6 +188,21 @@ UNSUPPORTED: dict[str, str] = {
 }
 KNOWN_OPTIMIZERS = frozenset(SOURCES.keys() | UNSUPPORTED.keys())
 
+_HF_ADAMW = (
+    "it has no NPU fused version: Hugging Face's AdamW adds `eps` to the square root of the "
+    "second moment before the bias correction and applies the weight decay after the update, "
+    "so `NpuFusedAdamW` (torch's AdamW arithmetic) trains slightly differently. It runs on NPU "
+    "unfused; to fuse it, switch to `torch.optim.AdamW` (which transformers recommends in its "
+    "place) after comparing loss curves, and NPU101 fuses that"
+)
+# Optimizers of other packages that run on NPU as they are and have no NPU fused version with
+# the same arithmetic: their constructions are reported (info), never rewritten.
+NO_FUSED_VERSION: dict[str, str] = {
+    "transformers.AdamW": _HF_ADAMW,
+    "transformers.optimization.AdamW": _HF_ADAMW,
+}
+NO_FUSED_ROOTS = frozenset({"transformers"})
+
 # Ascend apex's own fused classes that torch_npu also has, with the same signature and update:
 # only their home changes (`apex.optimizers.NpuFusedSGD` -> `torch_npu.optim.NpuFusedSGD`).
 APEX_HOME_SOURCES: dict[str, Source] = {

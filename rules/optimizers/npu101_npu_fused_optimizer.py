@@ -137,7 +137,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     does not follow or that would break it (a method's callers in other files of the run are
     followed: nanoGPT's `configure_optimizers` is swapped when every `model.configure_optimizers`
     of the run is on a `GPT` and keeps the optimizer working); apex `FusedLAMB`,
-    `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, name lookups that stay dynamic
+    `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, Hugging Face's
+    `transformers.AdamW` (info: it runs on NPU unfused, and no NPU fused optimizer has its
+    arithmetic: `eps` added before the bias correction, weight decay after the update; NPU102
+    names it where it keeps `combine_grad` off), name lookups that stay dynamic
     (`getattr(torch.optim, args.name.upper())`, `getattr(apex.optimizers, name)`),
     subclasses of these optimizers and `FP16_Optimizer` wrappers (and the optimizer they wrap,
     at its own line); an optimizer whose surrounding code breaks a fused one

@@ -31,6 +31,8 @@ from migrator.rules.optimizers._tables import (
     APEX_HOME,
     FUSED_LEVELS,
     KNOWN_OPTIMIZERS,
+    NO_FUSED_ROOTS,
+    NO_FUSED_VERSION,
     NPU1_ROOTS,
     TORCH_NPU_HOME,
     requested_opt_level,
@@ -310,7 +312,10 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         )
 
     def _known_optimizer(self, call: ast.Call) -> bool:
-        """A torch / apex optimizer that stays unfused (NPU101 reported it, or does not run)."""
+        """A torch / apex optimizer that stays unfused (NPU101 reported it, or does not run),
+        or another package's that has no NPU fused version (Hugging Face's ``AdamW``)."""
+        if self.may_name(call.func, NO_FUSED_ROOTS):
+            return self.qualified_name(call.func) in NO_FUSED_VERSION
         if not self.may_name(call.func, NPU1_ROOTS):
             return False
         return isinstance(self.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
