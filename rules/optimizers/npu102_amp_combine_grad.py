@@ -314,8 +314,9 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     def _known_optimizer(self, call: ast.Call) -> bool:
         """A torch / apex optimizer that stays unfused (NPU101 reported it, or does not run),
         or another package's that has no NPU fused version (Hugging Face's ``AdamW``)."""
-        if self.may_name(call.func, NO_FUSED_ROOTS):
-            return self.qualified_name(call.func) in NO_FUSED_VERSION
+        hugging_face = self.may_name(call.func, NO_FUSED_ROOTS)
+        if hugging_face and self.qualified_name(call.func) in NO_FUSED_VERSION:
+            return True
         if not self.may_name(call.func, NPU1_ROOTS):
             return False
         return isinstance(self.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
