@@ -49,13 +49,13 @@ def may_end_with(view: FileView, func: ast.AST, last_names: Collection[str] | st
 
 
 def npu_fused_name(view: FileView, func: ast.AST) -> str | None:
-    """``apex.optimizers.NpuFusedSGD`` etc. when ``func`` resolves to an NPU fused optimizer."""
+    """``apex.optimizers.NpuFusedSGD`` etc. when ``func`` resolves to an NPU fused optimizer
+    (named so also when imported from the module that defines it, ``npu_fused_sgd``)."""
     if not may_end_with(view, func, FUSED_PREFIX) or not view.may_name(func, NPU1_ROOTS):
         return None
     name = view.qualified_name(func)
-    if isinstance(name, str) and NPU_FUSED.fullmatch(name):
-        return name
-    return None
+    match = NPU_FUSED.fullmatch(name) if isinstance(name, str) else None
+    return f"{match[1]}.{match[2]}" if match else None
 
 
 def fused_name(view: FileView, planned: Mapping[int, FusedPlan], call: ast.Call) -> str | None:

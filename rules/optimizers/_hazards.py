@@ -319,6 +319,8 @@ class FusionHazards:
     def _alternatives(self, first: ast.Call, second: ast.Call) -> bool:
         if self.flow.exclusive(first, second) or self.flow.exclusive(second, first):
             return True
+        if self._opposite_arms(first, second):
+            return True  # `NpuFusedAdam(...) if args.is_npu else torch.optim.Adam(...)`
         container = self.index.parent(first)
         if isinstance(container, ast.Dict | ast.List | ast.Tuple):
             picked = self.index.parent(container)
@@ -335,6 +337,19 @@ class FusionHazards:
         statements = [self.index.parent(first), self.index.parent(second)]
         targets = [_assigned_name(statement) for statement in statements]
         return targets[0] is not None and targets[0] == targets[1]
+
+    def _opposite_arms(self, first: ast.AST, second: ast.AST) -> bool:
+        """``first`` and ``second`` are in the two arms of one conditional expression."""
+        child = first
+        for ancestor in self.index.ancestors(first):
+            if isinstance(ancestor, ast.IfExp) and child is not ancestor.test:
+                other = ancestor.orelse if child is ancestor.body else ancestor.body
+                if second is other or any(a is other for a in self.index.ancestors(second)):
+                    return True
+            if isinstance(ancestor, ast.stmt):
+                return False
+            child = ancestor
+        return False
 
     # -- code of other modules ------------------------------------------------------------------
 

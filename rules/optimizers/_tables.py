@@ -16,7 +16,9 @@ AMP_OPTIMIZERS_POSITION = 1
 
 APEX_HOME = "apex.optimizers"
 TORCH_NPU_HOME = "torch_npu.optim"
-NPU_FUSED = re.compile(r"(apex\.optimizers|torch_npu\.optim)\.NpuFused\w+")
+# Ascend's fused optimizers, also under the module that defines each one
+# (`from apex.optimizers.npu_fused_adam import NpuFusedAdam`): (home, class).
+NPU_FUSED = re.compile(r"(apex\.optimizers|torch_npu\.optim)(?:\.npu_fused_\w+)?\.(NpuFused\w+)")
 
 # Roots of every qualified name the NPU1xx rules look for, for the candidate filter
 # Rule.may_name. One set for all of them: the index computes the names reaching a set of roots
