@@ -1044,6 +1044,7 @@ def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
         return _whole_models(view, node.left, depth) | _whole_models(view, node.right, depth)
     if isinstance(node, (ast.List, ast.Tuple)):
         found: frozenset[str] = frozenset()
+        groups: list[ast.expr] = []
         for element in node.elts:
             if isinstance(element, ast.Starred):
                 found |= _whole_models(view, element.value, depth)
@@ -1051,7 +1052,8 @@ def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
                 group = _group_params(element)
                 if group is not None:
                     found |= _whole_models(view, group, depth)
-        return found
+                    groups.append(group)
+        return found | _split_models(view, node, groups)
     if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
         return _trainable_models(view, node, depth)
     if not isinstance(node, ast.Call) or node.keywords:
@@ -1114,6 +1116,112 @@ def _trainable_models(
         return frozenset()
     model = dotted_name(iterated.func.value)
     return frozenset({model}) if model is not None else frozenset()
+
+
+def _split_models(
+    view: FileView, display: ast.List | ast.Tuple, groups: list[ast.expr]
+) -> frozenset[str]:
+    """The models whose parameters two groups of ``display`` split by one test and its negation:
+    BERT's ``no_decay`` groups, ``[p for n, p in model.named_parameters() if not any(nd in n
+    for nd in no_decay)]`` and ``[... if any(nd in n for nd in no_decay)]``, together hold every
+    parameter of ``model`` (each may also keep only those that require gradients). The test
+    must read the same in both: names, attributes, constants, operators, ``any``/``all`` and
+    string tests, and the display calls nothing else that could change what it reads."""
+    if any(_changes_something(view, node) for node in ast.walk(display)):
+        return frozenset()
+    split: dict[tuple[str, str], set[bool]] = {}  # (model, test as written) -> polarities
+    for group in groups:
+        parts = _named_filter(view, group)
+        if parts is not None:
+            model, test, holds = parts
+            split.setdefault((model, test), set()).add(holds)
+    return frozenset(model for (model, _), polarities in split.items() if len(polarities) == 2)
+
+
+def _named_filter(view: FileView, group: ast.expr) -> tuple[str, str, bool] | None:
+    """``[p for n, p in model.named_parameters() if <test>]``: (``model``, the test as
+    ``ast.dump`` gives it without a leading ``not``, whether it is not negated). A
+    ``p.requires_grad`` conjunct is left out (see :func:`whole_models`). The pairs may come
+    from a list of them, ``param_optimizer = list(model.named_parameters())``, that nothing
+    but such loops reads."""
+    if not isinstance(group, ast.ListComp | ast.GeneratorExp) or len(group.generators) != 1:
+        return None
+    loop = group.generators[0]
+    target, iterated = loop.target, loop.iter
+    if loop.is_async or len(loop.ifs) != 1 or not isinstance(group.elt, ast.Name):
+        return None
+    if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+        return None
+    key, value = target.elts
+    if not (isinstance(key, ast.Name) and isinstance(value, ast.Name)):
+        return None
+    if value.id != group.elt.id or key.id == value.id:
+        return None
+    pairs = _listed_pairs(view, iterated) if isinstance(iterated, ast.Name) else iterated
+    model = _named_parameters_of(pairs)
+    test = loop.ifs[0]
+    terms = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    kept = [term for term in terms if not _is_requires_grad(term, value.id)]
+    if model is None or len(kept) != 1:
+        return None
+    [term] = kept
+    holds = not (isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.Not))
+    if not holds:
+        assert isinstance(term, ast.UnaryOp)
+        term = term.operand
+    return model, ast.dump(term), holds
+
+
+def _named_parameters_of(node: ast.expr | None) -> str | None:
+    """``model`` of ``model.named_parameters()``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "named_parameters"
+        and not node.args
+        and not node.keywords
+    ):
+        return dotted_name(node.func.value)
+    return None
+
+
+def _listed_pairs(view: FileView, name: ast.Name) -> ast.expr | None:
+    """``model.named_parameters()`` of ``name = list(model.named_parameters())`` when that is
+    the one binding of ``name`` and every read of it is the iterable of a comprehension."""
+    bindings = view.index.bindings_of(name)
+    if len(bindings) != 1:
+        return None
+    value = bindings[0].assigned_value
+    if not (
+        isinstance(value, ast.Call)
+        and len(value.args) == 1
+        and not value.keywords
+        and view.qualified_name(value.func) == "builtins.list"
+    ):
+        return None
+    for read in view.index.references(bindings[0]):
+        loop = view.index.parent(read)
+        if not (isinstance(loop, ast.comprehension) and loop.iter is read):
+            return None
+    return value.args[0]
+
+
+# What a test of the parameter names may call: it reads, and changes nothing.
+_NAME_TESTS = frozenset({"any", "all", "startswith", "endswith", "named_parameters"})
+
+
+def _changes_something(view: FileView, node: ast.AST) -> bool:
+    """A call other than the reads of :data:`_NAME_TESTS`, or an assignment expression."""
+    if isinstance(node, ast.NamedExpr):
+        return True
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr not in _NAME_TESTS
+    if isinstance(func, ast.Name) and func.id in ("any", "all"):
+        return view.qualified_name(func) != f"builtins.{func.id}"
+    return True
 
 
 def _is_requires_grad(test: ast.expr, name: str) -> bool:

@@ -174,7 +174,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `set_to_none=False` when the optimizer holds all of `model.parameters()` (alone, or with
     other whole models: `itertools.chain(G.parameters(), E.parameters())`, a sum of lists, a
     starred list, parameter groups; or those that require gradients, `filter(lambda p:
-    p.requires_grad, ...)`) and no other optimizer in scope may hold them (each fused
+    p.requires_grad, ...)`; or two groups that split its `named_parameters()` by one test of
+    the names and its negation, BERT's `no_decay` groups) and no other optimizer in scope may
+    hold them (each fused
     optimizer steps every parameter it packed, None or zero, so nothing else could see the
     zeros); otherwise that is an unsafe fix, applied
     with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
