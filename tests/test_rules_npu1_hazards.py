@@ -31,8 +31,9 @@ GRAD_TO_NONE = textwrap.dedent(
         for x in loader:
             model(x).sum().backward()
             optimizer.step()
-            for p in model.parameters():
-                p.grad = None
+            for name, p in model.named_parameters():
+                if "bias" in name:  # the biases only: the others keep their gradients
+                    p.grad = None
     """
 )
 

@@ -2829,13 +2829,30 @@ def _grad_fix_note(view: FileView, fixes: Sequence[GradFix], unsafe: Mapping[int
     ``unsafe``: why the edit of a call (by id) is an unsafe fix."""
     lines: dict[tuple[str, bool, str | None, str | None], list[int]] = {}
     for fix in fixes:
-        key = (view.written(fix.call), fix.receiver is None, unsafe.get(id(fix.call)), fix.wrapper)
+        code = view.written(fix.call)
+        if fix.loop is not None:
+            target = view.written(fix.loop.target)
+            code = f"for {target} in {code}: {target}.grad = None"
+        key = (code, fix.receiver is None, unsafe.get(id(fix.call)), fix.wrapper)
         lines.setdefault(key, []).append(fix.line)
     parts: list[str] = []
     for (code, own, risk, wrapper), numbers in lines.items():
         where = ", ".join(str(n) for n in dict.fromkeys(numbers))
         quoted = f"`{code}` ({'lines' if ',' in where else 'line'} {where})"
-        if own:
+        if code.startswith("for "):
+            model = code.split(" in ", 1)[1].rsplit(".parameters()", 1)[0]
+            how = (
+                f"an unsafe fix, applied with `--unsafe-fixes`: {risk}"
+                if risk is not None
+                else "every parameter of the module is in this optimizer, which updates each "
+                "parameter it packed at every step, whether its gradient is None or zero"
+            )
+            parts.append(
+                f"replaced the loop {quoted} that sets the gradients to None with "
+                f"`{model}.zero_grad(set_to_none=False)`, which zeroes them in place in the fused "
+                f"optimizer's flat buffer ({how})"
+            )
+        elif own:
             parts.append(f"dropped `set_to_none` from {quoted}: the fused optimizers zero in place")
         elif wrapper is not None:
             parts.append(
@@ -2862,10 +2879,16 @@ def _grad_fix_note(view: FileView, fixes: Sequence[GradFix], unsafe: Mapping[int
 def _unsafe_hint(hazards: Sequence[Hazard], risks: Mapping[int, str]) -> str:
     """What ``--unsafe-fixes`` would do about ``hazards``, and why it is unsafe."""
     reasons = "; ".join(dict.fromkeys(f"{h.code} (line {h.line}): {risks[id(h)]}" for h in hazards))
-    return (
-        ". With `--unsafe-fixes` npu-migrate passes `set_to_none=False` there and fuses it; "
-        f"unsafe because {reasons}"
-    )
+    loops = [h.fix for h in hazards if h.fix is not None and h.fix.loop is not None]
+    edit = "passes `set_to_none=False` there"
+    if loops:
+        edit = (
+            f"replaces the loop with `{loops[0].receiver}.zero_grad(set_to_none=False)`"
+            if len(loops) == len(hazards)
+            else "passes `set_to_none=False` there (a loop that sets the gradients to None "
+            "becomes `zero_grad(set_to_none=False)`)"
+        )
+    return f". With `--unsafe-fixes` npu-migrate {edit} and fuses it; unsafe because {reasons}"
 
 
 def _gated_refusal(source: Source, target: str, gated: GatedPath, unportable: str) -> str:

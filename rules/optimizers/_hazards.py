@@ -94,7 +94,9 @@ _ZERO_IN_PLACE = (
 class GradFix:
     """The edit that keeps a ``zero_grad(...)`` call's gradients in the fused optimizer's flat
     buffer: drop ``set_to_none`` from the optimizer's own call (the fused optimizers zero in
-    place), or pass ``set_to_none=False`` to a module's (``receiver``, as written)."""
+    place), or pass ``set_to_none=False`` to a module's (``receiver``, as written); or replace
+    ``for p in model.parameters(): p.grad = None`` (``loop``, whose ``model.parameters()`` is
+    ``call``) with ``model.zero_grad(set_to_none=False)``."""
 
     call: ast.Call
     receiver: str | None = None  # None: the optimizer's own zero_grad, set_to_none dropped
@@ -102,6 +104,7 @@ class GradFix:
     # it zeroes the fused optimizer's own parameters, so `set_to_none=False` changes nothing
     # but keeping their gradients in the flat buffer.
     wrapper: str | None = None
+    loop: ast.For | None = None
 
     @property
     def line(self) -> int:
@@ -777,18 +780,51 @@ class FusionHazards:
                 continue  # `p.grad /= n`: the tensor's in-place operator, stored back as is
             target = self.view.written(attribute)
             value = getattr(statement, "value", None)
+            fix = None
             if isinstance(statement, ast.Delete) or (
                 isinstance(value, ast.Constant) and value.value is None
             ):
                 written = f"`{target} = None`" if value is not None else f"`del {target}`"
                 effect = DROPS
                 remedy = f"{_ZERO_IN_PLACE} instead of setting them to None"
+                fix = self._none_loop_fix(statement, attribute)
             else:
                 written = f"`{target} = ...`"
                 effect = REPLACES
                 remedy = f"write into the existing gradient in place (`{target}.copy_(...)`)"
-            found.append((self.unit_of(attribute), Hazard(attribute, written, effect, remedy)))
+            hazard = Hazard(attribute, written, effect, remedy, fix)
+            found.append((self.unit_of(attribute), hazard))
         return found
+
+    def _none_loop_fix(self, statement: ast.stmt, attribute: ast.Attribute) -> GradFix | None:
+        """``for p in model.parameters(): p.grad = None`` (the whole loop, no comment in it):
+        the same as ``model.zero_grad(set_to_none=True)``, fixed as that call is."""
+        loop = self.index.parent(statement)
+        if not (
+            isinstance(statement, ast.Assign)
+            and isinstance(loop, ast.For)
+            and loop.body == [statement]
+            and not loop.orelse
+            and isinstance(loop.target, ast.Name)
+            and isinstance(attribute.value, ast.Name)
+            and attribute.value.id == loop.target.id
+            and statement.targets == [attribute]
+        ):
+            return None
+        iterated = loop.iter
+        if not (
+            isinstance(iterated, ast.Call)
+            and isinstance(iterated.func, ast.Attribute)
+            and iterated.func.attr == "parameters"
+            and not iterated.args
+            and not iterated.keywords
+        ):
+            return None
+        model = dotted_name(iterated.func.value)
+        lines = range(loop.lineno, (loop.end_lineno or loop.lineno) + 1)
+        if model is None or any("#" in self.view.source.line_text(n) for n in lines):
+            return None  # a comment in the loop would be lost with it
+        return GradFix(iterated, model, loop=loop)
 
     # -- dtypes --------------------------------------------------------------------------------
 

@@ -171,13 +171,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     Fixed along with the swap, because torch >= 2.0 sets gradients to None and that detaches
     them from the fused optimizer's flat buffer: `optimizer.zero_grad(set_to_none=True)` (or a
     plain flag) on the optimizer itself loses the argument, and `model.zero_grad()` gets
-    `set_to_none=False` when the optimizer holds all of `model.parameters()` (alone, or with
-    other whole models: `itertools.chain(G.parameters(), E.parameters())`, a sum of lists, a
-    starred list, parameter groups; or those that require gradients, `filter(lambda p:
-    p.requires_grad, ...)`; or two groups that split its `named_parameters()` by one test of
-    the names and its negation, BERT's `no_decay` groups) and no other optimizer in scope may
-    hold them (each fused
-    optimizer steps every parameter it packed, None or zero, so nothing else could see the
+    `set_to_none=False` (and NVIDIA's `for p in model.parameters(): p.grad = None` becomes
+    `model.zero_grad(set_to_none=False)`) when the optimizer holds all of `model.parameters()`
+    (alone, or with other whole models: `itertools.chain(G.parameters(), E.parameters())`, a
+    sum of lists, a starred list, parameter groups; or those that require gradients,
+    `filter(lambda p: p.requires_grad, ...)`; or two groups that split its `named_parameters()`
+    by one test of the names and its negation, BERT's `no_decay` groups) and no other optimizer
+    in scope may hold them (each fused optimizer steps every parameter it packed, None or zero,
+    so nothing else could see the
     zeros); otherwise that is an unsafe fix, applied
     with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
     `zero_grad(set_to_none=...)` in another file of the run that gets it from a method (nanoGPT's
@@ -422,7 +423,15 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
 
     def _grad_fix_edit(self, fix: GradFix) -> NodeEdit:
         """``optimizer.zero_grad(set_to_none=...)`` -> ``optimizer.zero_grad()``;
-        ``model.zero_grad(...)`` -> ``model.zero_grad(set_to_none=False)``."""
+        ``model.zero_grad(...)`` -> ``model.zero_grad(set_to_none=False)``; ``for p in
+        model.parameters(): p.grad = None`` -> ``model.zero_grad(set_to_none=False)``."""
+        if fix.loop is not None:
+            zeroed = cst.parse_statement(f"{fix.receiver}.zero_grad(set_to_none=False)\n")
+
+            def replace_loop(node: cst.For) -> cst.BaseStatement:
+                return zeroed.with_changes(leading_lines=node.leading_lines)
+
+            return self.replace_statement(fix.loop, replace_loop)
 
         def edit(node: cst.Call) -> cst.Call:
             written = find_argument(node, "set_to_none", 0)
