@@ -3160,15 +3160,25 @@ def unportable_test(
             f"`{test}` is not made of names, attributes, constants and comparisons only (a call "
             "or a subscript, evaluated once more there, may give another value or do something)"
         )
-    stored = _stored_between(scope, line_of(at), line_of(amp_call))
+    changed = _reassigned(scope, line_of(at), line_of(amp_call), expression)
+    if changed == "*":
+        return "a `setattr`, `exec` or `vars` call between the two lines may change it"
+    if changed is not None:
+        return f"`{changed}` may change between the two lines"
+    return None
+
+
+def _reassigned(scope: ast.AST, first: int, last: int, expression: ast.expr) -> str | None:
+    """The first name or dotted attribute that ``expression`` reads and ``scope`` may assign on
+    lines ``first`` to ``last``; ``"*"`` when a `setattr`, `exec` or `vars` call there may change
+    anything; None when nothing it reads changes there."""
+    stored = _stored_between(scope, first, last)
+    if "*" in stored:
+        return "*"
     names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
     attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
-    if "*" in stored:
-        return "a `setattr`, `exec` or `vars` call between the two lines may change it"
     changed = sorted((names | attributes) & stored)
-    if changed:
-        return f"`{changed[0]}` may change between the two lines"
-    return None
+    return changed[0] if changed else None
 
 
 def kept_when(
@@ -3232,14 +3242,11 @@ def _unreadable_test(
         between = built.lineno <= node.lineno <= wrap.lineno
         if between and view.qualified_name(node) != "builtins.len":
             return f"`len` at line {node.lineno} is not the builtin"
-    stored = _stored_between(scope, built.lineno, wrap.lineno)
-    names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
-    attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
-    if "*" in stored:
+    changed = _reassigned(scope, built.lineno, wrap.lineno, expression)
+    if changed == "*":
         return "a `setattr`, `exec` or `vars` call before the wrap may change what it reads"
-    changed = sorted((names | attributes) & stored)
-    if changed:
-        return f"`{changed[0]}` may change between the constructor and the wrap"
+    if changed is not None:
+        return f"`{changed}` may change between the constructor and the wrap"
     for base in sorted(bases):
         problem = _changed_in_place(view.index, scope, built, base)
         if problem is not None:
