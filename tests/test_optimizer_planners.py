@@ -194,13 +194,34 @@ def test_code_that_breaks_a_fused_optimizer_is_a_finding() -> None:
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
-                for p in model.parameters():
+                for p in model.head.parameters():
                     p.grad = None
         """
     )
     assert decisions.rewrites == ()
     (finding,) = decisions.findings
     assert "would break here: `p.grad = None` (line 11)" in finding.message
+
+
+def test_a_loop_that_sets_every_gradient_to_none_becomes_zero_grad() -> None:
+    decisions = decide(
+        """
+        import torch
+
+
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+                for p in model.parameters():
+                    p.grad = None
+        """
+    )
+    (rewrite,) = decisions.rewrites
+    (fix,) = rewrite.grad_fixes
+    assert fix.receiver == "model" and fix.loop is not None and fix.loop.lineno == 10
+    assert "with `model.zero_grad(set_to_none=False)`" in rewrite.message
 
 
 def test_set_to_none_of_the_optimizer_itself_is_dropped_with_the_swap() -> None:
