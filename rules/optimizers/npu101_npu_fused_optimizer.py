@@ -178,9 +178,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `filter(lambda p: p.requires_grad, ...)`; or two groups that split its `named_parameters()`
     by one test of the names and its negation, BERT's `no_decay` groups) and no other optimizer
     in scope may hold them (each fused optimizer steps every parameter it packed, None or zero,
-    so nothing else could see the
-    zeros); otherwise that is an unsafe fix, applied
-    with `--unsafe-fixes` and reported with the reason without it. The optimizer's own
+    so nothing else could see the zeros); otherwise that is an unsafe fix, applied with
+    `--unsafe-fixes` and reported with the reason without it. The optimizer's own
     `zero_grad(set_to_none=...)` in another file of the run that gets it from a method (nanoGPT's
     `train.py`) loses the argument in the same run as the swap. An optimizer wrapper class of
     another module of the run that a file building an optimizer calls (timm's `Lookahead`,
