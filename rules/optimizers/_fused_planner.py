@@ -231,9 +231,10 @@ class Rewrite:
 @dataclass(frozen=True)
 class KeptWhen:
     """Where an optimizer keeps the class it is written with: on the paths where ``test``
-    holds, a wrapper whose ``zero_grad`` would detach a fused optimizer's gradients (timm's
-    ``Lookahead``, returned to the callers) wraps it. ``test`` is the condition of that wrap,
-    read at the constructor: nothing it reads can change in between."""
+    holds, a wrapper whose ``zero_grad`` would detach a fused optimizer's gradients and cannot
+    be fixed (the installed timm's ``Lookahead``, returned to the callers) wraps it. ``test`` is
+    the condition of that wrap, read at the constructor: nothing it reads can change in
+    between (see :func:`kept_when`)."""
 
     test: str
     written: str  # the callee as written, `optim.SGD`
@@ -2827,20 +2828,19 @@ def _parameter_why(parameter: AmpParameter, sites: Sequence[CallSite]) -> str:
 def _grad_fix_note(view: FileView, fixes: Sequence[GradFix], unsafe: Mapping[int, str]) -> str:
     """What the `zero_grad` edits that go with the rewrite do, one part per code as written;
     ``unsafe``: why the edit of a call (by id) is an unsafe fix."""
-    lines: dict[tuple[str, bool, str | None, str | None], list[int]] = {}
+    lines: dict[tuple[str, str | None, str | None, str | None, bool], list[int]] = {}
     for fix in fixes:
         code = view.written(fix.call)
         if fix.loop is not None:
             target = view.written(fix.loop.target)
             code = f"for {target} in {code}: {target}.grad = None"
-        key = (code, fix.receiver is None, unsafe.get(id(fix.call)), fix.wrapper)
+        key = (code, fix.receiver, unsafe.get(id(fix.call)), fix.wrapper, fix.loop is not None)
         lines.setdefault(key, []).append(fix.line)
     parts: list[str] = []
-    for (code, own, risk, wrapper), numbers in lines.items():
+    for (code, model, risk, wrapper, loop), numbers in lines.items():
         where = ", ".join(str(n) for n in dict.fromkeys(numbers))
         quoted = f"`{code}` ({'lines' if ',' in where else 'line'} {where})"
-        if code.startswith("for "):
-            model = code.split(" in ", 1)[1].rsplit(".parameters()", 1)[0]
+        if loop:
             how = (
                 f"an unsafe fix, applied with `--unsafe-fixes`: {risk}"
                 if risk is not None
@@ -2852,7 +2852,7 @@ def _grad_fix_note(view: FileView, fixes: Sequence[GradFix], unsafe: Mapping[int
                 f"`{model}.zero_grad(set_to_none=False)`, which zeroes them in place in the fused "
                 f"optimizer's flat buffer ({how})"
             )
-        elif own:
+        elif model is None:
             parts.append(f"dropped `set_to_none` from {quoted}: the fused optimizers zero in place")
         elif wrapper is not None:
             parts.append(
