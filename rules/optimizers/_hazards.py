@@ -1075,7 +1075,7 @@ def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
     depth += 1
     if isinstance(node, ast.Name):
         value = _only_value(view, node)
-        return _whole_models(view, value, depth) if value is not None else frozenset()
+        return _whole_models(view, value, depth) if value is not None else _grown(view, node)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _whole_models(view, node.left, depth) | _whole_models(view, node.right, depth)
     if isinstance(node, (ast.List, ast.Tuple)):
@@ -1267,6 +1267,90 @@ def _is_requires_grad(test: ast.expr, name: str) -> bool:
         and test.attr == "requires_grad"
         and isinstance(test.value, ast.Name)
         and test.value.id == name
+    )
+
+
+def _grown(view: FileView, name: ast.Name) -> frozenset[str]:
+    """``model`` for ``params = []`` grown by a loop over ``model.named_parameters()`` (or
+    ``dict(model.named_parameters()).items()``) that adds ``[{"params": [value], ...}]`` to it
+    on every path through its body, under an optional ``if value.requires_grad:``: the
+    per-parameter groups of faster-rcnn.pytorch and its forks. ``params`` is bound nowhere else
+    and read only by ``name``; the loop has no ``break`` or ``continue``."""
+    index = view.index
+    bindings = index.bindings_of(name)
+    starts = [binding for binding in bindings if binding.statement is not None]
+    grows = [binding for binding in bindings if binding.statement is None]
+    if len(starts) != 1 or not grows:
+        return frozenset()
+    start = starts[0].statement
+    if not (isinstance(start, ast.Assign) and isinstance(start.value, ast.List)):
+        return frozenset()
+    if start.value.elts or any(read is not name for b in bindings for read in index.references(b)):
+        return frozenset()
+    loops = {id(_growing_loop(index, binding.node)): binding for binding in grows}
+    loop = _growing_loop(index, grows[0].node)
+    if loop is None or len(loops) != 1 or not start.lineno < loop.lineno < name.lineno:
+        return frozenset()
+    if any(isinstance(node, ast.Break | ast.Continue) for node in ast.walk(loop)):
+        return frozenset()
+    target, iterated = loop.target, loop.iter
+    if not (isinstance(target, ast.Tuple) and len(target.elts) == 2 and not loop.orelse):
+        return frozenset()
+    value = target.elts[1]
+    if not isinstance(value, ast.Name):
+        return frozenset()
+    if (
+        isinstance(iterated, ast.Call)
+        and isinstance(iterated.func, ast.Attribute)
+        and iterated.func.attr == "items"
+        and not iterated.args
+        and isinstance(iterated.func.value, ast.Call)
+        and view.qualified_name(iterated.func.value.func) == "builtins.dict"
+        and len(iterated.func.value.args) == 1
+    ):
+        iterated = iterated.func.value.args[0]  # `dict(model.named_parameters()).items()`
+    model = _named_parameters_of(iterated)
+    body = loop.body
+    guard = body[0] if len(body) == 1 else None
+    if isinstance(guard, ast.If) and not guard.orelse and _is_requires_grad(guard.test, value.id):
+        body = guard.body
+    if model is None or not _adds_a_group(body, name.id, value.id):
+        return frozenset()
+    return frozenset({model})
+
+
+def _growing_loop(index: ModuleIndex, node: ast.AST | None) -> ast.For | None:
+    """The ``for`` loop around ``params += [...]`` (the store ``node``)."""
+    statement = index.parent(node) if node is not None else None
+    if not (isinstance(statement, ast.AugAssign) and isinstance(statement.op, ast.Add)):
+        return None
+    return next((a for a in index.ancestors(statement) if isinstance(a, ast.For)), None)
+
+
+def _adds_a_group(body: list[ast.stmt], params: str, value: str) -> bool:
+    """Every path through ``body`` runs one ``params += [{"params": [value], ...}]``."""
+    if len(body) != 1:
+        return False
+    [statement] = body
+    if isinstance(statement, ast.If):
+        return bool(statement.orelse) and all(
+            _adds_a_group(arm, params, value) for arm in (statement.body, statement.orelse)
+        )
+    if not (
+        isinstance(statement, ast.AugAssign)
+        and isinstance(statement.target, ast.Name)
+        and statement.target.id == params
+        and isinstance(statement.value, ast.List)
+        and len(statement.value.elts) == 1
+        and isinstance(statement.value.elts[0], ast.Dict)
+    ):
+        return False
+    group = _group_params(statement.value.elts[0])
+    return (
+        isinstance(group, ast.List)
+        and len(group.elts) == 1
+        and isinstance(group.elts[0], ast.Name)
+        and group.elts[0].id == value
     )
 
 
