@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from migrator.analysis.effects import (
     CallNames,
     Effects,
+    EffectsCollector,
     Path,
     UseKind,
     Wrap,
@@ -286,6 +287,8 @@ class MoveProof:
             for write in sorted(effect.writes()):
                 if not related(read, write):
                     continue
+                if len(write) == 1 and self.keeps_module(index, write[0]):
+                    continue  # `model_without_ddp = model.module` after the wrap, see there
                 if not effect.replaces(write):
                     if write in effect.wrap_targets:
                         continue  # its uses were checked by wrapped_use_problem
@@ -298,6 +301,93 @@ class MoveProof:
                         )
                 return f"it reads `{show(read)}`, which line {self.line(index)} changes before it"
         return None
+
+    def keeps_module(self, index: int, name: str) -> bool:
+        """Line ``index`` rebinds ``name`` only to the module inside a DDP wrap it makes, and
+        ``name`` names that module already above the line, so it names the same module after
+        the line on every path: DeiT's and BEiT's ``model_without_ddp = model``, then
+        ``if args.distributed:`` / ``model = DDP(model, ...)`` / ``model_without_ddp =
+        model.module``. A line that reads ``name`` may then move above the wrap."""
+        stores = [
+            node
+            for statement in self.lines[index]
+            for node in ast.walk(statement)
+            if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load)
+        ]
+        sources = {self.unwrapped_module(index, store) for store in stores}
+        if len(sources) != 1:
+            return False
+        (source,) = sources
+        return source is not None and self.named_before(self.lines[index][0], name, source)
+
+    def unwrapped_module(self, index: int, store: ast.Name) -> str | None:
+        """The plain name ``S`` when ``store`` is the target of ``name = T.module`` right after
+        ``T = DDP(S, ...)`` in the same body, reached from the top of line ``index`` through
+        ``if`` statements only, with ``S`` rebound in the line by nothing but the wrap and
+        device moves (modules return themselves from ``model.cuda()``)."""
+        parent = self.view.index.parent
+        assignment = parent(store)
+        if not (
+            isinstance(assignment, ast.Assign)
+            and assignment.targets == [store]
+            and isinstance(assignment.value, ast.Attribute)
+            and assignment.value.attr == "module"
+            and isinstance(assignment.value.value, ast.Name)
+        ):
+            return None
+        holder = parent(assignment)
+        body = next((b for b in _bodies(holder) if any(s is assignment for s in b)), None)
+        if body is None:
+            return None
+        position = next(i for i, s in enumerate(body) if s is assignment)
+        wrap_statement = body[position - 1] if position else None
+        if not isinstance(wrap_statement, ast.Assign):
+            return None
+        wrap = self.calls.wrap_of(wrap_statement)
+        if (
+            wrap is None
+            or wrap.target != (assignment.value.value.id,)
+            or wrap.source is None
+            or len(wrap.source) != 1
+        ):
+            return None
+        top = self.lines[index][0]
+        node: ast.AST | None = holder
+        while node is not top:
+            if not isinstance(node, ast.If):
+                return None
+            node = parent(node)
+        source = wrap.source[0]
+        for statement in self.lines[index]:
+            for found in ast.walk(statement):
+                if not isinstance(found, ast.Name) or found.id != source:
+                    continue
+                if isinstance(found.ctx, ast.Load) or found is wrap_statement.targets[0]:
+                    continue
+                if not _identity_move(parent(found)):
+                    return None
+        return source
+
+    def named_before(self, statement: ast.stmt, name: str, source: str) -> bool:
+        """``name = source`` runs before ``statement`` on every path, and neither name is
+        rebound in between but by device moves of ``source``: the statements before it in its
+        body, then before the ``if``/``with`` that holds that body, and so on up to the
+        function (a loop may have rebound them in an earlier iteration: no)."""
+        parent = self.view.index.parent
+        node: ast.AST = statement
+        while True:
+            holder = parent(node)
+            body = next((b for b in _bodies(holder) if any(s is node for s in b)), None)
+            if holder is None or body is None:
+                return False
+            position = next(i for i, s in enumerate(body) if s is node)
+            for earlier in reversed(body[:position]):
+                found = _alias_verdict(earlier, name, source)
+                if found is not None:
+                    return found
+            if not isinstance(holder, ast.If | ast.With):
+                return False
+            node = holder
 
     def write_conflict(self, skipped: list[int], write: Path, amp_models: set[str]) -> str | None:
         """A skipped line uses what a moved line sets."""
@@ -384,3 +474,33 @@ class MoveProof:
 
     def contains_amp(self, line: Line) -> bool:
         return any(self.calls.is_amp_initialize(node) for node in walk_line(line))
+
+
+def _bodies(holder: ast.AST | None) -> list[list[ast.stmt]]:
+    return [getattr(holder, f) for f in ("body", "orelse", "finalbody") if hasattr(holder, f)]
+
+
+def _identity_move(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Assign) and EffectsCollector.identity_move(node) is not None
+
+
+def _alias_verdict(statement: ast.stmt, name: str, source: str) -> bool | None:
+    """True when ``statement`` is ``name = source``; False when it may rebind either name
+    otherwise (a device move of ``source`` keeps it); None when it touches neither."""
+    if (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+        and statement.targets[0].id == name
+        and isinstance(statement.value, ast.Name)
+        and statement.value.id == source
+    ):
+        return True
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Global | ast.Nonlocal) and {name, source} & set(node.names):
+            return False
+        if not isinstance(node, ast.Name) or isinstance(node.ctx, ast.Load):
+            continue
+        if node.id == name or (node.id == source and not _identity_move(statement)):
+            return False
+    return None

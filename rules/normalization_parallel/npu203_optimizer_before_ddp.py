@@ -68,7 +68,10 @@ class OptimizerBeforeDdp(Rule):
     and moving a module to a device keeps them; `amp.initialize` is never moved above a device
     move. Accepted in between: device moves and casts (`model.cuda(gpu)`, `model.to(device)`,
     `model = DataParallel(model).cuda()`), and calls of any kind (prints, loaders, the loss)
-    that are given nothing the moved statements read. Accepted in the moved statements: pure
+    that are given nothing the moved statements read, and DeiT's and BEiT's
+    `if args.distributed: model = DDP(model, ...); model_without_ddp = model.module` where
+    `model_without_ddp = model` ran before it on every path (both names then hold the same
+    module after the `if`, wrapped or not). Accepted in the moved statements: pure
     functions of the same module, or of another module of the files
     given (DINO's `utils.get_params_groups(student)` with `utils.py` in the run), also with
     the DDP-wrapped model as an argument when they give the same result for it as for the
