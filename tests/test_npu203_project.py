@@ -129,6 +129,8 @@ def test_only_checked_files_are_summarised_and_only_named_modules_are_read(
                     "assumptions": ["has no parameter of its own named `bias`"],
                 }
             },
+            "assumptions": [],
+            "called": {},
         }
     }
     assert json.loads(json.dumps(facts.linked)) == facts.linked  # plain data

@@ -28,11 +28,13 @@ from typing import Any
 from migrator.analysis.calls import arguments
 from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimizer_class
 from migrator.analysis.functions import (
+    MODEL_NAME_METHODS,
     FunctionSummary,
     ModuleFunctions,
     linked_builder,
     linked_class,
     linked_summary,
+    model_method_assumption,
 )
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.names import Ambiguous
@@ -328,6 +330,7 @@ class Effects:
     unknown_calls: list[ast.Call] = field(default_factory=list)
     amp_models: set[str] = field(default_factory=set)  # names amp.initialize rebinds in place
     ambiguous: list[tuple[ast.Call, Ambiguous]] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)  # what moving the line assumes
 
     def writes(self) -> set[Path]:
         return {(n,) for n in self.binds} | self.mutates | self.wrap_targets | self.device_moves
@@ -600,7 +603,10 @@ class EffectsCollector:
         method = func.attr
         if receiver is not None:
             self.read(receiver)
-            if method in DEVICE_METHODS:
+            if method in MODEL_NAME_METHODS and not node.args and not node.keywords:
+                # MAE's `no_weight_decay_list=model_without_ddp.no_weight_decay()`
+                self.effects.assumptions.append(model_method_assumption(show((*receiver, method))))
+            elif method in DEVICE_METHODS:
                 self.effects.device_moves.add(receiver)
             elif method not in READ_ONLY_METHODS:
                 self.effects.mutates.add(receiver)

@@ -53,8 +53,9 @@ them (DINO's ``utils.LARS``), and :func:`linked_class` gives it back to the chec
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from migrator.analysis import names
@@ -82,12 +83,31 @@ _READ_ONLY_METHODS = frozenset(
         "startswith", "numel", "dim", "size", "format", "lower", "split", "join",
     }
 )  # fmt: skip
-_LOCAL_BUILDING_METHODS = frozenset({"append", "extend", "update", "insert"})
+_LOCAL_BUILDING_METHODS = frozenset({"append", "extend", "update", "insert", "pop", "setdefault"})
 _REFUSED = (
     ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await, ast.FunctionDef,
-    ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Raise,
-    ast.Assert, ast.Delete, ast.Import, ast.ImportFrom, ast.While, ast.Match,
+    ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.AsyncWith, ast.Try, ast.TryStar,
+    ast.Delete, ast.Import, ast.ImportFrom, ast.While, ast.Match,
 )  # fmt: skip
+# Calls that create a new container: a local bound only to one of them (or to a literal) is the
+# function's own, and only such a local may be changed.
+_NEW_CONTAINERS = frozenset({"list", "dict", "set", "sorted"})
+# Library functions without side effects (by qualified name).
+_PURE_LIBRARY = frozenset(
+    {
+        "json.dumps", "math.sqrt", "math.log", "torch.cuda.is_available", "torch.npu.is_available",
+        # what the process group is: a DDP wrap does not change it
+        "torch.distributed.is_available", "torch.distributed.is_initialized",
+        "torch.distributed.get_world_size", "torch.distributed.get_rank",
+    }
+)  # fmt: skip
+# What a `raise` may build: the built-in exceptions (raised, the program stops either way).
+_EXCEPTIONS = frozenset(
+    {"ValueError", "TypeError", "KeyError", "RuntimeError", "NotImplementedError", "AssertionError"}
+)
+# Methods of a model that timm's convention makes read-only: the names of the parameters to keep
+# out of weight decay. Accepted as an assumption the message states.
+MODEL_NAME_METHODS = frozenset({"no_weight_decay", "no_weight_decay_keywords"})
 
 
 @dataclass(frozen=True)
@@ -107,6 +127,11 @@ class FunctionSummary:
     free_names: frozenset[str]
     invariance: dict[str, Invariance] = field(default_factory=dict)
     home: str | None = None  # the path of the module that defines it, when not the caller's
+    # What moving a call of it assumes, whatever it is given (see _Summarizer.assumed).
+    assumptions: tuple[str, ...] = ()
+    # The parameters it calls, with their default as written ("" without one): what a call
+    # passes there must only read what it is given, which the caller's message assumes.
+    called: dict[str, str] = field(default_factory=dict)
 
     def reads(self, callee: tuple[str, ...]) -> list[tuple[str, ...]]:
         """What a call of the function through the path ``callee`` reads: the callee, and the
@@ -127,6 +152,35 @@ class FunctionSummary:
                 return keyword.arg
         return None
 
+    def call_assumptions(self, call: ast.Call, written: Callable[[ast.AST], str]) -> list[str]:
+        """What moving ``call`` assumes: the function's own assumptions, and for each function
+        it calls that the call hands it (`get_num_layer=assigner.get_layer_id`), that it only
+        reads what it is given; ``written`` gives a node's source text."""
+        found = list(self.assumptions)
+        given = {
+            parameter: value
+            for value in [*call.args, *(k.value for k in call.keywords)]
+            if (parameter := self.parameter_for(call, value)) is not None
+        }
+        spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        )
+        for parameter, default in self.called.items():
+            value = given.get(parameter)
+            if value is None and spread:
+                found.append(
+                    f"what the call may pass as `{parameter}` through `*`/`**`, which "
+                    f"`{self.name}` calls, only reads what it is given"
+                )
+                continue
+            if value is None and default in ("", "None"):
+                continue  # None is never called; no default: a TypeError
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue
+            shown = written(value) if value is not None else default
+            found.append(f"`{shown}`, which `{self.name}` calls, only reads what it is given")
+        return found
+
 
 class ModuleFunctions:
     """The pure functions of one module, found once per file and only when asked for."""
@@ -140,6 +194,12 @@ class ModuleFunctions:
             for statement in index.tree.body
             if isinstance(statement, ast.FunctionDef)
         }
+
+    @cached_property
+    def classes(self) -> ModuleClasses:
+        """The module's optimizer classes (a pure function may build those that only build
+        an optimizer)."""
+        return ModuleClasses(self.index, lambda node: _resolve(self.index, node))
 
     def is_constant(self, name: str) -> bool:
         """``name`` is bound once in the whole module, by a module-level ``name = (...)``."""
@@ -185,7 +245,21 @@ class ModuleFunctions:
 
 
 class _Summarizer:
-    """Checks one function for purity and summarises it."""
+    """Checks one function for purity and summarises it.
+
+    Pure, for NPU203, means that a call of it may run earlier, above a DDP wrap and the lines
+    between: it changes nothing its caller can see but what it returns. It binds only its own
+    names and changes only the containers it creates (a local bound only to a literal or to
+    ``list()``/``dict()``/``set()``/``sorted()``, and, through ``groups[name]["params"]``, the
+    literals stored in one); it calls side-effect-free builtins and library functions,
+    read-only methods, the pure functions of its module, and optimizer classes (torch's,
+    apex's, torch_npu's, the module's own that only build an optimizer). Its ``print`` output
+    moves with it, and an ``assert`` or ``raise`` stops the program wherever it runs. Some
+    calls are accepted as stated assumptions (:attr:`assumed`): optimizer classes imported
+    from outside (timm's ``Nadam``, ``Lookahead``: that they only build the optimizer),
+    ``model.no_weight_decay()`` (that it only reads the model), and the functions it is given
+    and calls (recorded in :attr:`called`, stated by the caller for what it passes).
+    """
 
     def __init__(self, functions: ModuleFunctions, definition: ast.FunctionDef) -> None:
         self.functions = functions
@@ -195,7 +269,12 @@ class _Summarizer:
         every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
         every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
         self.all_parameters = {a.arg for a in every}
+        self.defaults = _defaults(arguments)
         self.locals = self._local_names()
+        self.fresh = self._fresh_names()
+        self.assumed: list[str] = []
+        self.called: dict[str, str] = {}
+        self.outside: list[str] = []  # the optimizer classes it builds from outside the run
 
     def summary(self) -> FunctionSummary | None:
         if self.definition.decorator_list or not self._is_pure():
@@ -209,7 +288,19 @@ class _Summarizer:
             and node.id not in self.all_parameters
             and node.id not in _PURE_BUILTINS
         }
-        summary = FunctionSummary(self.definition.name, self.parameters, frozenset(free))
+        if self.outside:
+            listed = ", ".join(f"`{name}`" for name in dict.fromkeys(self.outside))
+            self.assumed.append(
+                f"the optimizer classes `{self.definition.name}` may build from outside the "
+                f"files given ({listed}) only build an optimizer"
+            )
+        summary = FunctionSummary(
+            self.definition.name,
+            self.parameters,
+            frozenset(free),
+            assumptions=tuple(dict.fromkeys(self.assumed)),
+            called=dict(sorted(self.called.items())),
+        )
         for parameter in self.parameters:
             summary.invariance[parameter] = self._invariance(parameter)
         return summary
@@ -226,6 +317,51 @@ class _Summarizer:
             elif isinstance(node, ast.Lambda):
                 found.update(a.arg for a in node.args.args)
         return found - self.all_parameters
+
+    def _fresh_names(self) -> set[str]:
+        """The locals bound only to containers the function creates: ``groups = []``."""
+        values: dict[str, list[ast.expr | None]] = {}
+        for node in self._walk():
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                values.setdefault(node.id, []).append(self._bound_value(node))
+        return {
+            name
+            for name, bound in values.items()
+            if name in self.locals and all(v is not None and self._creates(v) for v in bound)
+        }
+
+    def _bound_value(self, name: ast.Name) -> ast.expr | None:
+        """The value ``name = value`` (or ``a, name = x, value``) binds; None for any other
+        binding (a loop, an augmented assignment, unpacking a value)."""
+        parent = self.functions.index.parent
+        holder = parent(name)
+        if isinstance(holder, ast.Assign) and holder.targets == [name]:
+            return holder.value
+        assignment = parent(holder) if isinstance(holder, ast.Tuple | ast.List) else None
+        if not (
+            isinstance(assignment, ast.Assign)
+            and isinstance(holder, ast.Tuple | ast.List)
+            and assignment.targets == [holder]
+            and isinstance(assignment.value, ast.Tuple | ast.List)
+            and len(assignment.value.elts) == len(holder.elts)
+        ):
+            return None
+        position = next(i for i, e in enumerate(holder.elts) if e is name)
+        return assignment.value.elts[position]
+
+    def _creates(self, value: ast.expr) -> bool:
+        """``value`` is a new container: a literal or comprehension, or ``list(...)`` etc."""
+        containers = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+        if isinstance(value, containers):
+            return True
+        return (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id in _NEW_CONTAINERS
+            and value.func.id not in self.locals
+            and value.func.id not in self.all_parameters
+            and value.func.id not in self.functions.definitions
+        )
 
     # -- purity ----------------------------------------------------------------------------------
 
@@ -249,27 +385,158 @@ class _Summarizer:
         if isinstance(target, ast.Starred):
             return self._is_local_target(target.value)
         if isinstance(target, ast.Subscript):
-            return isinstance(target.value, ast.Name) and target.value.id in self.locals
+            return self._own_container(target.value)
         return isinstance(target, ast.Name) and target.id in self.locals
+
+    def _own_container(self, node: ast.expr) -> bool:
+        """``node`` is a container the function created: a fresh local, or, in one,
+        ``groups[key]["params"]`` where every value stored in ``groups`` is a dict literal
+        whose ``"params"`` is a new container."""
+        keys: list[ast.expr] = []
+        while isinstance(node, ast.Subscript):
+            keys.append(node.slice)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in self.fresh:
+            return False
+        if not keys:
+            return True
+        path: list[str] = []
+        for key in reversed(keys[:-1]):  # after the first key, which may be anything
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                return False
+            path.append(key.value)
+        return all(self._creates_at(value, path) for value in self._stored_in(node.id))
+
+    def _stored_in(self, name: str) -> Iterator[ast.expr]:
+        """Every value put into the container ``name`` holds: its literals' values and
+        ``name[key] = value``; an ``ast.Name`` stands for anything else (an unknown value)."""
+        unknown = ast.Name(id=name, ctx=ast.Load())
+        for node in self._walk():
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                if isinstance(target, ast.Name) and target.id == name:
+                    value = node.value
+                    if isinstance(value, ast.Dict):
+                        yield from value.values
+                    elif not (isinstance(value, ast.List | ast.Set) and not value.elts):
+                        yield unknown  # `list(x)` or a comprehension: what it holds is unknown
+                elif (
+                    isinstance(target, ast.Subscript)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == name
+                ):
+                    yield node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == name
+                and node.func.attr in _LOCAL_BUILDING_METHODS
+            ):
+                yield unknown
+
+    def _creates_at(self, value: ast.expr, path: list[str]) -> bool:
+        """Following the keys ``path`` into the literal ``value`` reaches a new container."""
+        for key in path:
+            if not isinstance(value, ast.Dict):
+                return False
+            found = [
+                v
+                for k, v in zip(value.keys, value.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == key
+            ]
+            if len(found) != 1 or any(k is None for k in value.keys):
+                return False
+            value = found[0]
+        return self._creates(value)
 
     def _is_pure_call(self, call: ast.Call) -> bool:
         func = call.func
         if isinstance(func, ast.Name):
-            if func.id in self.locals or func.id in self.all_parameters:
+            if func.id in self.locals:
                 return False
+            if func.id in self.all_parameters:
+                # A function it is given: what the caller passes must only read (stated there).
+                self.called[func.id] = self.defaults.get(func.id, "")
+                return True
             if func.id in _PURE_BUILTINS:
                 return True
-            return self.functions.summary_of_call(call) is not None
+            if func.id == "print":
+                return all(k.arg in ("sep", "end", "flush") for k in call.keywords)
+            if func.id in _EXCEPTIONS:
+                return isinstance(self.functions.index.parent(call), ast.Raise)
+            if func.id in self.functions.definitions:
+                return self._pure_function_call(call)
+            return self._builds_optimizer(call)
         if isinstance(func, ast.Attribute):
             if func.attr in _READ_ONLY_METHODS:
                 return True
             receiver = func.value
-            return (
-                func.attr in _LOCAL_BUILDING_METHODS
+            if func.attr in _LOCAL_BUILDING_METHODS and self._own_container(receiver):
+                return True
+            if (
+                func.attr in MODEL_NAME_METHODS
                 and isinstance(receiver, ast.Name)
-                and receiver.id in self.locals
-            )
+                and receiver.id in self.all_parameters
+                and not call.args
+                and not call.keywords
+            ):
+                self.assumed.append(model_method_assumption(f"{receiver.id}.{func.attr}"))
+                return True
+            name = _resolve(self.functions.index, func)
+            if isinstance(name, str) and name in _PURE_LIBRARY:
+                return True
+            return self._builds_optimizer(call)
         return False
+
+    def _pure_function_call(self, call: ast.Call) -> bool:
+        """A call of a pure function of the module: its assumptions become this function's,
+        and each function it calls that this call hands it must be one of this function's
+        parameters (which this function then calls), or None."""
+        callee = self.functions.summary_of_call(call)
+        if callee is None:
+            return False
+        self.assumed.extend(callee.assumptions)
+        given = {
+            parameter: value
+            for value in [*call.args, *(k.value for k in call.keywords)]
+            if (parameter := callee.parameter_for(call, value)) is not None
+        }
+        spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        )
+        for parameter, default in callee.called.items():
+            value = given.get(parameter)
+            if value is None:
+                if spread or default not in ("", "None"):
+                    return False
+            elif isinstance(value, ast.Name) and value.id in self.all_parameters:
+                self.called[value.id] = self.defaults.get(value.id, "")
+            elif not (isinstance(value, ast.Constant) and value.value is None):
+                return False
+        return True
+
+    def _builds_optimizer(self, call: ast.Call) -> bool:
+        """``call`` builds an optimizer: a class of torch, apex or torch_npu, one of the
+        module's that only builds one (migrator.analysis.classes), or, as an assumption, one
+        imported from a package named ``*optim*`` outside them (timm's ``Nadam``)."""
+        classes = self.functions.classes
+        if isinstance(call.func, ast.Name) and call.func.id in classes.definitions:
+            found = classes.verdict(call.func.id)
+            return found is not None and found["problem"] is None
+        name = _resolve(self.functions.index, call.func)
+        if not isinstance(name, str):
+            return False
+        if is_optimizer_class(name):
+            return True
+        module, _, short = name.rpartition(".")
+        parts = module.split(".")
+        if not short[:1].isupper() or parts[0] in _LIBRARY_ROOTS:
+            return False
+        if not any("optim" in part for part in parts):
+            return False
+        self.outside.append(name)
+        return True
 
     # -- wrapper invariance ----------------------------------------------------------------------
 
@@ -398,6 +665,21 @@ class _Summarizer:
         if node.id not in self.locals and not self.functions.is_constant(node.id):
             return None
         return _strings(ast.Tuple(elts=values[0].elts))
+
+
+def model_method_assumption(written: str) -> str:
+    """What accepting ``model.no_weight_decay()`` assumes, for the messages."""
+    return f"`{written}()` only reads the model (timm's convention: it returns parameter names)"
+
+
+def _defaults(arguments: ast.arguments) -> dict[str, str]:
+    """Parameter -> its default as written (``ast.unparse``)."""
+    positional = [*arguments.posonlyargs, *arguments.args]
+    with_default = positional[len(positional) - len(arguments.defaults) :]
+    found = {a.arg: ast.unparse(d) for a, d in zip(with_default, arguments.defaults, strict=True)}
+    keyword_only = zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+    found.update({a.arg: ast.unparse(d) for a, d in keyword_only if d is not None})
+    return found
 
 
 def _strings(node: ast.expr) -> tuple[str, ...] | None:
@@ -623,6 +905,8 @@ def verdict(functions: ModuleFunctions, name: str) -> Facts:
             parameter: {"problem": found.problem, "assumptions": list(found.assumptions)}
             for parameter, found in summary.invariance.items()
         },
+        "assumptions": list(summary.assumptions),
+        "called": summary.called,
     }
 
 
@@ -666,7 +950,15 @@ def summary_from_facts(name: str, facts: Facts, home: str) -> FunctionSummary | 
         for parameter, found in facts["invariance"].items()
     }
     parameters = tuple(facts["parameters"])
-    return FunctionSummary(name, parameters, frozenset(facts["free"]), invariance, home)
+    return FunctionSummary(
+        name,
+        parameters,
+        frozenset(facts["free"]),
+        invariance,
+        home,
+        tuple(facts.get("assumptions", ())),
+        dict(facts.get("called", {})),
+    )
 
 
 def linked_summary(

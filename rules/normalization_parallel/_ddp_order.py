@@ -23,7 +23,7 @@ Not a rule (it defines no ``Rule`` subclass); the registry imports it and finds 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -63,6 +63,9 @@ _BODY_FIELDS = ("body", "orelse", "finalbody")
 # Where NPU203's project facts (the functions of other modules it follows) are kept; NPU101
 # reads them to know which optimizers NPU203 moves above a wrap.
 DDP_ORDER_KEY = "NPU203"
+# NPU203's code: a suppression comment for it at a statement to move keeps the move from being
+# made, which NPU101 must know too.
+MOVING_CODE = "NPU203"
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,11 @@ class Move:
         """The source lines where the moved lines start."""
         return [self.lines[index][0].lineno for index in self.moved]
 
+    def suppressed(self, covers: Callable[[int], bool]) -> bool:
+        """A suppression comment for NPU203 (``covers``: does one cover this line) keeps the
+        move from being made."""
+        return any(covers(line) for line in self.moved_lines)
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -102,6 +110,9 @@ class Refusal:
     call: ast.Call
     wrap_line: int
     reason: str
+    # Every optimizer-building call of its line (`if sgd: SGD(...) else: AdamW(...)`): all of
+    # them stay after the wrap, though the report points at the first.
+    line_calls: tuple[ast.Call, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,7 @@ class AfterHiddenWrap:
     call: ast.Call
     wrap_line: int
     why: str
+    line_calls: tuple[ast.Call, ...] = ()  # as Refusal's
 
 
 @dataclass(frozen=True)
@@ -142,33 +154,51 @@ class DdpOrderPlan:
     def after_hidden_wraps(self) -> list[AfterHiddenWrap]:
         return [found for block in self.blocks for found in block.after_hidden_wraps]
 
-    def left_after_wraps(self, moves_run: bool) -> dict[int, str]:
+    def moved_calls(self, covers: Callable[[int], bool]) -> set[int]:
+        """The ids of the calls in the statements NPU203 moves above a wrap, when it runs;
+        ``covers``: does a suppression comment for NPU203 cover a line."""
+        return {
+            id(node)
+            for move in self.moves
+            if not move.suppressed(covers)
+            for statement in move.optimizers
+            for node in ast.walk(statement)
+        }
+
+    def left_after_wraps(
+        self, moves_run: bool, covers: Callable[[int], bool] = lambda line: False
+    ) -> dict[int, str]:
         """id(call) -> why, for each optimizer-building call that stays after a DDP wrap of
-        its block: refused, after a hidden wrap, and, when NPU203 does not run
-        (``moves_run`` False), those it would move. For NPU101, which must not fuse an
-        optimizer built after DDP initialisation."""
+        its block: refused, after a hidden wrap, and those it would move when NPU203 does not
+        run (``moves_run`` False) or a suppression comment for it covers the move (``covers``:
+        does one cover a line). For NPU101, which must not fuse an optimizer built after DDP
+        initialisation."""
         left: dict[int, str] = {}
         for refusal in self.refusals:
-            left[id(refusal.call)] = (
-                f"is built after its model is wrapped in DDP (line {refusal.wrap_line}), and "
-                f"NPU203 cannot move it above the wrap ({refusal.reason})"
-            )
+            for call in (refusal.call, *refusal.line_calls):
+                left[id(call)] = (
+                    f"is built after its model is wrapped in DDP (line {refusal.wrap_line}), "
+                    f"and NPU203 cannot move it above the wrap ({refusal.reason})"
+                )
         for found in self.after_hidden_wraps:
-            left[id(found.call)] = (
-                f"is built after a wrap NPU203 does not move anything above ({found.why}, line "
-                f"{found.wrap_line})"
-            )
-        if not moves_run:
-            for move in self.moves:
-                for statement in move.optimizers:
-                    for node in ast.walk(statement):
-                        if isinstance(node, ast.Call):
-                            left.setdefault(
-                                id(node),
-                                f"is built after its model is wrapped in DDP (line "
-                                f"{move.wrap_line}), and NPU203, which would move it above "
-                                "the wrap, does not run",
-                            )
+            for call in (found.call, *found.line_calls):
+                left[id(call)] = (
+                    f"is built after a wrap NPU203 does not move anything above ({found.why}, "
+                    f"line {found.wrap_line})"
+                )
+        for move in self.moves:
+            if moves_run and not move.suppressed(covers):
+                continue
+            why = "does not run" if not moves_run else "is told not to (a suppression comment)"
+            for statement in move.optimizers:
+                for node in ast.walk(statement):
+                    if isinstance(node, ast.Call):
+                        left.setdefault(
+                            id(node),
+                            f"is built after its model is wrapped in DDP (line "
+                            f"{move.wrap_line}), and NPU203, which would move it above the "
+                            f"wrap, {why}",
+                        )
         return left
 
 
@@ -352,7 +382,7 @@ class BlockPlanner:
                 break
             attempts.append(self.attempt(wrap_lines[later], wrap_lines[:later]))
         refusals = [
-            Refusal(target.call, self.view.line(wrap_call), reason)
+            Refusal(target.call, self.view.line(wrap_call), reason, self.line_calls(target.index))
             for target, wrap_call, reason in self.refusals(attempts, wrap_lines)
             if not self.in_place(target.index, [i for i in wrap_lines if i < target.index])
         ]
@@ -443,7 +473,7 @@ class BlockPlanner:
         wraps = [w for i in range(attempt.start, moved[-1]) for w in self.effects[i].wraps]
         targets = {target.index for target in attempt.targets}
         unwraps = [u for index in moved for u in self.unwrapped_uses(self.lines[index], wraps)]
-        assumed = [a for index in moved for a in self.assumptions(self.lines[index], wraps)]
+        assumed = [a for index in moved for a in self.assumptions(index, wraps)]
         return Move(
             lines=tuple(self.lines),
             above=attempt.start,
@@ -490,15 +520,19 @@ class BlockPlanner:
                     yield Unwrap(value, wrap.source)
                     break
 
-    def assumptions(self, line: Line, wraps: Sequence[Wrap]) -> list[str]:
-        """What a moved line's pure-function calls assume about the models they get."""
-        found: list[str] = []
+    def assumptions(self, index: int, wraps: Sequence[Wrap]) -> list[str]:
+        """What moving the line ``index`` assumes: about the models its pure-function calls
+        get, about what those functions call (see migrator.analysis.functions), and about
+        ``model.no_weight_decay()`` in the line itself."""
+        line = self.lines[index]
+        found: list[str] = list(self.effects[index].assumptions)
         for node in walk_line(line):
             if not isinstance(node, ast.Call):
                 continue
             summary = self.calls.function_summary(node)
             if summary is None:
                 continue
+            found += summary.call_assumptions(node, self.view.written)
             for wrap in wraps:
                 for value in [*node.args, *(k.value for k in node.keywords)]:
                     parameter = summary.parameter_for(node, value)
@@ -527,8 +561,18 @@ class BlockPlanner:
             for node in walk_line(line):
                 if isinstance(node, ast.Call) and self.builds_or_gets_optimizer(node):
                     wrap_call, why = hidden
-                    yield AfterHiddenWrap(node, self.view.line(wrap_call), why)
+                    yield AfterHiddenWrap(
+                        node, self.view.line(wrap_call), why, self.line_calls(index)
+                    )
                     break
+
+    def line_calls(self, index: int) -> tuple[ast.Call, ...]:
+        """The calls of the line ``index`` that build or get an optimizer."""
+        return tuple(
+            node
+            for node in walk_line(self.lines[index])
+            if isinstance(node, ast.Call) and self.builds_or_gets_optimizer(node)
+        )
 
     def builds_or_gets_optimizer(self, call: ast.Call) -> bool:
         if self.calls.builds_optimizer(call):

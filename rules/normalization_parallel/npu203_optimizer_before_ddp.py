@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from migrator.analysis import functions
 from migrator.analysis.effects import CallNames, Path, show
@@ -79,7 +80,12 @@ class OptimizerBeforeDdp(Rule):
     such as `name.endswith(".bias")`, which differs for a parameter of the model's own named
     `bias` only, is accepted with that assumption spelled out in the message; and optimizer
     classes of the repository whose construction does nothing but build the optimizer
-    (DINO's `utils.LARS(params_groups)`, see `migrator.analysis.classes`). When nothing
+    (DINO's `utils.LARS(params_groups)`, see `migrator.analysis.classes`). A pure function
+    may grow the containers it creates, print, assert and build optimizers, so the factories of
+    BEiT and ConvNeXt (`create_optimizer(args, model_without_ddp, ...)`) move; optimizer classes
+    imported from outside the files given (timm's `Nadam`, `Lookahead`), `model.no_weight_decay()`
+    and the functions a caller hands it are accepted as assumptions the message states
+    (`migrator.analysis.functions`). When nothing
     can move above the first wrap of a block, the statements go above a later one, if they
     read nothing wrapped before it (DINO's teacher, then its student). Everything else is
     reported, with the reason found at the wrap of the model the optimizer takes.
@@ -142,7 +148,7 @@ class OptimizerBeforeDdp(Rule):
 
     def fix_move(self, move: Move) -> None:
         """One fix per moved optimizer; the edits go with the first."""
-        if any(self.context.suppressions.covers(line, self.CODE) for line in move.moved_lines):
+        if move.suppressed(partial(self.context.suppressions.covers, code=self.CODE)):
             return
         edits = self.move_edits(move)
         extra = f" (with {plural('line', move.needed)}, which it needs)" if move.needed else ""

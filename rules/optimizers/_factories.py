@@ -41,13 +41,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from migrator.analysis import functions
 from migrator.analysis.calls import NOT_LITERAL, arguments
-from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES
+from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES, CallNames
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
+from migrator.rules.normalization_parallel._ddp_order import (
+    DDP_ORDER_KEY,
+    MOVING_CODE,
+    plan_ddp_order,
+)
 from migrator.rules.optimizers import _handed as handed
 from migrator.rules.optimizers import _lightning as lightning
 from migrator.rules.optimizers import _method_callers as method_callers
@@ -69,7 +75,7 @@ from migrator.rules.optimizers._flow import (
 from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
 from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
-from migrator.rules.optimizers._plans import FusedSwaps, OptLevelSwitch
+from migrator.rules.optimizers._plans import DdpMoves, FusedSwaps, OptLevelSwitch
 from migrator.rules.optimizers._tables import (
     KNOWN_OPTIMIZERS,
     OPT_LEVELS,
@@ -259,6 +265,15 @@ class _Link:
 
     def of(self, path: str, part: str) -> dict[str, Any]:
         return self.facts.setdefault(path, {}).setdefault(part, {})
+
+    @functools.cached_property
+    def ddp_links(self) -> Mapping[str, Facts]:
+        """NPU203's linked facts (the functions and classes of other modules it follows),
+        made again from its summaries: whether NPU203 moves a factory's call above a DDP wrap
+        decides here whether the factory may build an NPU fused optimizer, and NPU203's own
+        link is not made yet. Empty when NPU203 does not run."""
+        summaries = self.linking.project.summaries(DDP_ORDER_KEY)
+        return (functions.link(summaries, self.linking.files) or {}) if summaries else {}
 
 
 def link(
@@ -456,7 +471,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             flow,
             returned=frozenset(id(call) for call in called),
             elsewhere=HandedCode(reader, state.handed.get(path, {})),
-            after_ddp=_called_after_ddp(reader, flow, called),
+            after_ddp=_called_after_ddp(state, reader, path, flow, called),
         )
         contract = ParameterContract(reader, flow)
         for call, factory in found:
@@ -473,12 +488,13 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
 
 
 def _called_after_ddp(
-    reader: FileView, flow: OptimizerFlow, calls: list[ast.Call]
+    state: _Link, reader: FileView, path: str, flow: OptimizerFlow, calls: list[ast.Call]
 ) -> dict[int, str]:
     """id(call) -> why, for the factory calls made after a DDP wrap in the same function (or
-    module-level code): the optimizer is then built after DDP initialisation. Whether NPU203
-    moves such a call above the wrap in the same run is not known in the link stage, so every
-    one counts."""
+    module-level code) that stay there: the optimizer is then built after DDP initialisation.
+    A call NPU203 moves above the wrap in this run (BEiT's and ConvNeXt's `optimizer =
+    create_optimizer(args, model_without_ddp)`) is not one: its plan is made here as NPU203
+    makes it (the same planner, on NPU203's facts)."""
     if "DistributedDataParallel" not in reader.index.source.text:
         return {}
     wraps = [
@@ -486,17 +502,27 @@ def _called_after_ddp(
         for call in reader.index.nodes(ast.Call)
         if reader.qualified_name_in(call.func, _DDP) in _DDP
     ]
-    found: dict[int, str] = {}
+    after: dict[int, tuple[ast.Call, ast.Call]] = {}
     for call in calls:
         scope = flow.scope_of(call)
         earlier = [w for w in wraps if w.lineno < call.lineno and flow.scope_of(w) is scope]
         if earlier:
-            found[id(call)] = (
-                f"is called after a model is wrapped in DDP (line {earlier[-1].lineno}), so the "
-                "optimizer is built after DDP initialisation (NPU101 plans the factory before "
-                "NPU203 decides whether the call can move above the wrap)"
-            )
-    return found
+            after[id(call)] = (call, earlier[-1])
+    if not after:
+        return {}
+    moved: set[int] = set()
+    if state.linking.plans.get(DdpMoves) is not None:  # NPU203 runs
+        plan = plan_ddp_order(reader, CallNames(reader, path, state.ddp_links, {}))
+        suppressions = Suppressions.scan(reader.index.source.text)
+        moved = plan.moved_calls(partial(suppressions.covers, code=MOVING_CODE))
+    return {
+        key: (
+            f"is called after a model is wrapped in DDP (line {wrap.lineno}), so the optimizer "
+            "is built after DDP initialisation, and NPU203 does not move the call above the wrap"
+        )
+        for key, (_, wrap) in after.items()
+        if key not in moved
+    }
 
 
 def _site_breaks(contract: ParameterContract, call: ast.Call) -> str:

@@ -19,7 +19,11 @@ from migrator.callargs import argument as find_argument
 from migrator.edits import NodeEdit
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
-from migrator.rules.normalization_parallel._ddp_order import DDP_ORDER_KEY, plan_ddp_order
+from migrator.rules.normalization_parallel._ddp_order import (
+    DDP_ORDER_KEY,
+    MOVING_CODE,
+    plan_ddp_order,
+)
 from migrator.rules.optimizers._factories import (
     PASSED_CONDITION,
     OptimizerFactories,
@@ -332,7 +336,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             return {}
         links = self.project.links(DDP_ORDER_KEY)
         plan = plan_ddp_order(self.view, CallNames(self.view, self.context.path, links, {}))
-        return plan.left_after_wraps(moves_run=self.read_plan(DdpMoves) is not None)
+        covers = partial(self.context.suppressions.covers, code=MOVING_CODE)
+        return plan.left_after_wraps(self.read_plan(DdpMoves) is not None, covers)
 
     def _fix_method_callers(self) -> None:
         """In a file that calls another module's method whose optimizer this run swaps for an
