@@ -199,9 +199,20 @@ def _reordered(first_wrap: int, moved: list[int]) -> Callable[[Lines], list[cst.
     def rebuild(lines: Lines) -> list[cst.BaseStatement]:
         rest = [i for i in range(first_wrap, len(lines)) if i not in moved]
         order = [*range(first_wrap), *moved, *rest]
-        return [statement for i in order for statement in lines[i]]
+        statements = [statement for i in order for statement in lines[i]]
+        if first_wrap == 0 and statements:  # a moved line opens the block: no blank line above
+            statements[0] = _without_leading_blanks(statements[0])
+        return statements
 
     return rebuild
+
+
+def _without_leading_blanks(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """``statement`` without the blank lines above it (its comments stay)."""
+    leading = list(getattr(statement, "leading_lines", ()))
+    while leading and leading[0].comment is None:
+        leading.pop(0)
+    return statement.with_changes(leading_lines=leading)
 
 
 def _becomes(path: Path) -> Callable[[cst.CSTNode], cst.BaseExpression]:
