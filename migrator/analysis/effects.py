@@ -61,7 +61,7 @@ READ_ONLY_METHODS = frozenset(
     {
         "parameters", "named_parameters", "state_dict", "modules", "named_modules", "children",
         "named_children", "buffers", "named_buffers", "keys", "values", "items", "get", "format",
-        "startswith", "endswith", "numel", "dim", "size",
+        "startswith", "endswith", "numel", "dim", "size", "lower", "upper", "strip", "split",
     }
 )  # fmt: skip
 # Methods that move or cast a module in place and keep its Parameter objects (torch swaps
