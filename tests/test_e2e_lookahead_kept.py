@@ -6,8 +6,9 @@ edit.
 sets the gradients to None: a fused optimizer there would step stale gradients on an NPU. NPU101
 keeps torch's class on the paths where the factory wraps it and builds the NPU fused one on the
 others, `(optim.SGD if len(opt_split) > 1 and opt_split[0] == "lookahead" else
-torch_npu.optim.NpuFusedSGD)(...)`: on every path the migrated program builds the class this
-says and computes what the original computes (`npu-migrate verify`). The installed timm is a
+torch_npu.optim.NpuFusedSGD)(...)`, and torch's SGD where NVIDIA's FusedSGD (which runs nowhere
+on Ascend) is wrapped: on every path the migrated program builds the class this says and
+computes what the original computes (`npu-migrate verify`). The installed timm is a
 package of this test's own, on PYTHONPATH, outside the migrated folder.
 """
 
@@ -36,6 +37,8 @@ BUILT = {
     "adamw": "NpuFusedAdamW -",
     "lookahead_sgd": "Lookahead SGD",
     "lookahead_adamw": "Lookahead AdamW",
+    "fusedsgd": "NpuFusedSGD -",
+    "lookahead_fusedsgd": "Lookahead SGD",  # NVIDIA's FusedSGD runs nowhere on Ascend
 }
 
 
@@ -60,6 +63,8 @@ def test_the_written_class_stays_where_the_factory_wraps_it(programs: dict[str, 
     kept = 'len(opt_split) > 1 and opt_split[0] == "lookahead"'
     assert f"(optim.SGD if {kept} else torch_npu.optim.NpuFusedSGD)(model" in text
     assert f"(optim.AdamW if {kept} else torch_npu.optim.NpuFusedAdamW)(model" in text
+    assert f"(torch.optim.SGD if {kept} else torch_npu.optim.NpuFusedSGD)(model" in text
+    assert "import FusedSGD" not in text
     assert "Lookahead(optimizer, alpha=0.5, k=2)" in text
     assert "set_to_none" not in text  # nothing else changes to make the wrapper fit
 

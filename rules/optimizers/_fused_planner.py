@@ -239,6 +239,10 @@ class KeptWhen:
     test: str
     written: str  # the callee as written, `optim.SGD`
     wrap: ast.Call  # `Lookahead(optimizer)`
+    # NVIDIA's FusedSGD runs nowhere on Ascend: the paths the wrapper runs on get the torch
+    # class of the same arithmetic and parameters instead (`torch.optim.SGD`), ``replaces``
+    # holding the written class.
+    replaces: str | None = None
 
 
 def _callee(
@@ -370,6 +374,10 @@ class _Draft:
     lookup: _Lookup | None = None  # a `getattr(torch.optim, name)(...)` construction
     amp_parameter: AmpParameter | None = None  # see Rewrite.amp_parameter
     kept: KeptWhen | None = None  # see Rewrite.kept
+    # The keys the constructor may be given, as written or through `**` (None: any may come),
+    # and whether `lr` is among them on every path: what the kept class must take as written.
+    given_keys: frozenset[str] | None = None
+    lr_given: bool = False
 
     @property
     def qualified_target(self) -> str:
@@ -1279,6 +1287,8 @@ class _Planner:
                 message = _hazard_message(source, target, wrapped) + _kept_refusal(source, refusal)
                 self._report(call, message)
                 return
+            if source.unfused_class is not None:
+                kept = replace(kept, written=source.unfused_class, replaces=source.display)
             draft.kept = kept
             draft.notes.append(_kept_note(self.view, kept))
         if grad_fixes:
@@ -1790,6 +1800,9 @@ class _Planner:
         if any(not keys.complete for _, keys in forwarded):
             maybe |= {"weight_decay", "lr"}  # any key may come
         present |= {key for _, keys in forwarded for key in keys.in_every_arm}
+        complete = all(keys.complete for _, keys in forwarded)
+        draft.given_keys = frozenset(set(names) | maybe) if complete else None
+        draft.lr_given = "lr" in present
         pinned: dict[int, tuple[tuple[str, str], ...]] = {}
         fused_adam_default = draft.source.target is None and draft.target == "NpuFusedAdamW"
         if fused_adam_default and "weight_decay" not in present and "weight_decay" in maybe:
@@ -2109,7 +2122,8 @@ class _Planner:
         for drafts in by_import.values():
             self._plan_from_import(drafts)
         for draft in self.drafts:
-            if draft.func_style == "dotted" and draft.kept is None:  # kept: still written
+            # A class kept as written is still written; FusedSGD's torch SGD in its place is not.
+            if draft.func_style == "dotted" and (draft.kept is None or draft.kept.replaces):
                 self._release_old_import(draft.call.func)
 
     def _from_import_binding(self, name: ast.AST) -> Binding | None:
@@ -2609,11 +2623,26 @@ def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> s
 
 
 def _kept_problem(draft: _Draft) -> str | None:
-    """Why the written class cannot stay on the paths its wrapper runs (see KeptWhen)."""
-    if draft.source.npu_class or draft.source.unfused_replacement is not None:
+    """Why the written class (for NVIDIA's FusedSGD, torch's SGD) cannot stay on the paths its
+    wrapper runs (see KeptWhen)."""
+    source = draft.source
+    if source.npu_class or (source.unfused_replacement and source.unfused_class is None):
         return "the class as written does not run there"
     if draft.edits != ArgumentEdits() or draft.key_drops:
         return "its arguments change for the NPU class, and the written class needs them as written"
+    if source.unfused_class is None:
+        return None
+    # torch's SGD in NVIDIA's place: the same update for the same arguments, and a TypeError
+    # where either class would refuse a key; `lr` is required by FusedSGD only.
+    written, torch_class = source.display, SOURCES[source.unfused_class].display
+    if draft.given_keys is None:
+        return f"`**` may pass keys that `{torch_class}` takes and `{written}` does not"
+    one_only = set(source.parameters) ^ set(SOURCES[source.unfused_class].parameters)
+    taken = sorted(draft.given_keys & one_only)
+    if taken:
+        return f"`{taken[0]}` is a parameter of only one of `{written}` and `{torch_class}`"
+    if not draft.lr_given:
+        return f"without `lr`, `{written}` raises where `{torch_class}` takes 1e-3"
     return None
 
 
@@ -2625,10 +2654,16 @@ def _kept_refusal(source: Source, why: str) -> str:
 
 
 def _kept_note(view: FileView, kept: KeptWhen) -> str:
+    stays = (
+        f"the class stays `{kept.written}`"
+        if kept.replaces is None
+        else f"the class is `{kept.written}`, `{kept.replaces}`'s arithmetic with the same "
+        "arguments (NVIDIA's class does not run on Ascend),"
+    )
     return (
-        f"the class stays `{kept.written}` where `{kept.test}` holds: there "
-        f"`{view.written(kept.wrap.func)}(...)` (line {line_of(kept.wrap)}) wraps it, and the "
-        "wrapper's `zero_grad()` would detach the gradients from a fused optimizer's flat buffer"
+        f"{stays} where `{kept.test}` holds: there `{view.written(kept.wrap.func)}(...)` (line "
+        f"{line_of(kept.wrap)}) wraps it, and the wrapper's `zero_grad()` would detach the "
+        "gradients from a fused optimizer's flat buffer"
     )
 
 

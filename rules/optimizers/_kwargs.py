@@ -71,6 +71,7 @@ def forwarded_keys(view: FileView, mapping: ast.expr, call: ast.Call) -> Forward
     keys = tuple(reader.keys)
     complete = reader.complete and arms is not None
     every = frozenset.intersection(*arms) if complete and arms else frozenset()
+    every = frozenset() if "*" in reader.popped else every - reader.popped
     return ForwardedKeys(view.written(mapping), keys, complete, every, reader.other_use)
 
 
@@ -82,6 +83,7 @@ class _Reader:
         self.keys: list[ForwardedKey] = []
         self.complete = True
         self.other_use: ast.AST | None = None
+        self.popped: set[str] = set()  # keys a `pop` may take out ("*": any)
         self._seen_names: set[str] = set()
 
     def arms(self, value: ast.expr) -> list[frozenset[str]] | None:
@@ -171,14 +173,17 @@ class _Reader:
                 self._method(use, parent)
             elif isinstance(parent, ast.keyword) and parent.arg is None:
                 if not self._forwarded_to_optimizer(parent):
-                    self._other_use(use)
+                    # `Nadam(params, **opt_args)` gets a copy: it adds no key to the dict, but
+                    # a key dropped here would be missing there.
+                    self._other_use(use, adds_keys=False)
             else:
                 self._other_use(use)
 
-    def _other_use(self, use: ast.AST) -> None:
+    def _other_use(self, use: ast.AST, adds_keys: bool = True) -> None:
         if self.other_use is None:
             self.other_use = use
-        self.complete = False  # it may also add keys
+        if adds_keys:
+            self.complete = False  # it may also add keys
 
     def _subscript(self, use: ast.Name, subscript: ast.Subscript) -> None:
         statement = self.index.parent(subscript)
@@ -194,6 +199,14 @@ class _Reader:
         call = self.index.parent(attribute)
         if attribute.attr in ("get", "items", "keys", "values", "copy"):
             return  # reads
+        if attribute.attr == "pop" and isinstance(call, ast.Call) and call.func is attribute:
+            # BEiT's `opt_args.pop('eps', None)`: it adds no key, but the key may be gone at the
+            # call, and a key dropped from the dict must not be taken out twice.
+            key = _string(call.args[0]) if call.args else None
+            self.popped.add(key if key is not None else "*")
+            if self.other_use is None:
+                self.other_use = use
+            return
         if attribute.attr not in _MUTATORS or not (
             isinstance(call, ast.Call) and call.func is attribute
         ):

@@ -59,6 +59,10 @@ class Source:
     # For NVIDIA apex's classes: the torch optimizer to use instead when the NPU fused one cannot
     # be used (they need apex's CUDA extension `amp_C`, which Ascend's apex lacks).
     unfused_replacement: str | None = None
+    # The one torch class with the same arithmetic and the same parameters, where there is one
+    # (FusedSGD's torch.optim.SGD; FusedAdam's depends on adam_w_mode): the class a path that
+    # cannot be fused keeps instead (see the planner's KeptWhen).
+    unfused_class: str | None = None
     # For Ascend apex's own fused classes (`apex.optimizers.NpuFusedSGD`): the class is already
     # the NPU one, and only its home may change, to torch_npu's class of the same name.
     npu_class: bool = False
@@ -124,6 +128,7 @@ _APEX_SGD = Source(
         "set_grad_none",
     ),
     unfused_replacement="`torch.optim.SGD`",
+    unfused_class="torch.optim.SGD",
 )
 _APEX_ADAM = Source(
     "apex.optimizers.FusedAdam",

@@ -315,6 +315,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 if rewrite.choice is not None:  # both homes are named
                     self._add_home_import(TORCH_NPU_HOME)
                 continue  # the class depends on a name at run time: nothing to publish
+            if rewrite.kept is not None and rewrite.kept.replaces is not None:
+                self.add_import("torch")  # `(torch.optim.SGD if ... else ...)`
             if rewrite.func_style == "dotted":
                 if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
                     self.add_import("torch_npu", after="torch")
