@@ -204,7 +204,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     where the tests read the same at the constructor: names, attributes, constants,
     comparisons, `len(x)` and `x[i]`, nothing of it assigned in between, and `x` a new sequence
     of the function (`opt_lower.split('_')`) that is only indexed or measured; and where the
-    arguments need no change for the NPU class. Otherwise it is reported, with the reason.
+    arguments need no change for the NPU class. NVIDIA's `FusedSGD`, which runs nowhere on
+    Ascend, gets torch's SGD (the same update) on those paths instead, when every key it may be
+    given is a parameter of both classes or of neither and `lr` is always given. Otherwise it is
+    reported, with the reason.
 
     The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
     were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
