@@ -152,12 +152,10 @@ class FunctionSummary:
                 return keyword.arg
         return None
 
-    def call_assumptions(self, call: ast.Call, written: Callable[[ast.AST], str]) -> list[str]:
-        """What moving ``call`` assumes: the function's own assumptions, and for each function
-        it calls that the call hands it (`get_num_layer=assigner.get_layer_id`), that it only
-        reads what it is given; ``written`` gives a node's source text."""
-        found = list(self.assumptions)
-        given = {
+    def given(self, call: ast.Call) -> tuple[dict[str, ast.expr], bool]:
+        """Parameter -> the argument ``call`` binds it to, and whether the call also passes
+        arguments through ``*`` or ``**`` (which may bind any other parameter)."""
+        bound = {
             parameter: value
             for value in [*call.args, *(k.value for k in call.keywords)]
             if (parameter := self.parameter_for(call, value)) is not None
@@ -165,6 +163,14 @@ class FunctionSummary:
         spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
             k.arg is None for k in call.keywords
         )
+        return bound, spread
+
+    def call_assumptions(self, call: ast.Call, written: Callable[[ast.AST], str]) -> list[str]:
+        """What moving ``call`` assumes: the function's own assumptions, and for each function
+        it calls that the call hands it (`get_num_layer=assigner.get_layer_id`), that it only
+        reads what it is given; ``written`` gives a node's source text."""
+        found = list(self.assumptions)
+        given, spread = self.given(call)
         for parameter, default in self.called.items():
             value = given.get(parameter)
             if value is None and spread:
@@ -497,14 +503,7 @@ class _Summarizer:
         if callee is None:
             return False
         self.assumed.extend(callee.assumptions)
-        given = {
-            parameter: value
-            for value in [*call.args, *(k.value for k in call.keywords)]
-            if (parameter := callee.parameter_for(call, value)) is not None
-        }
-        spread = any(isinstance(a, ast.Starred) for a in call.args) or any(
-            k.arg is None for k in call.keywords
-        )
+        given, spread = callee.given(call)
         for parameter, default in callee.called.items():
             value = given.get(parameter)
             if value is None:
