@@ -280,6 +280,15 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 f"fused ones; the others come from {others}. Make them NPU fused optimizers too, "
                 "then add `combine_grad=True`",
             )
+        elif unfused and all(self._no_fused_version(origin) for origin in unfused):
+            self.report(
+                sink.call,
+                "`combine_grad=True` not added: the optimizers passed here have no NPU fused "
+                f"version: {self._listed(unfused)}, Hugging Face's AdamW, whose arithmetic no "
+                "fused optimizer has; combined gradients are for NPU fused optimizers. To fuse "
+                "it, switch to `torch.optim.AdamW` after comparing loss curves (NPU101 fuses "
+                "that), then add `combine_grad=True`",
+            )
         elif unfused:
             self.report(
                 sink.call,
@@ -314,12 +323,17 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     def _known_optimizer(self, call: ast.Call) -> bool:
         """A torch / apex optimizer that stays unfused (NPU101 reported it, or does not run),
         or another package's that has no NPU fused version (Hugging Face's ``AdamW``)."""
-        hugging_face = self.may_name(call.func, NO_FUSED_ROOTS)
-        if hugging_face and self.qualified_name(call.func) in NO_FUSED_VERSION:
+        if self._no_fused_version(call):
             return True
         if not self.may_name(call.func, NPU1_ROOTS):
             return False
         return isinstance(self.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
+
+    def _no_fused_version(self, origin: ast.expr) -> bool:
+        """``origin`` builds another package's optimizer that has no NPU fused version."""
+        if not isinstance(origin, ast.Call) or not self.may_name(origin.func, NO_FUSED_ROOTS):
+            return False
+        return self.qualified_name(origin.func) in NO_FUSED_VERSION
 
     def _opt_level_check(self, options: AmpOptions) -> tuple[bool, str]:
         """(True, why) when `combine_grad` must not be added; (False, note or "") otherwise."""
