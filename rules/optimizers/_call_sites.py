@@ -65,6 +65,15 @@ class CallSite:
     # Why npu-migrate cannot tell that a call that reaches no `amp.initialize` in its file
     # never reaches one (its optimizer handed on out of sight); "" when it can.
     handed_on: str = ""
+    # The line of the DDP wrap in its file that NPU203 moves the call above (None: not after one).
+    moved_above: int | None = None
+
+    @property
+    def placed(self) -> str:
+        """Where the call is, and that NPU203 moves it above a DDP wrap when it does."""
+        if self.moved_above is None:
+            return self.at
+        return f"{self.at}, which NPU203 moves above the DDP wrap at line {self.moved_above}"
 
     @property
     def with_amp(self) -> tuple[ExternalAmp, ...]:
@@ -95,6 +104,7 @@ def factory_sites(
                         site.get("why"),
                         factories[name].get("escapes"),
                         site.get("handed_on", ""),
+                        site.get("moved_above"),
                     )
                 )
     return found

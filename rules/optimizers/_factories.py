@@ -466,12 +466,13 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
         if not found:
             continue
         flow = OptimizerFlow.of(reader)
+        after_ddp, moved = _called_after_ddp(state, reader, path, flow, called)
         hazards = FusionHazards(
             reader,
             flow,
             returned=frozenset(id(call) for call in called),
             elsewhere=HandedCode(reader, state.handed.get(path, {})),
-            after_ddp=_called_after_ddp(state, reader, path, flow, called),
+            after_ddp=after_ddp,
         )
         contract = ParameterContract(reader, flow)
         for call, factory in found:
@@ -483,20 +484,21 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
                 "amp": [_amp_facts(reader, path, amp, call) for amp in amp_calls],
                 **_site_facts(state, reader, path, call, amp_calls, hazards.of(call, None)),
                 "breaks": _site_breaks(contract, call),
+                "moved_above": moved.get(id(call)),  # the line of the DDP wrap NPU203 moves it over
             }
             facts["sites"].append(site)
 
 
 def _called_after_ddp(
     state: _Link, reader: FileView, path: str, flow: OptimizerFlow, calls: list[ast.Call]
-) -> dict[int, str]:
+) -> tuple[dict[int, str], dict[int, int]]:
     """id(call) -> why, for the factory calls made after a DDP wrap in the same function (or
-    module-level code) that stay there: the optimizer is then built after DDP initialisation.
-    A call NPU203 moves above the wrap in this run (BEiT's and ConvNeXt's `optimizer =
-    create_optimizer(args, model_without_ddp)`) is not one: its plan is made here as NPU203
-    makes it (the same planner, on NPU203's facts)."""
+    module-level code) that stay there: the optimizer is then built after DDP initialisation;
+    and id(call) -> the wrap's line, for those NPU203 moves above the wrap in this run (BEiT's
+    and ConvNeXt's `optimizer = create_optimizer(args, model_without_ddp)`): its plan is made
+    here as NPU203 makes it (the same planner, on NPU203's facts)."""
     if "DistributedDataParallel" not in reader.index.source.text:
-        return {}
+        return {}, {}
     wraps = [
         call
         for call in reader.index.nodes(ast.Call)
@@ -509,13 +511,13 @@ def _called_after_ddp(
         if earlier:
             after[id(call)] = (call, earlier[-1])
     if not after:
-        return {}
+        return {}, {}
     moved: set[int] = set()
     if state.linking.plans.get(DdpMoves) is not None:  # NPU203 runs
         plan = plan_ddp_order(reader, CallNames(reader, path, state.ddp_links, {}))
         suppressions = Suppressions.scan(reader.index.source.text)
         moved = plan.moved_calls(partial(suppressions.covers, code=MOVING_CODE))
-    return {
+    left = {
         key: (
             f"is called after a model is wrapped in DDP (line {wrap.lineno}), so the optimizer "
             "is built after DDP initialisation, and NPU203 does not move the call above the wrap"
@@ -523,6 +525,7 @@ def _called_after_ddp(
         for key, (_, wrap) in after.items()
         if key not in moved
     }
+    return left, {key: wrap.lineno for key, (_, wrap) in after.items() if key in moved}
 
 
 def _site_breaks(contract: ParameterContract, call: ast.Call) -> str:

@@ -2967,7 +2967,7 @@ def _refused_elsewhere_message(
 
 
 def _sites_listed(sites: Sequence[CallSite]) -> str:
-    return "; ".join(f"call at {site.at}" for site in sites)
+    return "; ".join(f"call at {site.placed}" for site in sites)
 
 
 def _factory_why(
@@ -2979,7 +2979,7 @@ def _factory_why(
     """Why the home of an optimizer that functions of the module return to other files."""
     factory = (with_amp or without_amp)[0].factory
     reaching = [
-        f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
+        f"call at {site.placed}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
         for site in with_amp
     ]
     if amp_call is not None:
