@@ -106,6 +106,11 @@ IMPURE = {
             model.freeze_stages()
             return list(model.parameters())
     """,
+    "a parameter without a None default called (it may be the model: a forward pass)": """
+        def f(model, sample):
+            model(sample)
+            return list(model.parameters())
+    """,
     "a function of the module that is handed a function of the module": """
         def scale(name):
             return 1.0

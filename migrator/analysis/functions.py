@@ -264,7 +264,9 @@ class _Summarizer:
     calls are accepted as stated assumptions (:attr:`assumed`): optimizer classes imported
     from outside (timm's ``Nadam``, ``Lookahead``: that they only build the optimizer),
     ``model.no_weight_decay()`` (that it only reads the model), and the functions it is given
-    and calls (recorded in :attr:`called`, stated by the caller for what it passes).
+    through a parameter with a ``None`` default and calls (recorded in :attr:`called`, stated by
+    the caller for what it passes; a required parameter may be the model, whose forward pass
+    would change the buffers DDP broadcasts when it is set up).
     """
 
     def __init__(self, functions: ModuleFunctions, definition: ast.FunctionDef) -> None:
@@ -462,9 +464,10 @@ class _Summarizer:
             if func.id in self.locals:
                 return False
             if func.id in self.all_parameters:
-                # A function it is given: what the caller passes must only read (stated there).
-                self.called[func.id] = self.defaults.get(func.id, "")
-                return True
+                # A hook it is given (`get_num_layer=None`): what the caller passes must only
+                # read (stated there). A required parameter may be the model itself, and a
+                # forward pass changes the buffers DDP broadcasts when it is set up.
+                return self._hook(func.id)
             if func.id in _PURE_BUILTINS:
                 return True
             if func.id == "print":
@@ -495,6 +498,13 @@ class _Summarizer:
             return self._builds_optimizer(call)
         return False
 
+    def _hook(self, parameter: str) -> bool:
+        """A parameter the function calls is accepted as a hook only with a `None` default."""
+        if self.defaults.get(parameter) != "None":
+            return False
+        self.called[parameter] = "None"
+        return True
+
     def _pure_function_call(self, call: ast.Call) -> bool:
         """A call of a pure function of the module: its assumptions become this function's,
         and each function it calls that this call hands it must be one of this function's
@@ -510,7 +520,8 @@ class _Summarizer:
                 if spread or default not in ("", "None"):
                     return False
             elif isinstance(value, ast.Name) and value.id in self.all_parameters:
-                self.called[value.id] = self.defaults.get(value.id, "")
+                if not self._hook(value.id):
+                    return False
             elif not (isinstance(value, ast.Constant) and value.value is None):
                 return False
         return True
