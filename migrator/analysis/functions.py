@@ -53,6 +53,7 @@ them (DINO's ``utils.LARS``), and :func:`linked_class` gives it back to the chec
 from __future__ import annotations
 
 import ast
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -811,6 +812,22 @@ def _callee(index: ModuleIndex, call: ast.Call) -> str | None:
     if not isinstance(name, str) or name.split(".", 1)[0] in _LIBRARY_ROOTS:
         return None
     return name
+
+
+# The link of each run's files, with the summaries it was made from: NPU203 links them, and
+# NPU101's link stage (which comes first) needs the same facts to know what NPU203 moves.
+_LINKED: weakref.WeakKeyDictionary[
+    ProjectFiles, tuple[Mapping[str, Facts], Mapping[str, Facts] | None]
+] = weakref.WeakKeyDictionary()
+
+
+def link_once(summaries: Mapping[str, Facts], files: ProjectFiles) -> Mapping[str, Facts] | None:
+    """:func:`link`, made once for the same summaries and files of a run."""
+    found = _LINKED.get(files)
+    if found is None or found[0] is not summaries:
+        found = (summaries, link(summaries, files))
+        _LINKED[files] = found
+    return found[1]
 
 
 def link(summaries: Mapping[str, Facts], files: ProjectFiles) -> Mapping[str, Facts] | None:

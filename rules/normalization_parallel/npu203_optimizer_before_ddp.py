@@ -125,7 +125,7 @@ class OptimizerBeforeDdp(Rule):
 
     @classmethod
     def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
-        return functions.link(linking.project.summaries(cls.project_key()), linking.files)
+        return functions.link_once(linking.project.summaries(cls.project_key()), linking.files)
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)

@@ -269,11 +269,11 @@ class _Link:
     @functools.cached_property
     def ddp_links(self) -> Mapping[str, Facts]:
         """NPU203's linked facts (the functions and classes of other modules it follows),
-        made again from its summaries: whether NPU203 moves a factory's call above a DDP wrap
-        decides here whether the factory may build an NPU fused optimizer, and NPU203's own
-        link is not made yet. Empty when NPU203 does not run."""
+        made from its summaries ahead of NPU203's own link, which reuses them: whether NPU203
+        moves a factory's call above a DDP wrap decides here whether the factory may build an
+        NPU fused optimizer. Empty when NPU203 does not run."""
         summaries = self.linking.project.summaries(DDP_ORDER_KEY)
-        return (functions.link(summaries, self.linking.files) or {}) if summaries else {}
+        return (functions.link_once(summaries, self.linking.files) or {}) if summaries else {}
 
 
 def link(
@@ -504,12 +504,12 @@ def _called_after_ddp(
         for call in reader.index.nodes(ast.Call)
         if reader.qualified_name_in(call.func, _DDP) in _DDP
     ]
-    after: dict[int, tuple[ast.Call, ast.Call]] = {}
+    after: dict[int, ast.Call] = {}  # id(call) -> the last wrap before it
     for call in calls:
         scope = flow.scope_of(call)
         earlier = [w for w in wraps if w.lineno < call.lineno and flow.scope_of(w) is scope]
         if earlier:
-            after[id(call)] = (call, earlier[-1])
+            after[id(call)] = earlier[-1]
     if not after:
         return {}, {}
     moved: set[int] = set()
@@ -522,10 +522,10 @@ def _called_after_ddp(
             f"is called after a model is wrapped in DDP (line {wrap.lineno}), so the optimizer "
             "is built after DDP initialisation, and NPU203 does not move the call above the wrap"
         )
-        for key, (_, wrap) in after.items()
+        for key, wrap in after.items()
         if key not in moved
     }
-    return left, {key: wrap.lineno for key, (_, wrap) in after.items() if key in moved}
+    return left, {key: wrap.lineno for key, wrap in after.items() if key in moved}
 
 
 def _site_breaks(contract: ParameterContract, call: ast.Call) -> str:

@@ -2634,10 +2634,11 @@ def _kept_problem(draft: _Draft) -> str | None:
         return None
     # torch's SGD in NVIDIA's place: the same update for the same arguments, and a TypeError
     # where either class would refuse a key; `lr` is required by FusedSGD only.
-    written, torch_class = source.display, SOURCES[source.unfused_class].display
+    torch_source = SOURCES[source.unfused_class]
+    written, torch_class = source.display, torch_source.display
     if draft.given_keys is None:
         return f"`**` may pass keys that `{torch_class}` takes and `{written}` does not"
-    one_only = set(source.parameters) ^ set(SOURCES[source.unfused_class].parameters)
+    one_only = set(source.parameters) ^ set(torch_source.parameters)
     taken = sorted(draft.given_keys & one_only)
     if taken:
         return f"`{taken[0]}` is a parameter of only one of `{written}` and `{torch_class}`"

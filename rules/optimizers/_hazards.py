@@ -1287,9 +1287,11 @@ def _grown(view: FileView, name: ast.Name) -> frozenset[str]:
         return frozenset()
     if start.value.elts or any(read is not name for b in bindings for read in index.references(b)):
         return frozenset()
-    loops = {id(_growing_loop(index, binding.node)): binding for binding in grows}
-    loop = _growing_loop(index, grows[0].node)
-    if loop is None or len(loops) != 1 or not start.lineno < loop.lineno < name.lineno:
+    loops = [_growing_loop(index, binding.node) for binding in grows]
+    loop = loops[0]
+    if loop is None or any(other is not loop for other in loops):
+        return frozenset()
+    if not start.lineno < loop.lineno < name.lineno:
         return frozenset()
     if any(isinstance(node, ast.Break | ast.Continue) for node in ast.walk(loop)):
         return frozenset()

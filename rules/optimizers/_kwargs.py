@@ -204,8 +204,7 @@ class _Reader:
             # call, and a key dropped from the dict must not be taken out twice.
             key = _string(call.args[0]) if call.args else None
             self.popped.add(key if key is not None else "*")
-            if self.other_use is None:
-                self.other_use = use
+            self._other_use(use, adds_keys=False)
             return
         if attribute.attr not in _MUTATORS or not (
             isinstance(call, ast.Call) and call.func is attribute
