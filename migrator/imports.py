@@ -41,8 +41,16 @@ def apply_import_edits(
         text = module.code
         index = ModuleIndex(ast.parse(text), Source(text))
         module = drop_imports(module, unused_imports(index, removals))
+    inserted: dict[str, cst.BaseStatement] = {}  # module -> the `import module` added for it
     for request in additions:
-        module = ensure_import(module, request.module, after=request.after, imported=request.name)
+        before = module
+        next_to = inserted.get(request.after) if request.after is not None else None
+        module = ensure_import(
+            module, request.module, after=request.after, imported=request.name, next_to=next_to
+        )
+        if module is not before and request.name is None:
+            [added] = [s for s in module.body if not any(s is old for old in before.body)]
+            inserted[request.module] = added
     return module
 
 
@@ -325,22 +333,29 @@ def _merged(
 
 
 def ensure_import(
-    module: cst.Module, name: str, *, after: str | None = None, imported: str | None = None
+    module: cst.Module,
+    name: str,
+    *,
+    after: str | None = None,
+    imported: str | None = None,
+    next_to: cst.BaseStatement | None = None,
 ) -> cst.Module:
     """Add ``import name`` at module level unless a module-level import already binds ``name``;
     with ``imported``, ``from name import imported`` unless one already binds it so.
 
-    Placement: right after the first module-level import of ``after`` (``import torch``,
-    ``from torch import nn``, ``import torch.nn as nn``); otherwise after the last module-level
-    import that precedes the first function or class; otherwise after the docstring and
-    ``__future__`` imports.
+    Placement: right after ``next_to`` (the `import torch` added just before `import torch_npu`)
+    when given; otherwise right after the first module-level import of ``after`` (``import
+    torch``, ``from torch import nn``, ``import torch.nn as nn``); otherwise after the last
+    module-level import that precedes the first function or class; otherwise after the docstring
+    and ``__future__`` imports.
     """
     body = list(module.body)
     if imported is None and any(_binds_module(statement, name) for statement in body):
         return module
     if imported is not None and any(_binds_from(s, name, imported) for s in body):
         return module
-    index = _insertion_index(body, after)
+    placed = [i for i, statement in enumerate(body) if statement is next_to]
+    index = placed[0] + 1 if placed else _insertion_index(body, after)
     body.insert(index, _import_line(name, imported))
     return module.with_changes(body=body)
 
@@ -421,8 +436,12 @@ def _binds(alias: ast.alias) -> list[str]:
 
 
 def _line_insertion_index(lines: list[_Line], after: str | None) -> int:
-    """:func:`_insertion_index` on these lines."""
+    """:func:`_insertion_index` on these lines. A line this run adds for ``after`` itself comes
+    first: `import torch_npu` goes next to the `import torch` added with it."""
     if after is not None:
+        for index, line in enumerate(lines):
+            if line.statements is None and after in line.modules:
+                return index + 1
         for index, line in enumerate(lines):
             if any(m == after or m.startswith(after + ".") for m in line.modules):
                 return index + 1

@@ -6,10 +6,11 @@ edit.
 sets the gradients to None: a fused optimizer there would step stale gradients on an NPU. NPU101
 keeps torch's class on the paths where the factory wraps it and builds the NPU fused one on the
 others, `(optim.SGD if len(opt_split) > 1 and opt_split[0] == "lookahead" else
-torch_npu.optim.NpuFusedSGD)(...)`, and torch's SGD where NVIDIA's FusedSGD (which runs nowhere
-on Ascend) is wrapped: on every path the migrated program builds the class this says and
-computes what the original computes (`npu-migrate verify`). The installed timm is a
-package of this test's own, on PYTHONPATH, outside the migrated folder.
+torch_npu.optim.NpuFusedSGD)(...)`, and the torch class of the same arithmetic where NVIDIA's
+FusedSGD or FusedAdam (which run nowhere on Ascend) is wrapped: on every path the migrated
+program builds the class this says and computes what the original computes (`npu-migrate
+verify`). The installed timm is a package of this test's own, on PYTHONPATH, outside the
+migrated folder.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ BUILT = {
     "lookahead_adamw": "Lookahead AdamW",
     "fusedsgd": "NpuFusedSGD -",
     "lookahead_fusedsgd": "Lookahead SGD",  # NVIDIA's FusedSGD runs nowhere on Ascend
+    "fusedadam": "NpuFusedAdam -",
+    "lookahead_fusedadam": "Lookahead Adam",  # nor does its FusedAdam: torch's of its arithmetic
+    "fusedadamw": "NpuFusedAdamW -",
+    "lookahead_fusedadamw": "Lookahead AdamW",
 }
 
 
@@ -64,7 +69,9 @@ def test_the_written_class_stays_where_the_factory_wraps_it(programs: dict[str, 
     assert f"(optim.SGD if {kept} else torch_npu.optim.NpuFusedSGD)(model" in text
     assert f"(optim.AdamW if {kept} else torch_npu.optim.NpuFusedAdamW)(model" in text
     assert f"(torch.optim.SGD if {kept} else torch_npu.optim.NpuFusedSGD)(model" in text
-    assert "import FusedSGD" not in text
+    assert f"(torch.optim.Adam if {kept} else torch_npu.optim.NpuFusedAdam)(model" in text
+    assert f"(torch.optim.AdamW if {kept} else torch_npu.optim.NpuFusedAdamW)(model" in text
+    assert "from apex.optimizers import" not in text
     assert "Lookahead(optimizer, alpha=0.5, k=2)" in text
     assert "set_to_none" not in text  # nothing else changes to make the wrapper fit
 

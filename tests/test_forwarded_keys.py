@@ -61,3 +61,27 @@ def test_keys_added_unseen_leave_the_mapping_incomplete() -> None:
     ):
         source = BEIT.replace('opt_args.pop("eps", None)', change)
         assert not keys_at(source, 11).complete, change
+
+
+def test_showing_the_mapping_adds_no_key() -> None:
+    # BEiT prints its `opt_args`; a dict's text never changes it.
+    for shown in (
+        'print("Optimizer config:", opt_args)',
+        'print(f"config {opt_args}", flush=True)',
+        "logging.info('%s', opt_args)",
+        "n = len(opt_args)",
+    ):
+        source = "import logging\n" + BEIT.replace('opt_args.pop("eps", None)', shown)
+        found = keys_at(source, 12)
+        assert found.complete, shown
+        assert found.in_every_arm == {"lr", "weight_decay"}, shown
+
+
+def test_a_call_that_may_keep_the_mapping_is_not_showing_it() -> None:
+    for kept in (
+        'print("config", opt_args, file=args.log)',  # a stream of the program's own
+        "logger.info(opt_args)",  # a logger whose handlers the module does not show
+        "print = args.hook\n        print(opt_args)",  # not the built-in
+    ):
+        source = "import logging\n" + BEIT.replace('opt_args.pop("eps", None)', kept)
+        assert not keys_at(source, 12 + kept.count("\n")).complete, kept

@@ -195,3 +195,21 @@ def test_a_from_import_and_a_plain_import_of_one_module_are_both_added() -> None
     expected = "import torch\nfrom apex import amp\nimport apex\nx = 1\n"
     assert apply_import_edits(cst.parse_module(source), requests, []).code == expected
     assert apply_import_edits_to_text(source, requests, []).text == expected
+
+
+def test_an_import_placed_after_a_module_added_with_it_goes_next_to_that_addition() -> None:
+    # NPU101's kept class: `import torch` for `(torch.optim.AdamW if ... else ...)`, then
+    # `import torch_npu` after torch: not after `from torch import optim`, above the new line.
+    source = "import os\nfrom torch import optim as optim\nimport timm\n\nx = 1\n"
+    requests = [ImportRequest("torch"), ImportRequest("torch_npu", "torch")]
+    expected = (
+        "import os\nfrom torch import optim as optim\nimport timm\nimport torch\nimport torch_npu"
+        "\n\nx = 1\n"
+    )
+    assert apply_import_edits(cst.parse_module(source), requests, []).code == expected
+    assert apply_import_edits_to_text(source, requests, []).text == expected
+    # Where the file imports torch already, nothing is added for it and `after` holds as before.
+    source = "from torch import optim as optim\nimport torch\nimport timm\n"
+    expected = "from torch import optim as optim\nimport torch_npu\nimport torch\nimport timm\n"
+    assert apply_import_edits(cst.parse_module(source), requests, []).code == expected
+    assert apply_import_edits_to_text(source, requests, []).text == expected

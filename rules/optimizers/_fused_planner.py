@@ -369,6 +369,7 @@ class _Draft:
     choice: tuple[str, bool] | None = None  # see Rewrite.choice
     grad_fixes: tuple[GradFix, ...] = ()  # see Rewrite.grad_fixes
     key_drops: list[KeyDrop] = field(default_factory=list)
+    dropped_keys: set[str] = field(default_factory=set)  # the keys of ``key_drops``
     # The `**mapping` arguments: (argument index, what the flow shows of their keys).
     forwarded: list[tuple[int, ForwardedKeys]] = field(default_factory=list)
     lookup: _Lookup | None = None  # a `getattr(torch.optim, name)(...)` construction
@@ -1287,8 +1288,9 @@ class _Planner:
                 message = _hazard_message(source, target, wrapped) + _kept_refusal(source, refusal)
                 self._report(call, message)
                 return
-            if source.unfused_class is not None:
-                kept = replace(kept, written=source.unfused_class, replaces=source.display)
+            unfused = source.unfused_class(draft.target)
+            if unfused is not None:
+                kept = replace(kept, written=unfused, replaces=source.display)
             draft.kept = kept
             draft.notes.append(_kept_note(self.view, kept))
         if grad_fixes:
@@ -1801,7 +1803,9 @@ class _Planner:
             maybe |= {"weight_decay", "lr"}  # any key may come
         present |= {key for _, keys in forwarded for key in keys.in_every_arm}
         complete = all(keys.complete for _, keys in forwarded)
-        draft.given_keys = frozenset(set(names) | maybe) if complete else None
+        kept_names = {name for index, name in enumerate(names) if index not in dropped}
+        given = kept_names | (maybe - draft.dropped_keys)
+        draft.given_keys = frozenset(given) if complete else None
         draft.lr_given = "lr" in present
         pinned: dict[int, tuple[tuple[str, str], ...]] = {}
         fused_adam_default = draft.source.target is None and draft.target == "NpuFusedAdamW"
@@ -1820,7 +1824,7 @@ class _Planner:
             draft.notes.append(
                 "added `weight_decay=0.0`: FusedAdam's default is 0.0, NpuFusedAdamW's is 1e-2"
             )
-        torch_sgd = draft.source.unfused_replacement is None  # apex FusedSGD's lr is required
+        torch_sgd = not draft.source.requires_lr
         if draft.target == "NpuFusedSGD" and "lr" not in present and "lr" in maybe:
             draft.notes.append(
                 "NpuFusedSGD requires `lr`: where none comes through `**`, it raises ValueError "
@@ -1874,6 +1878,7 @@ class _Planner:
                         )
                     else:
                         draft.key_drops.append(reading.drop)
+                        draft.dropped_keys.add(reading.key)
                         dropped.append(f"`{reading.key}={self.view.written(reading.value)}`")
             if dropped:
                 draft.notes.append(
@@ -2623,27 +2628,34 @@ def _hazard_message(source: Source, target: str, hazards: Sequence[Hazard]) -> s
 
 
 def _kept_problem(draft: _Draft) -> str | None:
-    """Why the written class (for NVIDIA's FusedSGD, torch's SGD) cannot stay on the paths its
-    wrapper runs (see KeptWhen)."""
-    source = draft.source
-    if source.npu_class or (source.unfused_replacement and source.unfused_class is None):
+    """Why the class kept on the paths its wrapper runs (see KeptWhen) cannot take the call's
+    arguments as rewritten for the NPU class: the class as written, or for NVIDIA's classes
+    the torch class of their arithmetic (FusedSGD's torch.optim.SGD)."""
+    source, target = draft.source, draft.target
+    kept = source.display if source.unfused_replacement is None else source.unfused_class(target)
+    if source.npu_class or kept is None:
         return "the class as written does not run there"
-    if draft.edits != ArgumentEdits() or draft.key_drops:
-        return "its arguments change for the NPU class, and the written class needs them as written"
-    if source.unfused_class is None:
+    # The rewritten arguments (and `**` mappings) name the NPU class's parameters, which the
+    # kept class takes in the same order, with the same meaning and defaults (DOMAIN.md section
+    # 2): they drop only switches without effect on the update and add the defaults the source
+    # class had.
+    kept_source = SOURCES[kept]
+    npu_parameters = TARGET_PARAMETERS[target]
+    if kept_source.positional[: len(npu_parameters)] != npu_parameters:
+        return f"`{kept}` does not take `{target}`'s arguments in the same order"
+    if kept == source.display:
         return None
-    # torch's SGD in NVIDIA's place: the same update for the same arguments, and a TypeError
-    # where either class would refuse a key; `lr` is required by FusedSGD only.
-    torch_source = SOURCES[source.unfused_class]
-    written, torch_class = source.display, torch_source.display
+    # A torch class in NVIDIA's place: the same update for the same arguments, and a TypeError
+    # where either class would refuse a key.
+    written = source.display
     if draft.given_keys is None:
-        return f"`**` may pass keys that `{torch_class}` takes and `{written}` does not"
-    one_only = set(source.parameters) ^ set(torch_source.parameters)
+        return f"`**` may pass keys that `{kept}` takes and `{written}` does not"
+    one_only = set(source.parameters) ^ set(kept_source.parameters)
     taken = sorted(draft.given_keys & one_only)
     if taken:
-        return f"`{taken[0]}` is a parameter of only one of `{written}` and `{torch_class}`"
-    if not draft.lr_given:
-        return f"without `lr`, `{written}` raises where `{torch_class}` takes 1e-3"
+        return f"`{taken[0]}` is a parameter of only one of `{written}` and `{kept}`"
+    if source.requires_lr and not draft.lr_given:
+        return f"without `lr`, `{written}` raises where `{kept}` takes 1e-3"
     return None
 
 

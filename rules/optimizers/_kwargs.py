@@ -25,6 +25,19 @@ from migrator.analysis.view import FileView
 from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS
 
 _MUTATORS = frozenset({"update", "setdefault"})
+# Calls that only turn their arguments into text: `print` to stdout (no `file=`), and the
+# logging module's functions.
+_SHOWING = frozenset(
+    {
+        "builtins.print",
+        "builtins.len",
+        "builtins.repr",
+        "builtins.str",
+        "logging.debug",
+        "logging.info",
+        "logging.warning",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -171,6 +184,10 @@ class _Reader:
                 self._subscript(use, parent)
             elif isinstance(parent, ast.Attribute) and parent.value is use:
                 self._method(use, parent)
+            elif isinstance(parent, ast.FormattedValue) or (
+                isinstance(parent, ast.Call) and use in parent.args and self._only_shows(parent)
+            ):
+                continue  # `print("Optimizer config:", opt_args)`, `f"{opt_args}"` read it
             elif isinstance(parent, ast.keyword) and parent.arg is None:
                 if not self._forwarded_to_optimizer(parent):
                     # `Nadam(params, **opt_args)` gets a copy: it adds no key to the dict, but
@@ -184,6 +201,12 @@ class _Reader:
             self.other_use = use
         if adds_keys:
             self.complete = False  # it may also add keys
+
+    def _only_shows(self, call: ast.Call) -> bool:
+        """A call that only reads the dict to show it (its repr never changes a dict)."""
+        if self.view.qualified_name(call.func) not in _SHOWING:
+            return False
+        return all(keyword.arg in ("sep", "end", "flush") for keyword in call.keywords)
 
     def _subscript(self, use: ast.Name, subscript: ast.Subscript) -> None:
         statement = self.index.parent(subscript)

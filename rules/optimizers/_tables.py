@@ -59,10 +59,13 @@ class Source:
     # For NVIDIA apex's classes: the torch optimizer to use instead when the NPU fused one cannot
     # be used (they need apex's CUDA extension `amp_C`, which Ascend's apex lacks).
     unfused_replacement: str | None = None
-    # The one torch class with the same arithmetic and the same parameters, where there is one
-    # (FusedSGD's torch.optim.SGD; FusedAdam's depends on adam_w_mode): the class a path that
-    # cannot be fused keeps instead (see the planner's KeptWhen).
-    unfused_class: str | None = None
+    # The torch class with the same arithmetic for each NPU fused target (FusedSGD's
+    # torch.optim.SGD; FusedAdam's torch.optim.AdamW, or Adam with `adam_w_mode=False`): the class
+    # a path that cannot be fused keeps instead (see the planner's KeptWhen). It takes the
+    # arguments rewritten for the target with the same meaning and defaults.
+    unfused_classes: tuple[tuple[str, str], ...] = ()
+    # FusedSGD's `lr` has no default; torch.optim.SGD's is 1e-3.
+    requires_lr: bool = False
     # For Ascend apex's own fused classes (`apex.optimizers.NpuFusedSGD`): the class is already
     # the NPU one, and only its home may change, to torch_npu's class of the same name.
     npu_class: bool = False
@@ -70,6 +73,9 @@ class Source:
     @property
     def parameters(self) -> tuple[str, ...]:
         return self.positional + self.keyword_only
+
+    def unfused_class(self, target: str) -> str | None:
+        return dict(self.unfused_classes).get(target)
 
 
 _TORCH_SGD = Source(
@@ -128,7 +134,8 @@ _APEX_SGD = Source(
         "set_grad_none",
     ),
     unfused_replacement="`torch.optim.SGD`",
-    unfused_class="torch.optim.SGD",
+    unfused_classes=(("NpuFusedSGD", "torch.optim.SGD"),),
+    requires_lr=True,
 )
 _APEX_ADAM = Source(
     "apex.optimizers.FusedAdam",
@@ -147,6 +154,7 @@ _APEX_ADAM = Source(
         "master_weights",
     ),
     unfused_replacement="`torch.optim.AdamW` (`torch.optim.Adam` for `adam_w_mode=False`)",
+    unfused_classes=(("NpuFusedAdamW", "torch.optim.AdamW"), ("NpuFusedAdam", "torch.optim.Adam")),
 )
 
 # Every public spelling of each source: the package attribute and the defining submodule.
