@@ -39,6 +39,7 @@ from functools import cached_property
 from migrator.analysis.calls import string_literal
 from migrator.analysis.flow import ENTRY, ReachingDefinitions
 from migrator.analysis.index import ModuleIndex, full_name
+from migrator.analysis.receivers import related_classes, related_methods, self_class
 from migrator.analysis.view import FileView
 
 Origin = ast.expr | ast.arg
@@ -110,6 +111,7 @@ class Origins:
         # Keyed by the node itself, not its id: a node made for one question stays alive
         # while its answer is kept, so no later node can take its id.
         self._known: dict[ast.expr, tuple[Origin, ...]] = {}
+        self._related_memo: dict[int, set[int]] = {}  # id(class) -> related_classes
 
     def of(self, expr: ast.expr) -> list[Origin]:
         """The origins of ``expr``'s value, each once, in the order they are found (``a if c
@@ -290,10 +292,29 @@ class Origins:
             local_function = callee.attr  # `self.build_optimizer(...)`
         returns = self._returns
         # Only calls that resolve to no import can be this module's functions.
-        if local_function in returns and self.view.qualified_name(callee) is None:
-            yield from returns[local_function]
-        else:
+        if local_function not in returns or self.view.qualified_name(callee) is not None:
             yield call
+            return
+        owner = self_class(self.index, callee.value) if isinstance(callee, ast.Attribute) else None
+        if owner is None:
+            yield from returns[local_function]
+            return
+        # `self.build_optimizer(...)`: the methods of the classes `self` may be an instance of.
+        methods = related_methods(self.index, owner, local_function)
+        if not methods:
+            yield call  # inherited from a class of another module
+            return
+        for method in methods:
+            yield from self._returns_of(method)
+
+    def _returns_of(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+        """The values the ``return`` statements of ``function`` (not of its nested functions)
+        give."""
+        return [
+            statement.value
+            for statement in self.index.nodes(ast.Return)
+            if statement.value is not None and function_of(self.index, statement) is function
+        ]
 
     @cached_property
     def _returns(self) -> dict[str, list[ast.expr]]:
@@ -324,12 +345,26 @@ class Origins:
             definitions += [
                 target
                 for target in self._attribute_targets.get(dotted or "", [])
-                if function_of(self.index, target) is not function
+                if function_of(self.index, target) is not function and self._may_share(read, target)
             ]
         if not definitions:
             yield read
             return
         yield from self._definition_sources(read, definitions)
+
+    def _may_share(self, read: ast.Attribute, target: ast.Attribute) -> bool:
+        """``self.optimizer`` read in a method of one class and set in a method of another:
+        the same attribute only when the two classes are related (see
+        :mod:`~migrator.analysis.receivers`); any other spelling may be."""
+        reader = self_class(self.index, read.value)
+        writer = self_class(self.index, target.value)
+        return reader is None or writer is None or id(writer) in self._related(reader)
+
+    def _related(self, owner: ast.ClassDef) -> set[int]:
+        found = self._related_memo.get(id(owner))
+        if found is None:
+            found = self._related_memo[id(owner)] = related_classes(self.index, owner)
+        return found
 
     @cached_property
     def _attribute_targets(self) -> dict[str, list[ast.Attribute]]:

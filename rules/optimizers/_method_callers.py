@@ -41,6 +41,7 @@ from typing import Any
 
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, ProjectFiles
+from migrator.analysis.receivers import self_class
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.optimizers._contract import ParameterContract
@@ -325,7 +326,7 @@ class _Judge:
             return f"{code} at {where} is used as a value, which npu-migrate does not follow"
         if receiver != _OURS:
             return f"cannot tell whether {code} at {where} calls it: {receiver}"
-        if path == self.method.path:
+        if path == self.method.path and self_class(view.index, attribute.value) is None:
             return f"it is called in its own module ({where}), which npu-migrate does not follow"
         return _OURS
 
@@ -336,6 +337,9 @@ class _Judge:
         receiver = f"`{view.written(expr)}`"
         if depth > _MAX_DEPTH:
             return f"{receiver} comes through more assignments than npu-migrate follows"
+        owner = self_class(view.index, expr)
+        if owner is not None:
+            return self._self_kind(path, owner, receiver)
         flow = OptimizerFlow.of(view)
         if isinstance(expr, ast.Call | ast.Attribute):
             origins: list[ast.expr] = [expr]
@@ -458,6 +462,85 @@ class _Judge:
         if root == "builtins" or name == self.method.class_name:
             return f"{code} is not a `{self.method.class_name}` npu-migrate can see built"
         return _OTHER
+
+    def _self_kind(self, path: str, owner: ast.ClassDef, receiver: str) -> str:
+        """``self`` in a method of ``owner``: an instance of ``owner`` or of any subclass, so
+        ``self.<name>(...)`` reaches the most derived method of that name. A caller of ours when
+        ``owner`` is our class, a base of it (a template method: detectron2's
+        ``DefaultTrainer.__init__`` calls ``self.build_optimizer``, which a project's
+        ``Trainer`` overrides) or a subclass that inherits ours; not one when ``owner`` is
+        neither (no instance of it is one of ours)."""
+        ours = self._our_class()
+        if ours is None:
+            return f"{receiver} is not a `{self.method.class_name}` npu-migrate can see built"
+        if owner is ours:
+            return _OURS
+        lineage = self._lineage(path, owner)
+        if lineage is None:
+            return f"{receiver} is a `{owner.name}`, one of whose bases npu-migrate cannot follow"
+        if any(node is ours for node in lineage):
+            kind = self._class_kind(path, owner, receiver)
+            return _OURS if kind != _OTHER else _OTHER  # inherited, or its own override
+        ancestors = self._lineage(self.method.path, ours)
+        if ancestors is None:
+            return (
+                f"{receiver} is a `{owner.name}`, and npu-migrate cannot follow every base of "
+                f"`{self.method.class_name}`, which may derive from it"
+            )
+        return _OURS if any(node is owner for node in ancestors) else _OTHER
+
+    def _our_class(self) -> ast.ClassDef | None:
+        view = self.readers(self.method.path)
+        if view is None:
+            return None
+        found = _top_level(view.index.tree.body, self.method.class_name)
+        return found if isinstance(found, ast.ClassDef) else None
+
+    def _lineage(
+        self, path: str, class_def: ast.ClassDef, depth: int = 0
+    ) -> list[ast.ClassDef] | None:
+        """``class_def`` and every class of the run it derives from; None when a base may be a
+        class of the run npu-migrate cannot find (a library's classes derive from none)."""
+        view = self.readers(path)
+        if view is None or depth > _MAX_DEPTH:
+            return None
+        found = [class_def]
+        for base in class_def.bases:
+            located = self._located_class(view, path, base)
+            if isinstance(located, str):
+                continue  # `object`, or a library's class
+            if located is None:
+                return None
+            base_path, base_def = located
+            above = self._lineage(base_path, base_def, depth + 1)
+            if above is None:
+                return None
+            found += above
+        return found
+
+    def _located_class(
+        self, view: FileView, path: str, base: ast.expr
+    ) -> tuple[str, ast.ClassDef] | str | None:
+        """Where the class ``base`` names is defined in the run; _OTHER for one outside it."""
+        name = view.qualified_name(base)
+        if name == "builtins.object":
+            return _OTHER
+        if isinstance(base, ast.Name) and name is None:
+            local = _top_level(view.index.tree.body, base.id)
+            return (path, local) if isinstance(local, ast.ClassDef) else None
+        if not isinstance(name, str):
+            return None
+        target = self.files.resolve(name, path)
+        if isinstance(target, AmbiguousModule):
+            return None
+        if target is None or not target.rest:
+            root = name.partition(".")[0]
+            return None if root == "builtins" else _OTHER
+        base_view = self.readers(target.module.path)
+        if base_view is None or len(target.rest) != 1:
+            return None
+        node = _top_level(base_view.index.tree.body, target.rest[0])
+        return (target.module.path, node) if isinstance(node, ast.ClassDef) else None
 
     def _is_ours(self, path: str, class_def: ast.ClassDef) -> bool:
         return (

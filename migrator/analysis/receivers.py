@@ -1,0 +1,103 @@
+"""``self`` as a receiver: the class whose instance it is, and the methods ``self.name(...)`` may
+reach in the module. Not a rule.
+
+A trainer builds its optimizer in a method of its own and calls it through ``self``::
+
+    class Trainer:
+        def __init__(self, args, model):
+            self.optimizer = self.build_optimizer(args)
+
+        def build_optimizer(self, args):
+            return torch.optim.SGD(self.model.parameters(), lr=args.lr)
+
+In a plain method of ``C`` (no decorator), its first parameter, never rebound there, is an
+instance of ``C`` or of a subclass, so ``self.build_optimizer(...)`` reaches the method of that
+name that the instance's class defines or inherits: ``C``'s own, a base's (``C`` inherits it)
+or a subclass's (the subclass overrides it: detectron2's ``DefaultTrainer.__init__`` calls
+``self.build_optimizer``, which a project's ``Trainer`` overrides). A class of the module that
+is neither a base nor a subclass of ``C`` never holds the instance: neither its methods nor
+what they store in ``self.optimizer`` reach ``C``'s.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from migrator.analysis.index import ModuleIndex
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def self_class(index: ModuleIndex, expr: ast.expr) -> ast.ClassDef | None:
+    """The class whose instance ``expr`` is as ``self``: the first parameter of a plain method
+    (no decorator) of a class, read in that method and never rebound there; else None."""
+    if not isinstance(expr, ast.Name):
+        return None
+    function = next(
+        (a for a in index.ancestors(expr) if isinstance(a, (*_FUNCTIONS, ast.ClassDef))), None
+    )
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or function.decorator_list:
+        return None
+    owner = index.parent(function)
+    if not isinstance(owner, ast.ClassDef):
+        return None
+    positional = function.args.posonlyargs + function.args.args
+    if not positional or positional[0].arg != expr.id:
+        return None
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == expr.id and not isinstance(node.ctx, ast.Load):
+            return None  # `self = other`, `for self in ...`, `del self`
+    return owner
+
+
+def related_methods(
+    index: ModuleIndex, owner: ast.ClassDef, name: str
+) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The methods called ``name`` that ``self.name(...)`` in a method of ``owner`` may reach
+    among the module's classes: those of ``owner``, of its bases and of its subclasses (by the
+    names the ``class`` statements give their bases in the module)."""
+    classes = index.nodes(ast.ClassDef)
+    related = related_classes(index, owner)
+    return [
+        statement
+        for node in classes
+        if id(node) in related
+        for statement in node.body
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and statement.name == name
+    ]
+
+
+def related_classes(index: ModuleIndex, owner: ast.ClassDef) -> set[int]:
+    """The ``id`` of ``owner`` and of the module's classes it derives from or that derive from
+    it: the classes of the module whose methods an instance of ``owner`` may run."""
+    classes = index.nodes(ast.ClassDef)
+    return _ancestors(owner, classes) | _descendants(owner, classes)
+
+
+def _bases(node: ast.ClassDef, classes: list[ast.ClassDef]) -> list[ast.ClassDef]:
+    names = {base.id for base in node.bases if isinstance(base, ast.Name)}
+    return [other for other in classes if other.name in names]
+
+
+def _ancestors(owner: ast.ClassDef, classes: list[ast.ClassDef]) -> set[int]:
+    found: set[int] = set()
+    pending = [owner]
+    while pending:
+        node = pending.pop()
+        if id(node) in found:
+            continue
+        found.add(id(node))
+        pending += _bases(node, classes)
+    return found
+
+
+def _descendants(owner: ast.ClassDef, classes: list[ast.ClassDef]) -> set[int]:
+    found: set[int] = {id(owner)}
+    grew = True
+    while grew:
+        grew = False
+        for node in classes:
+            if id(node) not in found and any(id(base) in found for base in _bases(node, classes)):
+                found.add(id(node))
+                grew = True
+    return found
