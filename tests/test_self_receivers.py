@@ -50,6 +50,15 @@ class Unrelated:
     @staticmethod
     def helper(self):
         return self.build()
+
+
+class Mixin:
+    def setup(self):
+        self.optimizer = self.build()
+
+
+class Mixed(Mixin, Base):
+    pass
 """
 
 
@@ -72,6 +81,7 @@ def test_self_is_the_first_parameter_of_a_plain_method_never_rebound() -> None:
         "24:other.build": None,  # a parameter: any object
         "26:self.build": None,  # rebound to that parameter
         "30:self.build": None,  # a static method's first parameter is no instance
+        "35:self.build": "Mixin",
     }
 
 
@@ -88,6 +98,8 @@ def test_a_call_through_self_reaches_the_methods_of_related_classes_only() -> No
     assert reached("Base") == ["Base", "Child"]
     assert reached("GrandChild") == ["Base", "Child"]
     assert reached("Unrelated") == ["Unrelated"]
+    # A mixin's call reaches the method its subclass gets from another base.
+    assert reached("Mixin") == ["Base"]
 
 
 def npu_migrate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -176,3 +188,33 @@ def test_an_unrelated_trainer_with_a_method_of_that_name_is_not_a_caller(
     result = npu_migrate(repository, "--check", "--format", "json", ".")
     found = messages(result)
     assert found[("train_net.py", 26)].startswith("replaced"), found[("train_net.py", 26)]
+
+
+MIXIN = """
+class LoggingMixin:
+    def reset(self, cfg):
+        self.optimizer = self.build_optimizer(cfg)
+        for group in self.optimizer.param_groups:
+            for param in group["params"]:
+                param.grad = None
+"""
+
+
+def test_a_mixin_calls_the_method_of_the_classes_mixing_it_in(repository: Path) -> None:
+    """`LoggingMixin.reset` calls `self.build_optimizer()`, which no class of its own has: on a
+    `LoggedTrainer(LoggingMixin, OwnTrainer)` of a third module that reaches OwnTrainer's
+    method, so that caller's code counts; with no such class it reaches nothing of ours."""
+    (repository / "mixins.py").write_text(MIXIN)
+    alone = messages(npu_migrate(repository, "--check", "--format", "json", "."))
+    assert alone[("train_net.py", 35)].startswith("replaced"), alone[("train_net.py", 35)]
+
+    (repository / "mixed.py").write_text(
+        "from mixins import LoggingMixin\nfrom train_net import OwnTrainer\n\n\n"
+        "class LoggedTrainer(LoggingMixin, OwnTrainer):\n    pass\n"
+    )
+    mixed = messages(npu_migrate(repository, "--check", "--format", "json", "."))
+    message = mixed[("train_net.py", 35)]
+    assert not message.startswith("replaced"), message
+    assert "its caller at mixins.py:4 uses it where `param.grad = None`" in message, message
+    # The other trainers are not LoggingMixins: still fused.
+    assert mixed[("train_net.py", 26)].startswith("replaced")

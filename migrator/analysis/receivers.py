@@ -14,9 +14,9 @@ In a plain method of ``C`` (no decorator), its first parameter, never rebound th
 instance of ``C`` or of a subclass, so ``self.build_optimizer(...)`` reaches the method of that
 name that the instance's class defines or inherits: ``C``'s own, a base's (``C`` inherits it)
 or a subclass's (the subclass overrides it: detectron2's ``DefaultTrainer.__init__`` calls
-``self.build_optimizer``, which a project's ``Trainer`` overrides). A class of the module that
-is neither a base nor a subclass of ``C`` never holds the instance: neither its methods nor
-what they store in ``self.optimizer`` reach ``C``'s.
+``self.build_optimizer``, which a project's ``Trainer`` overrides), or one that a subclass gets
+from another base (``C`` is a mixin). A class of the module that is none of these never holds
+the instance: neither its methods nor what they store in ``self.optimizer`` reach ``C``'s.
 """
 
 from __future__ import annotations
@@ -68,10 +68,16 @@ def related_methods(
 
 
 def related_classes(index: ModuleIndex, owner: ast.ClassDef) -> set[int]:
-    """The ``id`` of ``owner`` and of the module's classes it derives from or that derive from
-    it: the classes of the module whose methods an instance of ``owner`` may run."""
+    """The ``id`` of the module's classes whose methods may run on an instance of ``owner``
+    (or of a subclass): ``owner``, the classes it derives from, those that derive from it, and
+    their other bases (a mixin's ``self.build_optimizer()`` reaches the method that the class
+    mixing it in gets from its other base)."""
     classes = index.nodes(ast.ClassDef)
-    return _ancestors(owner, classes) | _descendants(owner, classes)
+    found: set[int] = set()
+    by_id = {id(node): node for node in classes}
+    for descendant in _descendants(owner, classes):
+        found |= _ancestors(by_id[descendant], classes)
+    return found
 
 
 def _bases(node: ast.ClassDef, classes: list[ast.ClassDef]) -> list[ast.ClassDef]:

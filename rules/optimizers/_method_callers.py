@@ -487,7 +487,33 @@ class _Judge:
                 f"{receiver} is a `{owner.name}`, and npu-migrate cannot follow every base of "
                 f"`{self.method.class_name}`, which may derive from it"
             )
-        return _OURS if any(node is owner for node in ancestors) else _OTHER
+        if any(node is owner for node in ancestors):
+            return _OURS
+        # An unrelated class: a subclass of the run may still derive from both (a mixin).
+        for sub_path, subclass in self._subclasses(path, owner):
+            lineage = self._lineage(sub_path, subclass)
+            if lineage is None:
+                return (
+                    f"{receiver} is a `{owner.name}`, and npu-migrate cannot follow every base "
+                    f"of `{subclass.name}` ({_display(sub_path)}:{subclass.lineno}), which may "
+                    f"derive from it and from `{self.method.class_name}`"
+                )
+            if any(node is owner for node in lineage) and any(node is ours for node in lineage):
+                return _OURS  # `class Trainer(Mixin, Base)`: the mixin's call reaches ours
+        return _OTHER
+
+    def _subclasses(self, path: str, owner: ast.ClassDef) -> Iterator[tuple[str, ast.ClassDef]]:
+        """The classes of the run that may derive from ``owner``: those of the files whose
+        text names it and whose imports can see its module, ``owner`` left aside."""
+        for other in self.files.containing([owner.name])[owner.name]:
+            if not self.files.sees(other, path):
+                continue
+            view = self.readers(other)
+            if view is None:
+                continue
+            for node in view.index.nodes(ast.ClassDef):
+                if node is not owner and node.bases:
+                    yield other, node
 
     def _our_class(self) -> ast.ClassDef | None:
         view = self.readers(self.method.path)
@@ -522,6 +548,8 @@ class _Judge:
         self, view: FileView, path: str, base: ast.expr
     ) -> tuple[str, ast.ClassDef] | str | None:
         """Where the class ``base`` names is defined in the run; _OTHER for one outside it."""
+        if isinstance(base, ast.Subscript):
+            base = base.value  # `Generic[T]`, `Base[Config]`
         name = view.qualified_name(base)
         if name == "builtins.object":
             return _OTHER

@@ -140,7 +140,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     through `**`, a name lookup or a class value that a method returns to callers npu-migrate
     does not follow or that would break it (a method's callers in other files of the run are
     followed: nanoGPT's `configure_optimizers` is swapped when every `model.configure_optimizers`
-    of the run is on a `GPT` and keeps the optimizer working); apex `FusedLAMB`,
+    of the run is on a `GPT` and keeps the optimizer working, and so is a trainer's
+    `build_optimizer` when every `self.build_optimizer(...)` of its class, its bases and its
+    subclasses does); apex `FusedLAMB`,
     `FusedNovoGrad`, `FusedAdagrad`, `FusedMixedPrecisionLamb`, Hugging Face's
     `transformers.AdamW` (info: it runs on NPU unfused, and no NPU fused optimizer has its
     arithmetic: `eps` added before the bias correction, weight decay after the update; NPU102
