@@ -174,7 +174,7 @@ def test_an_unrelated_trainer_with_a_method_of_that_name_is_not_a_caller(
         + textwrap.dedent(
             """
 
-            class Evaluator:
+            class Evaluator(Exception):  # a builtin base derives from no class of the run
                 def __init__(self, cfg, model):
                     self.model = model
                     self.optimizer = self.build_optimizer(cfg, model)

@@ -468,8 +468,9 @@ class _Judge:
         ``self.<name>(...)`` reaches the most derived method of that name. A caller of ours when
         ``owner`` is our class, a base of it (a template method: detectron2's
         ``DefaultTrainer.__init__`` calls ``self.build_optimizer``, which a project's
-        ``Trainer`` overrides) or a subclass that inherits ours; not one when ``owner`` is
-        neither (no instance of it is one of ours)."""
+        ``Trainer`` overrides), a subclass that inherits ours, or a class that a class of the
+        run mixes in with ours (``class Trainer(LoggingMixin, Base)``); not one otherwise (no
+        instance of it is one of ours)."""
         ours = self._our_class()
         if ours is None:
             return f"{receiver} is not a `{self.method.class_name}` npu-migrate can see built"
@@ -561,9 +562,10 @@ class _Judge:
         target = self.files.resolve(name, path)
         if isinstance(target, AmbiguousModule):
             return None
-        if target is None or not target.rest:
-            root = name.partition(".")[0]
-            return None if root == "builtins" else _OTHER
+        if target is None:
+            return _OTHER  # a library's class or a builtin (`Exception`, `dict`)
+        if not target.rest:
+            return None  # a module of the run named as a base
         base_view = self.readers(target.module.path)
         if base_view is None or len(target.rest) != 1:
             return None
