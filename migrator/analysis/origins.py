@@ -254,6 +254,8 @@ class Origins:
             passed = self.pass_through(value, position)
             if passed is not None:
                 return passed
+        if isinstance(value, ast.Call) and self.policy.local_calls:
+            return self._unpacked_returns(value, path)
         if isinstance(value, ast.Name):
             definitions = self.reaching.of_name(value)
             if not definitions:
@@ -306,6 +308,39 @@ class Origins:
             return
         for method in methods:
             yield from self._returns_of(method)
+
+    def _unpacked_returns(self, call: ast.Call, path: list[int]) -> list[ast.expr] | None:
+        """``a, b = build(cfg)`` with ``build`` a function of the module (or a method reached
+        through ``self``) whose every ``return`` gives a tuple or list of known length: the
+        element at ``path`` of each; None where one cannot be read."""
+        functions = self._local_callees(call)
+        if not functions:
+            return None
+        found: list[ast.expr] = []
+        for function in functions:
+            returned = self._returns_of(function)
+            if not returned:
+                return None
+            for value in returned:
+                unpacked = self._unpacked(value, path)
+                if unpacked is None:
+                    return None
+                found.extend(unpacked)
+        return found
+
+    def _local_callees(self, call: ast.Call) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The functions of the module a call may run, as :meth:`_call_sources` resolves them
+        (by name; through ``self``, the related classes' methods); empty when not known."""
+        callee = call.func
+        if self.view.qualified_name(callee) is not None:
+            return []
+        if isinstance(callee, ast.Attribute):
+            owner = self_class(self.index, callee.value)
+            return related_methods(self.index, owner, callee.attr) if owner is not None else []
+        if not isinstance(callee, ast.Name):
+            return []
+        functions = self.index.nodes(ast.FunctionDef) + self.index.nodes(ast.AsyncFunctionDef)
+        return [function for function in functions if function.name == callee.id]
 
     def _returns_of(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
         """The values the ``return`` statements of ``function`` (not of its nested functions)
