@@ -258,22 +258,27 @@ class Origins:
             return self._unpacked_returns(value, path)
         if isinstance(value, ast.Name):
             definitions = self.reaching.of_name(value)
-            if not definitions:
+            if not definitions or not all(isinstance(d, ast.Name) for d in definitions):
                 return None
-            found: list[ast.expr] = []
+            assigned: list[ast.expr] = []
             for definition in definitions:
-                if not isinstance(definition, ast.Name):
+                assert isinstance(definition, ast.Name)
+                values = self._assigned_values(definition)
+                if values is None:
                     return None
-                assigned = self._assigned_values(definition)
-                if assigned is None:
-                    return None
-                for item in assigned:
-                    unpacked = self._unpacked(item, path)
-                    if unpacked is None:
-                        return None
-                    found.extend(unpacked)
-            return found
+                assigned += values
+            return self._unpacked_each(assigned, path)
         return None
+
+    def _unpacked_each(self, values: list[ast.expr], path: list[int]) -> list[ast.expr] | None:
+        """The elements at ``path`` of all ``values`` (None when one cannot be read)."""
+        found: list[ast.expr] = []
+        for value in values:
+            unpacked = self._unpacked(value, path)
+            if unpacked is None:
+                return None
+            found.extend(unpacked)
+        return found
 
     # -- calls -----------------------------------------------------------------------------------
 
@@ -283,31 +288,12 @@ class Origins:
             if passed is not None:
                 yield from passed
                 return
-        if not self.policy.local_calls:
+        functions = self._local_callees(call) if self.policy.local_calls else None
+        if not functions:
             yield call
             return
-        callee = call.func
-        local_function = None
-        if isinstance(callee, ast.Name):
-            local_function = callee.id
-        elif isinstance(callee, ast.Attribute):
-            local_function = callee.attr  # `self.build_optimizer(...)`
-        returns = self._returns
-        # Only calls that resolve to no import can be this module's functions.
-        if local_function not in returns or self.view.qualified_name(callee) is not None:
-            yield call
-            return
-        owner = self_class(self.index, callee.value) if isinstance(callee, ast.Attribute) else None
-        if owner is None:
-            yield from returns[local_function]
-            return
-        # `self.build_optimizer(...)`: the methods of the classes `self` may be an instance of.
-        methods = related_methods(self.index, owner, local_function)
-        if not methods:
-            yield call  # inherited from a class of another module
-            return
-        for method in methods:
-            yield from self._returns_of(method)
+        for function in functions:
+            yield from self._returns_of(function)
 
     def _unpacked_returns(self, call: ast.Call, path: list[int]) -> list[ast.expr] | None:
         """``a, b = build(cfg)`` with ``build`` a function of the module (or a method reached
@@ -316,53 +302,52 @@ class Origins:
         functions = self._local_callees(call)
         if not functions:
             return None
-        found: list[ast.expr] = []
-        for function in functions:
-            returned = self._returns_of(function)
-            if not returned:
-                return None
-            for value in returned:
-                unpacked = self._unpacked(value, path)
-                if unpacked is None:
-                    return None
-                found.extend(unpacked)
-        return found
+        returned = [self._returns_of(function) for function in functions]
+        if not all(returned):
+            return None
+        return self._unpacked_each([value for values in returned for value in values], path)
 
     def _local_callees(self, call: ast.Call) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-        """The functions of the module a call may run, as :meth:`_call_sources` resolves them
-        (by name; through ``self``, the related classes' methods); empty when not known."""
+        """The functions of the module ``call`` may run: those named as its callee
+        (``build(cfg)``; ``x.build(cfg)`` by the attribute's name, any function so named),
+        through ``self`` the related classes' methods only; only for a callee that resolves to
+        no import, and none when none is known (a method inherited from another module)."""
         callee = call.func
         if self.view.qualified_name(callee) is not None:
             return []
-        if isinstance(callee, ast.Attribute):
+        if isinstance(callee, ast.Name):
+            name = callee.id
+        elif isinstance(callee, ast.Attribute):
+            name = callee.attr
             owner = self_class(self.index, callee.value)
-            return related_methods(self.index, owner, callee.attr) if owner is not None else []
-        if not isinstance(callee, ast.Name):
+            if owner is not None:
+                return related_methods(self.index, owner, name)
+        else:
             return []
-        functions = self.index.nodes(ast.FunctionDef) + self.index.nodes(ast.AsyncFunctionDef)
-        return [function for function in functions if function.name == callee.id]
-
-    def _returns_of(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
-        """The values the ``return`` statements of ``function`` (not of its nested functions)
-        give."""
-        return [
-            statement.value
-            for statement in self.index.nodes(ast.Return)
-            if statement.value is not None and function_of(self.index, statement) is function
-        ]
+        return self._functions_named.get(name, [])
 
     @cached_property
-    def _returns(self) -> dict[str, list[ast.expr]]:
-        """Function name -> the values its ``return`` statements give (any function so named)."""
-        returns: dict[str, list[ast.expr]] = {}
+    def _function_returns(self) -> dict[ast.AST, list[ast.expr]]:
+        """Each function or method of the module that returns a value -> the values its
+        ``return`` statements (not its nested functions') give, in source order."""
+        found: dict[ast.AST, list[ast.expr]] = {}
         for statement in self.index.nodes(ast.Return):
-            if statement.value is None:
-                continue
             function = function_of(self.index, statement)
-            if function is not self.index.tree:
-                assert isinstance(function, _FUNCTIONS)
-                returns.setdefault(function.name, []).append(statement.value)
-        return returns
+            if statement.value is not None and function is not self.index.tree:
+                found.setdefault(function, []).append(statement.value)
+        return found
+
+    @cached_property
+    def _functions_named(self) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
+        """Name -> the module's functions and methods of that name that return a value."""
+        found: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        for function in self._function_returns:
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.setdefault(function.name, []).append(function)
+        return found
+
+    def _returns_of(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+        return self._function_returns.get(function, [])
 
     # -- attributes ------------------------------------------------------------------------------
 
