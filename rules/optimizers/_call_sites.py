@@ -154,6 +154,45 @@ def returned_origins(view: FileView, name: str) -> list[ast.expr]:
     return found
 
 
+def values_returning(view: FileView) -> dict[int, tuple[str, int]]:
+    """id(origin) -> the function of the module (a nested one too, not a method) that returns
+    it and the first line where its name is used as a value, for each function whose name the
+    module uses other than by calling it: handed to a call (FastSpeech's
+    ``Trainer(..., optimizer_fn=get_optimizer)``), stored or returned. Whoever calls it then
+    is out of the flow's sight, and so is whether its optimizer goes through ``amp.initialize``.
+    Any use of the name counts (a binding of the same name elsewhere too): that only reports."""
+    index = view.index
+    defined: list[ast.FunctionDef | ast.AsyncFunctionDef] = [*index.nodes(ast.FunctionDef)]
+    defined += index.nodes(ast.AsyncFunctionDef)
+    functions = [node for node in defined if not isinstance(index.parent(node), ast.ClassDef)]
+    if not functions:
+        return {}
+    names = {function.name for function in functions}
+    uses: dict[str, int] = {}
+    for node in index.nodes(ast.Name):
+        if node.id not in names or not isinstance(node.ctx, ast.Load) or node.id in uses:
+            continue
+        parent = index.parent(node)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            continue
+        uses[node.id] = node.lineno
+    if not uses:
+        return {}
+    flow = OptimizerFlow.of(view)
+    found: dict[int, tuple[str, int]] = {}
+    for function in functions:
+        if function.name not in uses:
+            continue
+        for statement in index.walk(function):
+            if not isinstance(statement, ast.Return) or statement.value is None:
+                continue
+            if _function_of(index, statement) is not function:
+                continue
+            for origin in flow.origins(statement.value):
+                found.setdefault(id(origin), (function.name, uses[function.name]))
+    return found
+
+
 # A function at the top of a module and a call it returns: `return f(...)`.
 _Returned = tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.Call]
 

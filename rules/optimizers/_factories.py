@@ -62,6 +62,7 @@ from migrator.rules.optimizers._call_sites import (
     returned_calls,
     returned_origins,
     top_level_function,
+    values_returning,
 )
 from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
@@ -174,9 +175,10 @@ def _workers(reader: FileView) -> list[dict[str, Any]]:
     return found
 
 
-def _returning(index: ModuleIndex) -> list[str]:
+def _returning(view: FileView) -> list[str]:
     """The functions at the top of the module that return an optimizer NPU101 knows: their
     callers in other files are where the optimizer is zeroed and stepped."""
+    index = view.index
     names = [
         statement.name
         for statement in index.tree.body
@@ -185,7 +187,6 @@ def _returning(index: ModuleIndex) -> list[str]:
     ]
     if not names:
         return []
-    view = FileView(index)
     return [
         name
         for name in names
@@ -297,6 +298,11 @@ def link(
             else:
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
+    for path, summary in linking.project.summaries(KEY).items():
+        if summary.get("values_returning"):
+            seen = next((amp for amp in state.amp_files if linking.files.sees(path, amp)), None)
+            if seen is not None:
+                state.facts.setdefault(path, {})["amp_seen"] = _display(seen)
     # Functions that return an optimizer, whose callers in other files (amp or not) are where
     # it is zeroed and stepped; calls in their own module are that module's flow.
     returning = [
@@ -319,7 +325,8 @@ def link(
         forwarded = set(_with_forwarders(state, [f for f in callers if f not in unused]))
         for factory in unused - forwarded:
             facts = state.of(factory.path, "factories")
-            if not facts[factory.name]["sites"]:
+            entry = facts[factory.name]
+            if not entry["sites"] and "escapes_amp" not in entry:
                 # No call in another file after all (the name is only spelled there): the
                 # function stays its own module's business, as before.
                 del facts[factory.name]
@@ -463,6 +470,9 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             if factory in factories:
                 facts = state.of(factory.path, "factories")[factory.name]
                 facts["escapes"] = facts["escapes"] or where
+                if "escapes_amp" not in facts and state.amp_in_sight(path):
+                    # Its calls there are out of sight, and so is whether they reach amp.
+                    facts["escapes_amp"] = where
         if not found:
             continue
         flow = OptimizerFlow.of(reader)
@@ -1025,9 +1035,12 @@ class OptimizerFactories:
             facts.update(lightning.summarize(FileView(index)))
         if method_callers.constructs(source):
             facts.update(handed.summarize(index))
-            returning = _returning(index)
+            view = FileView(index)
+            returning = _returning(view)
             if returning:
                 facts["returning"] = returning
+            if values_returning(view):
+                facts["values_returning"] = True  # see _Link.value_factories
         return facts or None
 
     @classmethod

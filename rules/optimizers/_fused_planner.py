@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from itertools import combinations
 from typing import Any, Literal
 
@@ -32,6 +33,8 @@ from migrator.rules.optimizers._call_sites import (
     factory_sites,
     forwarders,
     method_callers,
+    returned_origins,
+    values_returning,
 )
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
@@ -414,6 +417,10 @@ class _Planner:
         self.contract = ParameterContract(view, self.flow, shared, lightning)
         self.sites = factory_sites(view, factories, level)
         self.factory_names = frozenset(factories)  # whose calls in other files the link found
+        self.factories = factories
+        # A file of the run with apex's `amp.initialize` that this file sees (link stage; only
+        # for a file whose functions returning an optimizer are used as values).
+        self.amp_seen: str | None = (elsewhere or {}).get("amp_seen")
         self.findings: list[Finding] = []
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
@@ -478,6 +485,33 @@ class _Planner:
 
     def _call_sites(self, call: ast.Call) -> list[CallSite]:
         return self.sites.get(id(call), [])
+
+    def _escaped(self, call: ast.Call) -> str | None:
+        """Where the function that returns the optimizer ``call`` builds is used as a value (in
+        this module, or in another file of the run) while apex's ``amp.initialize`` is in sight
+        of that place: who calls it there, and whether its optimizer then goes through amp, is
+        out of npu-migrate's sight; None otherwise."""
+        value = self._values_returning.get(id(call))
+        if value is not None:
+            name, line = value
+            amp = "this module" if self.flow.amp_sinks else self.amp_seen
+            if amp is not None:
+                return (
+                    f"`{name}` returns it and is used as a value (line {line}), and {amp} "
+                    "calls apex's `amp.initialize`"
+                )
+        for name, facts in self.factories.items():
+            where = facts.get("escapes_amp")
+            if where is not None and any(o is call for o in returned_origins(self.view, name)):
+                return (
+                    f"`{name}` returns it and is used as a value at {where}, which sees a file "
+                    "that calls apex's `amp.initialize`"
+                )
+        return None
+
+    @cached_property
+    def _values_returning(self) -> Mapping[int, tuple[str, int]]:
+        return values_returning(self.view)
 
     # -- wrappers, dynamic lookups, class values ----------------------------------------------
 
@@ -1239,6 +1273,12 @@ class _Planner:
             # apex's class raises without amp; torch_npu's steps stale gradients under apex amp.
             refusal = _mixed_callers_refusal(source, target, with_amp, without_amp, parameter)
             self._report(call, refusal)
+            return
+        # (A parameter that cannot be threaded is reported below, with where the function
+        # is used as a value.)
+        escaped = self._escaped(call) if not isinstance(parameter, str) else None
+        if escaped is not None:
+            self._report(call, _escaped_message(source, target, escaped))
             return
         apex = amp_call is not None or bool(with_amp) or added is not None
         draft = _Draft(
@@ -2833,6 +2873,18 @@ def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) 
     return (
         f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it, "
         f"and {found}. {_CONTRACT}. {_keep(source)}"
+    )
+
+
+def _escaped_message(source: Source, target: str, escaped: str) -> str:
+    return (
+        f"{_not_rewritten(source, target)}: {escaped}, so npu-migrate does not see the calls "
+        f"that build it or whether their optimizer goes through amp: {_NEITHER_HOME}. "
+        + _left_unfused(
+            source,
+            "pick the class where the optimizer's path through amp is known (the code that "
+            "calls the function)",
+        )
     )
 
 

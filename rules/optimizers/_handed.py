@@ -48,10 +48,11 @@ from migrator.analysis.project import AmbiguousModule, Facts
 from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.rule import Linking
+from migrator.rules.optimizers._tables import AMP_INITIALIZE
 from migrator.suppressions import Suppressions
 
 _CODE = "NPU101"
-RESET_TRIGGERS = (".grad", "zero_grad(")
+RESET_TRIGGERS = (".grad", "zero_grad(", "initialize(")
 # Roots of names that are never code of the repository (the summary keeps the others).
 _LIBRARIES = frozenset(
     {"torch", "apex", "torch_npu", "builtins", "numpy", "os", "sys", "math", "time", "logging"}
@@ -73,6 +74,14 @@ SETS_NONE = (
     "flat gradient buffer (it then keeps stepping with stale gradients)"
 )
 MODULE_DEFAULT = " (nn.Module.zero_grad's default since torch 2.0)"
+# An optimizer handed to code that passes it to apex's `amp.initialize` (a trainer class of
+# another module): which NPU fused class it needs depends on that code's amp.
+REACHES_AMP = (
+    "takes it, and which NPU fused class works depends on that code's amp: Ascend apex's "
+    "(`apex.optimizers`) raise in `step()` without amp, and "
+    "torch_npu's step stale gradients under it (apex's amp sets the gradients of any other "
+    "optimizer to None before each backward)"
+)
 REFUSES = (
     'raises ValueError in the NPU fused optimizers when it is true ("set_to_none is not '
     'supported in fused optimizers")'
@@ -177,6 +186,16 @@ def _code_facts(index: ModuleIndex, keep: bool = False) -> dict[str, Any]:
             continue  # the class's own zero_grad: a call, below
         unit.resets.append(_zero_grad(index, call, _parameters(unit.node)))
         found_reset = True
+    if "initialize(" in index.source.text:
+        view = FileView(index)
+        for attribute in index.attributes("initialize"):
+            call = index.parent(attribute)
+            unit = _unit_of(index, attribute, units)
+            if unit is None or not isinstance(call, ast.Call) or call.func is not attribute:
+                continue
+            if view.qualified_name(attribute) == AMP_INITIALIZE:
+                unit.resets.append(_amp_initialize(call, _parameters(unit.node)))
+                found_reset = True
     if not found_reset:
         return {}
     functions = {unit.node.name for unit in units.values() if unit.owner is None}
@@ -281,6 +300,20 @@ def _zero_grad(index: ModuleIndex, call: ast.Call, parameters: list[str]) -> dic
         "kind": "zero_grad",
         "receiver": _receiver(index, call.func.value, parameters),
         "flag": written_flag,
+    }
+
+
+def _amp_initialize(call: ast.Call, parameters: list[str]) -> dict[str, Any]:
+    """An apex ``amp.initialize`` call, with what its optimizers argument names (``p`` or
+    ``self.a``, each element of a list or tuple; None for anything else)."""
+    given = argument(call, "optimizers", 1)
+    value = given.value if given is not None else None
+    elements = value.elts if isinstance(value, ast.List | ast.Tuple) else [value]
+    return {
+        "line": call.lineno,
+        "code": f"{ast.unparse(call.func)}(...)",
+        "kind": "amp",
+        "receivers": [_spelled(e, parameters) if e is not None else None for e in elements],
     }
 
 
@@ -845,6 +878,8 @@ def _passed(
 
 def _effect(reset: Mapping[str, Any], holders: frozenset[str] | set[str]) -> str | None:
     """What ``reset`` does to the NPU fused optimizer (None: nothing)."""
+    if reset["kind"] == "amp":
+        return REACHES_AMP if any(r in holders for r in reset["receivers"]) else None
     if reset["kind"] == "drops":
         return DROPS
     if reset["kind"] == "replaces":

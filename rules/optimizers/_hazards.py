@@ -47,6 +47,7 @@ from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._handed import (
     DROPS,
     MODULE_DEFAULT,
+    REACHES_AMP,
     REPLACES,
     SETS_NONE,
     Callee,
@@ -393,10 +394,27 @@ class FusionHazards:
             resets = self.elsewhere.resets(callee, holding, built_with, traced_only=not given)
             if callee.path is None:
                 resets = [r for r in resets if id(self._function_at(r.function)) not in units]
+            verb = "hands it to" if given else "runs"
+            amp = [reset for reset in resets if reset.effect == REACHES_AMP]
+            resets = [reset for reset in resets if reset.effect != REACHES_AMP]
+            if callee.path is None:
+                # The flow follows the optimizer into the file's own functions' `amp.initialize`
+                # (and places the class by it); not into a class's methods.
+                reached = self.flow.amp_calls_reached.get(id(constructor), [])
+                followed = {line_of(amp_call) for amp_call in reached}
+                amp = [reset for reset in amp if reset.line not in followed]
+            if amp:
+                yield Hazard(
+                    call,
+                    f"`{_short(self.view, call)}`",
+                    f"{verb} {callee.shown()}, where {amp[0].shown()}",
+                    "pick its class where its path through amp is known (`apex.optimizers`' "
+                    "where that code always runs `amp.initialize`, `torch_npu.optim`'s where it "
+                    "never does)",
+                )
             if not resets:
                 continue
             more = f" (and {len(resets) - 1} more reset there)" if len(resets) > 1 else ""
-            verb = "hands it to" if given else "runs"
             yield Hazard(
                 call,
                 f"`{_short(self.view, call)}`",
