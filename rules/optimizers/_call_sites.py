@@ -155,8 +155,9 @@ def returned_origins(view: FileView, name: str) -> list[ast.expr]:
 
 
 def values_returning(view: FileView) -> dict[int, tuple[str, int]]:
-    """id(origin) -> the function of the module (a nested one too, not a method) that returns
-    it and the first line where its name is used as a value, for each function whose name the
+    """id(origin) -> the function of the module (a nested one too, or a lambda; not a method)
+    that returns it, as messages show it, and the first line where it is used as a value, for
+    each function (or lambda bound to a name) whose name the
     module uses other than by calling it: handed to a call (FastSpeech's
     ``Trainer(..., optimizer_fn=get_optimizer)``), stored or returned. Whoever calls it then
     is out of the flow's sight, and so is whether its optimizer goes through ``amp.initialize``.
@@ -165,9 +166,23 @@ def values_returning(view: FileView) -> dict[int, tuple[str, int]]:
     defined: list[ast.FunctionDef | ast.AsyncFunctionDef] = [*index.nodes(ast.FunctionDef)]
     defined += index.nodes(ast.AsyncFunctionDef)
     functions = [node for node in defined if not isinstance(index.parent(node), ast.ClassDef)]
-    if not functions:
+    # `build = lambda m: SGD(...)` stands for a function `build`; any other lambda that returns
+    # an optimizer is a value where it is written (`Trainer(optimizer_fn=lambda m: ...)`).
+    lambdas: dict[str, list[ast.Lambda]] = {}
+    loose: list[ast.Lambda] = []
+    for written in index.nodes(ast.Lambda):
+        parent = index.parent(written)
+        if (
+            isinstance(parent, ast.Assign)
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0], ast.Name)
+        ):
+            lambdas.setdefault(parent.targets[0].id, []).append(written)
+        else:  # (one called where it is written too: the flow does not follow it)
+            loose.append(written)
+    if not functions and not lambdas and not loose:
         return {}
-    names = {function.name for function in functions}
+    names = {function.name for function in functions} | set(lambdas)
     uses: dict[str, int] = {}
     for node in index.nodes(ast.Name):
         if node.id not in names or not isinstance(node.ctx, ast.Load) or node.id in uses:
@@ -176,10 +191,18 @@ def values_returning(view: FileView) -> dict[int, tuple[str, int]]:
         if isinstance(parent, ast.Call) and parent.func is node:
             continue
         uses[node.id] = node.lineno
-    if not uses:
+    if not uses and not loose:
         return {}
     flow = OptimizerFlow.of(view)
     found: dict[int, tuple[str, int]] = {}
+    for name, bound in lambdas.items():
+        if name in uses:
+            for lambda_ in bound:
+                for origin in flow.origins(lambda_.body):
+                    found.setdefault(id(origin), (f"`{name}`", uses[name]))
+    for lambda_ in loose:
+        for origin in flow.origins(lambda_.body):
+            found.setdefault(id(origin), ("a lambda", lambda_.lineno))
     for function in functions:
         if function.name not in uses:
             continue
@@ -189,7 +212,7 @@ def values_returning(view: FileView) -> dict[int, tuple[str, int]]:
             if _function_of(index, statement) is not function:
                 continue
             for origin in flow.origins(statement.value):
-                found.setdefault(id(origin), (function.name, uses[function.name]))
+                found.setdefault(id(origin), (f"`{function.name}`", uses[function.name]))
     return found
 
 

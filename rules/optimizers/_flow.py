@@ -164,7 +164,8 @@ class OptimizerFlow:
         """``origins``, and for each parameter among them (``make_data_parallel(model,
         optimizer, opt)`` calling ``amp.initialize(model, optimizer)``) the origins of what the
         calls of its function in this module pass there, a few calls deep: an optimizer built
-        elsewhere in the module and handed to that function reaches its ``amp.initialize``."""
+        elsewhere in the module and handed to that function (or to the constructor of a class
+        of the module, ``AmpTrainer(model, optimizer)``) reaches its ``amp.initialize``."""
         found = list(origins)
         pending = [p for origin in origins for p in self._parameters_of(origin)]
         seen: set[int] = set()
@@ -192,7 +193,8 @@ class OptimizerFlow:
 
     def _passed_to(self, parameter: ast.arg) -> list[ast.expr]:
         """What the calls of the function that has ``parameter`` pass to it, in this module
-        (``f(...)`` for a function, ``self.f(...)`` for a method; by position or keyword)."""
+        (``f(...)`` for a function, ``self.f(...)`` for a method, ``C(...)`` for ``C.__init__``;
+        by position or keyword)."""
         arguments = self.index.parent(parameter)
         function = self.index.parent(arguments) if arguments is not None else None
         if not isinstance(function, _FUNCTIONS) or not isinstance(arguments, ast.arguments):
@@ -203,11 +205,22 @@ class OptimizerFlow:
         if method and index is not None:
             index -= 1  # `self.f(x)` passes x to the second parameter
         passed: list[ast.expr] = []
-        for node in [*self.index.names(function.name), *self.index.attributes(function.name)]:
+        callers: list[ast.Name | ast.Attribute] = [
+            *self.index.names(function.name),
+            *self.index.attributes(function.name),
+        ]
+        owner = self.index.parent(function)
+        constructor = method and function.name == "__init__" and isinstance(owner, ast.ClassDef)
+        if constructor:
+            # `Runner(model, optimizer)` passes them to `Runner.__init__` (a class of the
+            # module, called by its name in the module).
+            assert isinstance(owner, ast.ClassDef)
+            callers = [*self.index.names(owner.name)]
+        for node in callers:
             call = self.index.parent(node)
             if not isinstance(call, ast.Call) or call.func is not node:
                 continue
-            if method != isinstance(node, ast.Attribute):
+            if not constructor and method != isinstance(node, ast.Attribute):
                 continue
             if index is not None and 0 <= index < len(call.args):
                 value = call.args[index]

@@ -497,7 +497,7 @@ class _Planner:
             amp = "this module" if self.flow.amp_sinks else self.amp_seen
             if amp is not None:
                 return (
-                    f"`{name}` returns it and is used as a value (line {line}), and {amp} "
+                    f"{name} returns it and is used as a value (line {line}), and {amp} "
                     "calls apex's `amp.initialize`"
                 )
         for name, facts in self.factories.items():

@@ -97,10 +97,12 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     of the module that returns a call of it passes it on; reported where that cannot be done
     (the function used as a value, decorated, a condition that calls a function). A function of
     the module whose own calls decide whether the optimizer meets a gated `amp.initialize`
-    (a script's `create_optimizer` called by its `main()`) gets the same parameter. Reported,
+    (a script's `create_optimizer` called by its `main()`) gets the same parameter. An
+    optimizer handed to a function of the module, or to the constructor of a class of the
+    module (`AmpTrainer(model, optimizer)`), is followed into its `amp.initialize`. Reported,
     because neither class is right on every path: an optimizer handed to a class or function
-    of another module (or to a class of its own module) that passes it to apex's
-    `amp.initialize` (a `Trainer(model, optimizer)` whose constructor calls it), and one that
+    of another module that passes it to apex's `amp.initialize` (a `Trainer(model,
+    optimizer)` whose constructor calls it), and one that
     a function returns when the function is used as a value (FastSpeech's
     `Trainer(..., optimizer_fn=get_optimizer)`) where apex's `amp.initialize` is in sight. An
     optimizer whose `amp.initialize` runs, or enables amp, only under a condition that does not
