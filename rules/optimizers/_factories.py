@@ -144,6 +144,9 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
     facts: dict[str, Any] = {"uses": uses} if uses else {}
     if flow.amp_sinks:
         facts["amp"] = True  # the run has an apex `amp.initialize` (see _Link.amp_in_run)
+        helpers = amp_helpers(reader, flow)
+        if helpers:
+            facts["amp_helpers"] = sorted(helpers)
     workers = _workers(reader)
     if workers:
         facts["workers"] = workers
@@ -173,6 +176,41 @@ def _workers(reader: FileView) -> list[dict[str, Any]]:
                 if worker not in found:
                     found.append(worker)
     return found
+
+
+def amp_helpers(view: FileView, flow: OptimizerFlow) -> set[str]:
+    """The names of the module's top-level functions, and of its top-level classes by their
+    ``__init__``, that pass one of their parameters to an apex ``amp.initialize`` as its
+    optimizers (``def setup(model, optimizer): return amp.initialize(model, optimizer)``)."""
+    found: set[str] = set()
+    for sink in flow.amp_sinks:
+        if sink.optimizers is None:
+            continue
+        for origin in flow.origins(sink.optimizers):
+            for parameter in flow.parameters_of(origin):
+                owner = own_helper(view.index, parameter)
+                if owner is not None:
+                    found.add(owner[0])
+    return found
+
+
+def own_helper(index: ModuleIndex, parameter: ast.arg) -> tuple[str, ast.AST] | None:
+    """The name a call of ``parameter``'s function is spelled with, and that function: a
+    top-level function's own, a top-level class's for its ``__init__``; None otherwise."""
+    arguments = index.parent(parameter)
+    function = index.parent(arguments) if arguments is not None else None
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    owner = index.parent(function)
+    if owner is index.tree:
+        return function.name, function
+    if (
+        isinstance(owner, ast.ClassDef)
+        and function.name == "__init__"
+        and index.parent(owner) is index.tree
+    ):
+        return owner.name, function
+    return None
 
 
 def _returning(view: FileView) -> list[str]:
@@ -298,6 +336,20 @@ def link(
             else:
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
+    helpers = {
+        path: summary["amp_helpers"]
+        for path, summary in linking.project.summaries(KEY).items()
+        if summary.get("amp_helpers")
+    }
+    if helpers:
+        named = linking.files.containing(
+            sorted({name for names in helpers.values() for name in names})
+        )
+        for path, names in helpers.items():
+            # Named in no other file of the run: every call of it is in its own module.
+            own = [name for name in names if all(other == path for other in named[name])]
+            if own:
+                state.facts.setdefault(path, {})["own_amp_helpers"] = own
     for path, summary in linking.project.summaries(KEY).items():
         if summary.get("values_returning"):
             seen = next((amp for amp in state.amp_files if linking.files.sees(path, amp)), None)

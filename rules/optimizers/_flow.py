@@ -167,21 +167,21 @@ class OptimizerFlow:
         elsewhere in the module and handed to that function (or to the constructor of a class
         of the module, ``AmpTrainer(model, optimizer)``) reaches its ``amp.initialize``."""
         found = list(origins)
-        pending = [p for origin in origins for p in self._parameters_of(origin)]
+        pending = [p for origin in origins for p in self.parameters_of(origin)]
         seen: set[int] = set()
         while pending and len(seen) < _PARAMETERS_FOLLOWED:
             parameter = pending.pop()
             if id(parameter) in seen:
                 continue
             seen.add(id(parameter))
-            for value in self._passed_to(parameter):
+            for value in self.passed_to(parameter):
                 for origin in self.origins(value):
                     if all(origin is not known for known in found):
                         found.append(origin)
-                        pending += self._parameters_of(origin)
+                        pending += self.parameters_of(origin)
         return found
 
-    def _parameters_of(self, origin: ast.expr | ast.arg) -> list[ast.arg]:
+    def parameters_of(self, origin: ast.expr | ast.arg) -> list[ast.arg]:
         """The function parameters an origin stands for: itself, or the parameters whose
         values reach a name read that the flow could not follow further."""
         if isinstance(origin, ast.arg):
@@ -191,7 +191,7 @@ class OptimizerFlow:
         definitions = self._origins.reaching.of_name(origin) or []
         return [d for d in definitions if isinstance(d, ast.arg)]
 
-    def _passed_to(self, parameter: ast.arg) -> list[ast.expr]:
+    def passed_to(self, parameter: ast.arg) -> list[ast.expr]:
         """What the calls of the function that has ``parameter`` pass to it, in this module
         (``f(...)`` for a function, ``self.f(...)`` for a method, ``C(...)`` for ``C.__init__``;
         by position or keyword)."""

@@ -373,7 +373,9 @@ class FusionHazards:
             # The parameters given any optimizer zero their own with `zero_grad()`: not a reset.
             holding = given | self._given_optimizers(bound)
             built_with: set[str] = set()
+            built_with_it: set[str] = set()  # ... with this optimizer itself
             for instance in built:
+                built_with_it |= self._holding(instance, constructor)
                 built_with |= self._holding(instance, constructor) | self._given_optimizers(
                     instance
                 )
@@ -395,8 +397,18 @@ class FusionHazards:
             if callee.path is None:
                 resets = [r for r in resets if id(self._function_at(r.function)) not in units]
             verb = "hands it to" if given else "runs"
-            amp = [reset for reset in resets if reset.effect == REACHES_AMP]
             resets = [reset for reset in resets if reset.effect != REACHES_AMP]
+            # Only an `amp.initialize` of this very optimizer counts (not another one given to
+            # the same call, nor one the instance was built with).
+            amp = []
+            if given or built_with_it:
+                amp = [
+                    reset
+                    for reset in self.elsewhere.resets(callee, given, built_with_it)
+                    if reset.effect == REACHES_AMP
+                ]
+                if callee.path is None:
+                    amp = [r for r in amp if id(self._function_at(r.function)) not in units]
             if callee.path is None:
                 # The flow follows the optimizer into the file's own functions' `amp.initialize`
                 # (and places the class by it); not into a class's methods.

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
-from migrator.analysis.index import line_of
+from migrator.analysis.index import ModuleIndex, line_of
 from migrator.callargs import append_arg, keyword
 from migrator.callargs import argument as find_argument
 from migrator.diagnostics import Severity
@@ -15,7 +15,12 @@ from migrator.edits import Change
 from migrator.lazy_imports import cst
 from migrator.rule import FixSafety, Rule
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
-from migrator.rules.optimizers._factories import OptimizerFactories, factory_verdict
+from migrator.rules.optimizers._factories import (
+    KEY,
+    OptimizerFactories,
+    factory_verdict,
+    own_helper,
+)
 from migrator.rules.optimizers._flow import AmpSink, OptimizerFlow, fused_name
 from migrator.rules.optimizers._plans import (
     Fp16Rewrite,
@@ -48,7 +53,11 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     apex's NPU fused optimizers (`apex.optimizers.NpuFused*`), built in the same
     module (in program order: `model, optimizer = amp_inits` after the call does not count) or
     returned by a function of another module of the run (`create_optimizer(args, model)` from
-    `utils/optim.py`, which NPU101 rewrites there; the message names it). An
+    `utils/optim.py`, which NPU101 rewrites there; the message names it). In a helper of the
+    module that takes the optimizer as a parameter (`def setup(model, optimizer)`, a class's
+    `__init__`), the parameter stands for what the module's calls pass there when no other
+    file of the run contains the helper's name, the module only calls it (never hands it on as
+    a value) and every call passes the parameter. An
     explicit `combine_grad=` is kept as written. Reported, not added, for
     `torch_npu.optim.NpuFused*` optimizers: they pack their gradients into a flat buffer of
     their own at their first step, and Ascend apex's amp sets the gradients of any optimizer but
@@ -233,7 +242,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         self.factories: list[str] = []  # why optimizers from other modules count as fused
         self.standalone: list[str] = []  # the torch_npu.optim ones, as quoted in messages
         traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
-        for origin in self.flow.origins(sink.optimizers):
+        for origin in self._origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
                 continue  # built only on the path where this amp.initialize does not run
             if _is_none(origin):
@@ -313,6 +322,47 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 "`combine_grad=True` by hand",
             )
         return False
+
+    def _origins(self, optimizers: ast.expr) -> list[ast.expr]:
+        """Where the optimizers of an ``amp.initialize`` come from; a parameter of a helper of
+        the module that only the module calls (``def setup(model, optimizer)``, a class's
+        ``__init__``) stands for what every call of it passes there, a few calls deep."""
+        own = frozenset(
+            self.project.links(KEY).get(self.context.path, {}).get("own_amp_helpers", ())
+        )
+        found: list[ast.expr] = []
+        pending = list(self.flow.origins(optimizers))
+        followed = 0
+        while pending:
+            origin = pending.pop(0)
+            parameters = self.flow.parameters_of(origin)
+            passed = self._passed(parameters, own) if parameters and followed < 16 else None
+            if passed is None:
+                if all(origin is not seen for seen in found):
+                    found.append(origin)
+                continue
+            followed += 1
+            for value in passed:
+                pending.extend(self.flow.origins(value))
+        return found
+
+    def _passed(self, parameters: list[ast.arg], own: frozenset[str]) -> list[ast.expr] | None:
+        """What the calls of the helpers that have ``parameters`` pass to them, when each is a
+        helper the link stage found named in no other file, the module only calls it (never
+        uses it as a value), and every call passes the parameter; None otherwise."""
+        passed: list[ast.expr] = []
+        for parameter in parameters:
+            helper = own_helper(self.index, parameter)
+            if helper is None or helper[0] not in own:
+                return None
+            name = helper[0]
+            uses = [n for n in self.index.names(name) if isinstance(n.ctx, ast.Load)]
+            calls = [n for n in uses if _called(self.index, n)]
+            values = self.flow.passed_to(parameter)
+            if not calls or len(calls) != len(uses) or len(values) != len(calls):
+                return None
+            passed += values
+        return passed
 
     def _listed(self, origins: list[ast.expr]) -> str:
         return ", ".join(
@@ -405,3 +455,8 @@ def _is_none(node: ast.expr) -> bool:
     """``None`` written as the optimizer (``optimizer = None`` before an ``if`` that builds it):
     on that path there is nothing to combine, with or without ``combine_grad``."""
     return isinstance(node, ast.Constant) and node.value is None
+
+
+def _called(index: ModuleIndex, name: ast.Name) -> bool:
+    call = index.parent(name)
+    return isinstance(call, ast.Call) and call.func is name
