@@ -144,3 +144,51 @@ def test_the_wrapper_and_the_optimizers_it_wraps_move_together(tmp_path: Path) -
     assert "torch_npu.optim.NpuFusedSGD(" in (tmp_path / "optim_factory.py").read_text()
     again = npu_migrate(tmp_path, *check)
     assert findings(again, "optim_factory.py") == findings(again, "lookahead.py") == []
+
+
+# DeepLearningExamples' FastSpeech: the optimizer is built by a function nested in `main` and
+# handed to the trainer of another module as a value; the trainer passes what it builds to apex
+# amp under a flag.
+NESTED_FACTORY = """\
+import torch
+
+from trainer import Trainer
+
+
+def main(model, args):
+    def get_optimizer(net):
+        return torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    Trainer(model, optimizer_fn=get_optimizer, use_amp=args.amp).fit()
+"""
+TRAINER = """\
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer_fn, use_amp=False):
+        self.model, self.optimizer = model, optimizer_fn(model)
+        if use_amp:
+            self.model, self.optimizer = amp.initialize(self.model, self.optimizer)
+
+    def fit(self):
+        self.optimizer.step()
+"""
+
+
+def test_a_nested_factory_handed_to_amp_code_is_reported_until_amp_goes(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(NESTED_FACTORY)
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(TRAINER)
+    cache = str(tmp_path / "cache")
+    check = ("--cache-dir", cache, "--check", "--format", "json", ".")
+    [(line, severity, message)] = npu101(npu_migrate(tmp_path, *check))
+    assert (line, severity) == (8, "manual")
+    assert "`get_optimizer` returns it and is used as a value (line 10)" in message
+    assert "trainer.py calls apex's `amp.initialize`" in message
+
+    # Without apex amp in the run, torch_npu's class is right wherever it is called.
+    trainer.write_text(TRAINER.replace("amp.initialize(self.model, self.optimizer)", "(1, 2)"))
+    [(line, severity, message)] = npu101(npu_migrate(tmp_path, *check))
+    assert (line, severity) == (8, "fixed")
+    assert "torch_npu.optim.NpuFusedAdam" in message

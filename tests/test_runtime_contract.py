@@ -106,10 +106,6 @@ NOT_EXECUTABLE = {
         "dict key must be a real string, which no stand-in flag is (its `getattr` twin runs in "
         "`lookup_by_name`)"
     ),
-    "npu101/factory_used_as_value": (
-        "the nested `get_optimizer` runs only when `main` hands it on after defining it, past "
-        "the cut after the statement that holds it; NPU101 leaves it as written (reported)"
-    ),
     "npu101/contract_sharding": (
         "FSDP, `parallelize_module` and `distribute_tensor` need an accelerator and a device "
         "mesh, which no stand-in gives; the optimizers after them are left as written"

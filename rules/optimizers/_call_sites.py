@@ -20,7 +20,8 @@ from typing import Any
 
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.view import FileView
-from migrator.rules.optimizers._flow import OptimizerFlow
+from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,26 @@ def returned_origins(view: FileView, name: str) -> list[ast.expr]:
             if all(origin is not seen for seen in found):
                 found.append(origin)
     return found
+
+
+def untraced_amp(view: FileView) -> bool:
+    """Whether an apex ``amp.initialize`` of the module may be given an optimizer the module
+    does not build itself: one of its optimizers' origins is not a constructor of a known
+    optimizer class (a parameter, another call, a value the flow cannot follow). Only there can
+    an optimizer built out of the flow's sight (a factory handed on as a value) meet it."""
+    flow = OptimizerFlow.of(view)
+    for sink in flow.amp_sinks:
+        if sink.optimizers is None:
+            continue
+        for origin in flow.origins(sink.optimizers):
+            if isinstance(origin, ast.Constant) and origin.value is None:
+                continue
+            if not isinstance(origin, ast.Call):
+                return True
+            known = isinstance(view.qualified_name_in(origin.func, KNOWN_OPTIMIZERS), str)
+            if not known and npu_fused_name(view, origin.func) is None:
+                return True
+    return False
 
 
 def values_returning(view: FileView) -> dict[int, tuple[str, int]]:

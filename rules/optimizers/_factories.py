@@ -62,6 +62,7 @@ from migrator.rules.optimizers._call_sites import (
     returned_calls,
     returned_origins,
     top_level_function,
+    untraced_amp,
     values_returning,
 )
 from migrator.rules.optimizers._contract import ParameterContract
@@ -144,6 +145,8 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
     facts: dict[str, Any] = {"uses": uses} if uses else {}
     if flow.amp_sinks:
         facts["amp"] = True  # the run has an apex `amp.initialize` (see _Link.amp_in_run)
+        if untraced_amp(reader):
+            facts["amp_open"] = True  # ... that may take an optimizer built elsewhere
         helpers = amp_helpers(reader, flow)
         if helpers:
             facts["amp_helpers"] = sorted(helpers)
@@ -190,26 +193,26 @@ def amp_helpers(view: FileView, flow: OptimizerFlow) -> set[str]:
             for parameter in flow.parameters_of(origin):
                 owner = own_helper(view.index, parameter)
                 if owner is not None:
-                    found.add(owner[0])
+                    found.add(owner)
     return found
 
 
-def own_helper(index: ModuleIndex, parameter: ast.arg) -> tuple[str, ast.AST] | None:
-    """The name a call of ``parameter``'s function is spelled with, and that function: a
-    top-level function's own, a top-level class's for its ``__init__``; None otherwise."""
+def own_helper(index: ModuleIndex, parameter: ast.arg) -> str | None:
+    """The name a call of ``parameter``'s function is spelled with: a top-level function's
+    own, a top-level class's for its ``__init__``; None otherwise."""
     arguments = index.parent(parameter)
     function = index.parent(arguments) if arguments is not None else None
     if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
         return None
     owner = index.parent(function)
     if owner is index.tree:
-        return function.name, function
+        return function.name
     if (
         isinstance(owner, ast.ClassDef)
         and function.name == "__init__"
         and index.parent(owner) is index.tree
     ):
-        return owner.name, function
+        return owner.name
     return None
 
 
@@ -352,7 +355,12 @@ def link(
                 state.facts.setdefault(path, {})["own_amp_helpers"] = own
     for path, summary in linking.project.summaries(KEY).items():
         if summary.get("values_returning"):
-            seen = next((amp for amp in state.amp_files if linking.files.sees(path, amp)), None)
+            open_amp = [
+                amp
+                for amp in state.amp_files
+                if linking.project.summaries(KEY)[amp].get("amp_open")
+            ]
+            seen = next((amp for amp in open_amp if linking.files.sees(path, amp)), None)
             if seen is not None:
                 state.facts.setdefault(path, {})["amp_seen"] = _display(seen)
     # Functions that return an optimizer, whose callers in other files (amp or not) are where
@@ -1092,7 +1100,7 @@ class OptimizerFactories:
             if returning:
                 facts["returning"] = returning
             if values_returning(view):
-                facts["values_returning"] = True  # see _Link.value_factories
+                facts["values_returning"] = True  # the link stage finds the amp it may meet
         return facts or None
 
     @classmethod

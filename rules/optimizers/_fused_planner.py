@@ -34,6 +34,7 @@ from migrator.rules.optimizers._call_sites import (
     forwarders,
     method_callers,
     returned_origins,
+    untraced_amp,
     values_returning,
 )
 from migrator.rules.optimizers._contract import Break, ParameterContract
@@ -494,11 +495,11 @@ class _Planner:
         value = self._values_returning.get(id(call))
         if value is not None:
             name, line = value
-            amp = "this module" if self.flow.amp_sinks else self.amp_seen
+            amp = "this module" if untraced_amp(self.view) else self.amp_seen
             if amp is not None:
                 return (
                     f"{name} returns it and is used as a value (line {line}), and {amp} "
-                    "calls apex's `amp.initialize`"
+                    "calls apex's `amp.initialize` with an optimizer built out of its sight"
                 )
         for name, facts in self.factories.items():
             where = facts.get("escapes_amp")

@@ -352,10 +352,9 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         uses it as a value), and every call passes the parameter; None otherwise."""
         passed: list[ast.expr] = []
         for parameter in parameters:
-            helper = own_helper(self.index, parameter)
-            if helper is None or helper[0] not in own:
+            name = own_helper(self.index, parameter)
+            if name is None or name not in own:
                 return None
-            name = helper[0]
             uses = [n for n in self.index.names(name) if isinstance(n.ctx, ast.Load)]
             calls = [n for n in uses if _called(self.index, n)]
             values = self.flow.passed_to(parameter)
