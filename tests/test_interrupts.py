@@ -69,8 +69,19 @@ def make_tree(
     return originals
 
 
+# `python -m migrator` with Python's own Ctrl-C handler, as a terminal's foreground command has
+# it: a test suite started as a shell's background job inherits Ctrl-C ignored, and Python then
+# leaves it ignored in the run.
+WITH_CTRL_C = (
+    sys.executable,
+    "-c",
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('migrator', run_name='__main__', alter_sys=True)",
+)
+
+
 def start(root: Path, *options: str) -> subprocess.Popen[bytes]:
-    command = [*NPU_MIGRATE, "--select", "NPU301", "--no-cache", *options]
+    command = [*WITH_CTRL_C, "--select", "NPU301", "--no-cache", *options]
     return subprocess.Popen(
         [*command, str(root)],
         stdout=subprocess.PIPE,

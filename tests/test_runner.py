@@ -88,8 +88,11 @@ def test_interrupted_writes_never_leave_a_partial_file(tmp_path: Path) -> None:
     target.write_bytes(first)
     script = textwrap.dedent(
         f"""
+        import signal
         import sys
         from migrator.runner import write_atomic
+        # Whatever this test inherited (a background job ignores Ctrl-C): Python's own handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         print("ready", flush=True)
         while True:
             for data in ({first[:1]!r} * 8_000_000, {second[:1]!r} * 8_000_000):
