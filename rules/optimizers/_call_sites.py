@@ -159,7 +159,12 @@ def untraced_amp(view: FileView) -> bool:
     """Whether an apex ``amp.initialize`` of the module may be given an optimizer the module
     does not build itself: one of its optimizers' origins is not a constructor of a known
     optimizer class (a parameter, another call, a value the flow cannot follow). Only there can
-    an optimizer built out of the flow's sight (a factory handed on as a value) meet it."""
+    an optimizer built out of the flow's sight (a factory handed on as a value) meet it.
+    Computed once per file."""
+    return view.memo("untraced-amp", lambda: _untraced_amp(view))
+
+
+def _untraced_amp(view: FileView) -> bool:
     flow = OptimizerFlow.of(view)
     for sink in flow.amp_sinks:
         if sink.optimizers is None:
@@ -182,7 +187,12 @@ def values_returning(view: FileView) -> dict[int, tuple[str, int]]:
     module uses other than by calling it: handed to a call (FastSpeech's
     ``Trainer(..., optimizer_fn=get_optimizer)``), stored or returned. Whoever calls it then
     is out of the flow's sight, and so is whether its optimizer goes through ``amp.initialize``.
-    Any use of the name counts (a binding of the same name elsewhere too): that only reports."""
+    Any use of the name counts (a binding of the same name elsewhere too): that only reports.
+    Computed once per file."""
+    return view.memo("values-returning", lambda: _values_returning(view))
+
+
+def _values_returning(view: FileView) -> dict[int, tuple[str, int]]:
     index = view.index
     defined: list[ast.FunctionDef | ast.AsyncFunctionDef] = [*index.nodes(ast.FunctionDef)]
     defined += index.nodes(ast.AsyncFunctionDef)

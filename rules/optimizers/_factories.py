@@ -353,13 +353,11 @@ def link(
             own = [name for name in names if all(other == path for other in named[name])]
             if own:
                 state.facts.setdefault(path, {})["own_amp_helpers"] = own
-    for path, summary in linking.project.summaries(KEY).items():
+    summaries = linking.project.summaries(KEY)
+    # The files whose `amp.initialize` may take an optimizer built out of their sight.
+    open_amp = [amp for amp in state.amp_files if summaries[amp].get("amp_open")]
+    for path, summary in summaries.items():
         if summary.get("values_returning"):
-            open_amp = [
-                amp
-                for amp in state.amp_files
-                if linking.project.summaries(KEY)[amp].get("amp_open")
-            ]
             seen = next((amp for amp in open_amp if linking.files.sees(path, amp)), None)
             if seen is not None:
                 state.facts.setdefault(path, {})["amp_seen"] = _display(seen)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from itertools import combinations
 from typing import Any, Literal
 
@@ -492,7 +491,7 @@ class _Planner:
         this module, or in another file of the run) while apex's ``amp.initialize`` is in sight
         of that place: who calls it there, and whether its optimizer then goes through amp, is
         out of npu-migrate's sight; None otherwise."""
-        value = self._values_returning.get(id(call))
+        value = values_returning(self.view).get(id(call))
         if value is not None:
             name, line = value
             amp = "this module" if untraced_amp(self.view) else self.amp_seen
@@ -509,10 +508,6 @@ class _Planner:
                     "that calls apex's `amp.initialize`"
                 )
         return None
-
-    @cached_property
-    def _values_returning(self) -> Mapping[int, tuple[str, int]]:
-        return values_returning(self.view)
 
     # -- wrappers, dynamic lookups, class values ----------------------------------------------
 
