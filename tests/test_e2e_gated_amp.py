@@ -16,8 +16,9 @@ under `use_amp == "apex"`, and the `create_optimizer_v2` it returns a call of, c
 benchmark.py without amp): both get a keyword-only `apex_amp` that picks the class, and each
 call passes amp's condition there; the same for a function of the script itself called on two
 paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's shape). Where the
-`amp.initialize` calls sit in two branches under `--amp` (fixtures/e2e/amp_arms, YOLOv4's shape),
-the class is picked by `args.amp`, and both branches compute what the original computes.
+`amp.initialize` calls sit in two branches under `--amp` (fixtures/e2e/amp_arms, YOLOv4's shape,
+its options read from a dict as UNet++ does), the class is picked by `config["amp"]`, and both
+branches compute what the original computes.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def test_a_function_of_the_script_gets_the_condition_from_its_own_calls(tmp_path
 def test_amp_in_two_branches_picks_the_class_by_the_condition_over_both(tmp_path: Path) -> None:
     migrated = migrated_copy(tmp_path, "arms", program=ARMS)
     text = migrated.read_text()
-    assert "(apex.optimizers.NpuFusedSGD if args.amp else torch_npu.optim.NpuFusedSGD)(" in text
+    picked = 'apex.optimizers.NpuFusedSGD if config["amp"] else torch_npu.optim.NpuFusedSGD'
+    assert f"({picked})(" in text
     assert text.count("combine_grad=True") == 2
     original = ARMS / "train.py"
     runs = {

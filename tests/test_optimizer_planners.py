@@ -296,6 +296,45 @@ def test_nested_and_elif_conditions_are_combined() -> None:
 
 
 @pytest.mark.parametrize(
+    ("test", "between"),
+    [
+        ('config["amp"]', "print(config)"),
+        ('cfg["train"]["amp"] and cfg.get("fp16", False)', 'logger.info(cfg["train"])'),
+        ('self.config["apex"]', 'lr = self.config.get("lr")'),
+        ('not os.getenv("ALLOW_FP32") and os.environ.get("USE_AMP", "0") == "1"', "pass"),
+        ('environ["USE_AMP"] == "1"', 'print(environ.get("USE_AMP"))'),
+        ('config["amp"]', 'config["lr"] = scale(config["lr"])'),
+        ('cfg["train"]["amp"]', 'cfg["data"].update(root="/data")'),
+        ('os.environ["USE_AMP"]', 'os.environ["MASTER_ADDR"] = "localhost"'),
+    ],
+    ids=[
+        "dict", "nested-and-get", "attribute", "environment", "environ-imported", "other-key",
+        "other-part", "other-variable",
+    ],
+)  # fmt: skip
+def test_a_condition_read_by_constant_keys_picks_the_class(test: str, between: str) -> None:
+    rewrite = only_rewrite(
+        decide(
+            f"""
+            import os
+            from os import environ
+            import torch
+            from apex import amp
+
+            def main(self, config, cfg, logger, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                {between}
+                if {test}:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """
+        )
+    )
+    assert rewrite.callee == (
+        f"(apex.optimizers.NpuFusedSGD if {test} else torch_npu.optim.NpuFusedSGD)"
+    )
+
+
+@pytest.mark.parametrize(
     ("code", "reason"),
     [
         (
@@ -321,7 +360,7 @@ def test_nested_and_elif_conditions_are_combined() -> None:
                 if use_amp(args):
                     model, optimizer = amp.initialize(model, optimizer)
             """,
-            "`use_amp(args)` is not made of names, attributes, constants and comparisons only",
+            "`use_amp(args)` is not made of names, attributes, constants, comparisons and reads",
         ),
         (
             """
@@ -352,9 +391,103 @@ def test_nested_and_elif_conditions_are_combined() -> None:
             """,
             "`args` may change between the two lines",
         ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(config, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                config.update(overrides())
+                if config["train"]["amp"]:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`config` may change at line 7",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(config, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                apply_overrides(config["train"])
+                if config["train"]["amp"]:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`config` may change at line 7",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(config, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                config["amp"] = False
+                if config["amp"] and config["fp16"]:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`config` may change at line 7",
+        ),
+        (
+            """
+            import os
+            import torch
+            from apex import amp
+
+            def main(model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                os.putenv("USE_AMP", "0")
+                if os.getenv("USE_AMP") == "1":
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "the environment may change at line 8",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(config, key, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if config[key]:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`config[key]` is not made of names",
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+            from settings import getenv
+
+            def main(model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if getenv("USE_AMP"):
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            '`getenv("USE_AMP")` is not made of names',
+        ),
+        (
+            """
+            import torch
+            from apex import amp
+
+            def main(cfg, model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                cfg.train.amp = False  # an EasyDict: the same place as cfg["train"]["amp"]
+                if cfg["train"]["amp"]:
+                    model, optimizer = amp.initialize(model, optimizer)
+            """,
+            "`cfg` may change at line 7",
+        ),
     ],
-    ids=["rebound", "call", "other-method", "imported"],
-)
+    ids=[
+        "rebound", "call", "other-method", "imported", "mapping-updated", "part-handed-on",
+        "key-stored", "putenv", "computed-key", "not-os-getenv", "attribute-stored",
+    ],
+)  # fmt: skip
 def test_a_condition_that_may_read_otherwise_at_the_constructor_is_reported(
     code: str, reason: str
 ) -> None:

@@ -65,6 +65,7 @@ from migrator.rules.optimizers._call_sites import (
     untraced_amp,
     values_returning,
 )
+from migrator.rules.optimizers._conditions import amp_runs_when, unportable_test
 from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import (
@@ -74,7 +75,7 @@ from migrator.rules.optimizers._flow import (
     npu_fused_name,
     takes,
 )
-from migrator.rules.optimizers._fused_planner import amp_runs_when, plan_fused, unportable_test
+from migrator.rules.optimizers._fused_planner import plan_fused
 from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import FusionHazards, Hazard, describe
 from migrator.rules.optimizers._plans import DdpMoves, FusedSwaps, OptLevelSwitch

@@ -36,6 +36,15 @@ from migrator.rules.optimizers._call_sites import (
     untraced_amp,
     values_returning,
 )
+from migrator.rules.optimizers._conditions import (
+    amp_runs_when,
+    and_operand,
+    and_term,
+    calls_function,
+    stores_of,
+    unportable_test,
+    unreadable_test,
+)
 from migrator.rules.optimizers._contract import Break, ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import (
@@ -594,6 +603,8 @@ class _Planner:
                 sharder = self._sharder_given(node)
                 if sharder is not None:
                     message = _sharded_class_message(code, name, sharder)
+                elif self._given_to_rpc_optimizer(node):
+                    message = _rpc_class_message(code, name)
                 else:
                     message = _class_value_message(code, name)
                 self._report(node, message, severity)
@@ -625,6 +636,24 @@ class _Planner:
         if isinstance(name, str) and name.rpartition(".")[2] == "ZeroRedundancyOptimizer":
             return self.view.written(call.func)
         return None
+
+    def _given_to_rpc_optimizer(self, node: ast.expr) -> bool:
+        """``DistributedOptimizer(<node>, param_rrefs, ...)`` of ``torch.distributed.optim``
+        (first argument or ``optimizer_class=``): the class it builds its optimizers from on the
+        workers that own the parameters."""
+        parent = self.index.parent(node)
+        call = self.index.parent(parent) if isinstance(parent, ast.keyword) else parent
+        if not isinstance(call, ast.Call):
+            return False
+        given = (
+            call.args[:1]
+            if parent is call
+            else [k.value for k in call.keywords if k.arg == "optimizer_class"]
+        )
+        if not any(arg is node for arg in given):
+            return False
+        name = self.view.qualified_name(call.func)
+        return isinstance(name, str) and name in _RPC_OPTIMIZERS
 
     def _alias_called_here(self, node: ast.expr) -> bool:
         """``Optimizer = torch.optim.SGD`` where this file calls ``Optimizer(...)``."""
@@ -1501,12 +1530,12 @@ class _Planner:
             and not self.flow.exclusive(sink.call, own_call)
         ]
         for amp in amps:
-            for store in _stores_of(scope, held, line_of(own_call), line_of(amp)):
+            for store in stores_of(scope, held, line_of(own_call), line_of(amp)):
                 if store is statement or any(node is amp for node in ast.walk(store)):
                     continue  # the call's own assignment, or what amp.initialize hands back
                 if self.flow.exclusive(store, amp):
                     continue  # the other arm of an `if` (its own amp.initialize's result)
-                if _calls_function(store, own_call):
+                if calls_function(store, own_call):
                     # Another call of the same function (CSWin's `if args.resume:` and
                     # `if not args.resume:` blocks): it passes the same condition, and the
                     # optimizer it replaces never gets to this amp.initialize.
@@ -1576,10 +1605,10 @@ class _Planner:
                 return AmpGate(options.call, test, amp_when_true=in_body)
             if guards:
                 # `if a:` / `elif b:` / nested ifs (and `enabled=c`): amp runs when all hold.
-                terms = [_term(test, in_body) for test, in_body in reversed(guards)]
+                terms = [and_term(test, in_body) for test, in_body in reversed(guards)]
                 if run_time_enabled:
                     assert options.enabled_code is not None
-                    terms.append(_term(options.enabled_code, True))
+                    terms.append(and_term(options.enabled_code, True))
                 return AmpGate(options.call, " and ".join(terms), amp_when_true=True)
         for options in enabled:
             if options.enabled is NOT_LITERAL and options.enabled_code is not None:
@@ -1604,7 +1633,7 @@ class _Planner:
         if frozenset() in terms:
             return None
         parts = [
-            " and ".join(_term(*condition) for condition in sorted(term, key=order.__getitem__))
+            " and ".join(and_term(*condition) for condition in sorted(term, key=order.__getitem__))
             for term in sorted(terms, key=lambda term: sorted(order[c] for c in term))
         ]
         test = " or ".join(f"({part})" if " and " in part else part for part in parts)
@@ -3153,6 +3182,34 @@ def _sharded_class_message(code: str, name: str, sharder: str) -> str:
     )
 
 
+# torch's RPC optimizer, which builds an optimizer from a class on each parameter owner.
+_RPC_OPTIMIZERS = frozenset(
+    {
+        "torch.distributed.optim.DistributedOptimizer",
+        "torch.distributed.optim.optimizer.DistributedOptimizer",
+    }
+)
+
+
+def _rpc_class_message(code: str, name: str) -> str:
+    """An optimizer class handed to torch's RPC ``DistributedOptimizer``."""
+    if name.startswith(APEX_HOME + "."):
+        instead = (
+            "NVIDIA's class does not run on Ascend (it needs apex's CUDA extension `amp_C`): "
+            f"put {SOURCES[name].unfused_replacement if name in SOURCES else 'a torch optimizer'}"
+            " here"
+        )
+    else:
+        instead = "keep it: it runs on NPU as written"
+    return (
+        f"`{code}` (`{name}`) is the class torch's RPC `DistributedOptimizer` builds an optimizer "
+        "from on each worker that owns parameters; for a class it has no functional form of (an "
+        "NPU fused one) it sets each parameter's `.grad` to the distributed autograd context's "
+        "gradient before every step, which replaces a gradient tensor and detaches it from an "
+        f"NPU fused optimizer's flat gradient buffer (it would step stale values), so {instead}"
+    )
+
+
 def _class_value_message(code: str, name: str) -> str:
     """What to do with an optimizer class that is used as a value."""
     if name in UNSUPPORTED:
@@ -3215,68 +3272,6 @@ _DYNAMIC_LOOKUP_ADVICE = (
 )
 
 
-# -- conditions read at the constructor ------------------------------------------------------------
-
-_PLAIN_TEST_NODES = (
-    ast.Name, ast.Attribute, ast.Constant, ast.UnaryOp, ast.Not, ast.BoolOp, ast.And, ast.Or,
-    ast.Compare, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Lt, ast.LtE,
-    ast.Gt, ast.GtE, ast.Load,
-    ast.Tuple, ast.List, ast.Set,  # `args.dtype in ("O1", "O2")`: built anew, nothing else done
-)  # fmt: skip
-
-
-_REBINDING_CALLS = frozenset({"setattr", "delattr", "exec", "vars"})
-
-
-def amp_runs_when(guards: Sequence[tuple[str, bool]], enabled_code: str | None) -> str | None:
-    """The condition under which an ``amp.initialize`` runs and enables amp, as one expression:
-    ``guards`` are the `if` tests around it (innermost first, each with whether it is in the
-    body), ``enabled_code`` its run-time ``enabled=``; None when it always does."""
-    if len(guards) == 1 and guards[0][1] and enabled_code is None:
-        return guards[0][0]
-    terms = [_term(test, in_body) for test, in_body in reversed(guards)]
-    if enabled_code is not None:
-        terms.append(_term(enabled_code, True))
-    return " and ".join(terms) or None
-
-
-def unportable_test(
-    flow: OptimizerFlow, at: ast.AST, amp_call: ast.AST, test: str, what: str = "the constructor"
-) -> str | None:
-    """Why ``test``, the condition under which ``amp_call`` runs (or enables amp), cannot be
-    evaluated at ``at`` (``what``, in messages) instead, with the same value; None when it can:
-    both are in the same function, ``amp_call`` after ``at``, and ``test`` is names and
-    attributes that nothing assigns in between."""
-    scope = flow.scope_of(at)
-    if scope is not flow.scope_of(amp_call) or line_of(amp_call) <= line_of(at):
-        return f"`amp.initialize` is not after {what} in the same function"
-    expression = _expression(test)
-    if expression is None or not _plain_test(expression):
-        return (
-            f"`{test}` is not made of names, attributes, constants and comparisons only (a call "
-            "or a subscript, evaluated once more there, may give another value or do something)"
-        )
-    changed = _reassigned(scope, line_of(at), line_of(amp_call), expression)
-    if changed == "*":
-        return "a `setattr`, `exec` or `vars` call between the two lines may change it"
-    if changed is not None:
-        return f"`{changed}` may change between the two lines"
-    return None
-
-
-def _reassigned(scope: ast.AST, first: int, last: int, expression: ast.expr) -> str | None:
-    """The first name or dotted attribute that ``expression`` reads and ``scope`` may assign on
-    lines ``first`` to ``last``; ``"*"`` when a `setattr`, `exec` or `vars` call there may change
-    anything; None when nothing it reads changes there."""
-    stored = _stored_between(scope, first, last)
-    if "*" in stored:
-        return "*"
-    names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
-    attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
-    changed = sorted((names | attributes) & stored)
-    return changed[0] if changed else None
-
-
 def kept_when(
     view: FileView, flow: OptimizerFlow, call: ast.Call, hazards: Sequence[Hazard]
 ) -> KeptWhen | str | None:
@@ -3303,201 +3298,14 @@ def kept_when(
     guards = flow.guards_only_for(statement, call)
     if not guards:
         return None
-    test = " and ".join(_operand(test, holds) for test, holds in reversed(guards))
+    test = " and ".join(and_operand(test, holds) for test, holds in reversed(guards))
     scope = flow.scope_of(call)
     if scope is not flow.scope_of(statement) or statement.lineno <= (built.end_lineno or 0):
         return f"`{test}` guards a wrap that is not after the constructor in its function"
-    problem = _unreadable_test(view, scope, built, statement, test)
+    problem = unreadable_test(view, scope, built, statement, test)
     if problem is not None:
         return problem
     return KeptWhen(test, view.written(call.func), wrap)
-
-
-def _unreadable_test(
-    view: FileView, scope: ast.AST, built: ast.stmt, wrap: ast.stmt, test: str
-) -> str | None:
-    """Why ``test`` (the wrap's condition) may not have the value at ``built`` that it has at
-    ``wrap``: a part other than names, attributes, constants, comparisons, ``len(x)`` and
-    ``x[i]``; something it reads assigned in between; an ``x`` that may be changed in place
-    (read otherwise than ``x[i]`` and ``len(x)``, or not a new list or tuple of its own)."""
-    expression = _expression(test)
-    if expression is None:
-        return f"npu-migrate cannot read `{test}`"
-    bases: set[str] = set()
-    for node in ast.walk(expression):
-        if isinstance(node, (*_PLAIN_TEST_NODES, ast.USub)):
-            continue
-        base = _read_base(node)
-        if base is None:
-            return (
-                f"`{test}` is not made of names, attributes, constants, comparisons, `len(x)` "
-                "and `x[i]` only"
-            )
-        bases.add(base)
-    for node in view.index.names("len"):
-        between = built.lineno <= node.lineno <= wrap.lineno
-        if between and view.qualified_name(node) != "builtins.len":
-            return f"`len` at line {node.lineno} is not the builtin"
-    changed = _reassigned(scope, built.lineno, wrap.lineno, expression)
-    if changed == "*":
-        return "a `setattr`, `exec` or `vars` call before the wrap may change what it reads"
-    if changed is not None:
-        return f"`{changed}` may change between the constructor and the wrap"
-    for base in sorted(bases):
-        problem = _changed_in_place(view.index, scope, built, base)
-        if problem is not None:
-            return problem
-    return None
-
-
-def _read_base(node: ast.AST) -> str | None:
-    """``x`` of ``x[i]`` (a constant index) or of ``len(x)``; None for any other node."""
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-        return node.value.id if isinstance(literal_value(node.slice), int) else None
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "len"
-        and len(node.args) == 1
-        and not node.keywords
-        and isinstance(node.args[0], ast.Name)
-    ):
-        return node.args[0].id
-    return None
-
-
-# What builds a new list or tuple that nothing else holds: `opt_lower.split("_")`, `list(...)`.
-_NEW_SEQUENCES = frozenset({"split", "rsplit", "splitlines", "list", "tuple", "sorted"})
-
-
-def _changed_in_place(index: ModuleIndex, scope: ast.AST, built: ast.stmt, base: str) -> str | None:
-    """Why the sequence ``base`` of ``scope`` may change in place before the wrap reads it;
-    None when each of its assignments (all before ``built``) makes a new sequence and it is
-    only read as ``base[i]`` and ``len(base)``."""
-    for node in ast.walk(scope):
-        if not isinstance(node, ast.Name) or node.id != base:
-            continue
-        parent = index.parent(node)
-        line = node.lineno
-        if isinstance(node.ctx, ast.Load):
-            if parent is not None and _read_base(parent) == base:
-                continue
-            return f"`{base}` is used at line {line} otherwise than `{base}[i]` or `len({base})`"
-        if line >= built.lineno:
-            return f"`{base}` is assigned at line {line}, after the constructor"
-        if not (
-            isinstance(parent, ast.Assign)
-            and parent.targets == [node]
-            and _new_sequence(parent.value)
-        ):
-            return f"`{base}` (line {line}) may be a sequence that other code holds too"
-    return None
-
-
-def _new_sequence(value: ast.expr) -> bool:
-    """A list or tuple display, a string, or a call of :data:`_NEW_SEQUENCES`."""
-    if isinstance(value, ast.List | ast.Tuple | ast.ListComp | ast.Constant):
-        return True
-    if not isinstance(value, ast.Call):
-        return False
-    func = value.func
-    if isinstance(func, ast.Attribute):
-        return func.attr in _NEW_SEQUENCES
-    return isinstance(func, ast.Name) and func.id in _NEW_SEQUENCES
-
-
-def _operand(test: str, holds: bool) -> str:
-    """``test`` (or its negation) as one operand of ``and``, parenthesized only where it must
-    be, or where ``not`` would read as applying to part of it."""
-    expression = _expression(test)
-    if holds:
-        loose = isinstance(expression, ast.BoolOp | ast.IfExp | ast.Lambda | ast.NamedExpr)
-        return f"({test})" if loose and not _and_of(expression) else test
-    tight = isinstance(expression, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
-    return f"not {test}" if tight else f"not ({test})"
-
-
-def _and_of(expression: ast.expr | None) -> bool:
-    return isinstance(expression, ast.BoolOp) and isinstance(expression.op, ast.And)
-
-
-def _term(test: str, holds: bool) -> str:
-    """``test`` (or its negation) as one operand of ``and``."""
-    expression = _expression(test)
-    simple = isinstance(expression, (ast.Name, ast.Attribute, ast.Constant))
-    operand = test if simple else f"({test})"
-    return operand if holds else f"not {operand}"
-
-
-def _expression(code: str) -> ast.expr | None:
-    try:
-        return ast.parse(code, mode="eval").body
-    except SyntaxError:
-        return None
-
-
-def _plain_test(test: ast.expr) -> bool:
-    """Names, attributes, constants, `not`, `and`/`or` and comparisons: no call, no subscript,
-    so evaluating it once more, earlier, reads the same values and does nothing else."""
-    return all(isinstance(node, _PLAIN_TEST_NODES) for node in ast.walk(test))
-
-
-def _dotted(node: ast.expr) -> str:
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return node.id if isinstance(node, ast.Name) else "?"
-
-
-def _calls_function(store: ast.stmt, call: ast.Call) -> bool:
-    """``store`` assigns the result of a call of the function ``call`` calls (by name)."""
-    value = store.value if isinstance(store, ast.Assign | ast.AnnAssign) else None
-    return (
-        isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Name)
-        and isinstance(call.func, ast.Name)
-        and value.func.id == call.func.id
-    )
-
-
-def _stores_of(scope: ast.AST, name: str, first: int, last: int) -> list[ast.stmt]:
-    """The statements of ``scope`` on lines ``first`` to ``last`` that assign ``name``."""
-    found: list[ast.stmt] = []
-    for node in ast.walk(scope):
-        if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            continue
-        if not first <= node.lineno <= last:
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}
-        if name in names:
-            found.append(node)
-    return found
-
-
-def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
-    """Names and dotted attributes that ``scope`` assigns or deletes on lines ``first`` to
-    ``last``, and every name when something there may rebind anything (``setattr``, ``exec``,
-    ``global``/``nonlocal``)."""
-    stored: set[str] = set()
-    for node in ast.walk(scope):
-        line = getattr(node, "lineno", None)
-        if line is None or not first <= line <= last:
-            continue
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            stored.add(node.id)
-        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
-            stored.add(_dotted(node))
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            stored.update(node.names)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            stored.add(node.name)
-        elif isinstance(node, ast.ExceptHandler):
-            stored.add(node.name or "")
-        elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS:
-            stored.add("*")
-    return stored
 
 
 # What a registration loop does with a class it looks up (see FusedPlanner._registered).

@@ -113,7 +113,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     raises in `step()` without amp, and torch_npu's steps stale gradients under apex amp (which
     sets the gradients of any other optimizer to None before each backward). That is done where
     the condition reads the same at the constructor (same function, one condition, names and
-    attributes not assigned in between); otherwise the constructor is reported. With `amp =
+    attributes not assigned in between, mappings read by a constant key, `config["amp"]`,
+    `os.getenv("USE_AMP")`, that nothing in between stores into at that key, calls a method of
+    or hands on); otherwise the constructor is reported. With `amp =
     "always"` in [tool.npu-migrate] (or `--amp always`: the project trains with amp on) such an
     `amp.initialize` counts as reached: `apex.optimizers.NpuFused*`, and the path without amp
     raises at its first step, which the message says. Arguments are mapped: apex FusedAdam's

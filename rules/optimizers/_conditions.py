@@ -1,0 +1,481 @@
+"""Conditions read again at an optimizer's constructor: the NPU1xx rules' test of whether the
+condition under which ``amp.initialize`` runs (or a wrapper wraps) has, evaluated earlier at the
+constructor, the value it has there, so that the constructor can pick its class by it. Not a rule.
+
+A condition qualifies when evaluating it once more does nothing else and what it reads cannot
+change in between: names and attributes the function does not assign there, mappings read by a
+constant key (``config["amp"]``, ``cfg["train"]["amp"]``) that nothing there stores into, calls
+a method of or hands on, and the process environment (``os.getenv("K")``, ``os.environ["K"]``)
+that nothing there writes.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from migrator.analysis.calls import NOT_LITERAL, literal_value
+from migrator.analysis.index import ModuleIndex, line_of
+from migrator.analysis.view import FileView
+from migrator.rules.optimizers._flow import OptimizerFlow
+
+_PLAIN_TEST_NODES = (
+    ast.Name, ast.Attribute, ast.Constant, ast.UnaryOp, ast.Not, ast.BoolOp, ast.And, ast.Or,
+    ast.Compare, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn, ast.Lt, ast.LtE,
+    ast.Gt, ast.GtE, ast.Load,
+    ast.Tuple, ast.List, ast.Set,  # `args.dtype in ("O1", "O2")`: built anew, nothing else done
+)  # fmt: skip
+
+
+_REBINDING_CALLS = frozenset({"setattr", "delattr", "exec", "vars"})
+
+
+def amp_runs_when(guards: Sequence[tuple[str, bool]], enabled_code: str | None) -> str | None:
+    """The condition under which an ``amp.initialize`` runs and enables amp, as one expression:
+    ``guards`` are the `if` tests around it (innermost first, each with whether it is in the
+    body), ``enabled_code`` its run-time ``enabled=``; None when it always does."""
+    if len(guards) == 1 and guards[0][1] and enabled_code is None:
+        return guards[0][0]
+    terms = [and_term(test, in_body) for test, in_body in reversed(guards)]
+    if enabled_code is not None:
+        terms.append(and_term(enabled_code, True))
+    return " and ".join(terms) or None
+
+
+def unportable_test(
+    flow: OptimizerFlow, at: ast.AST, amp_call: ast.AST, test: str, what: str = "the constructor"
+) -> str | None:
+    """Why ``test``, the condition under which ``amp_call`` runs (or enables amp), cannot be
+    evaluated at ``at`` (``what``, in messages) instead, with the same value; None when it can:
+    both are in the same function, ``amp_call`` after ``at``, and ``test`` reads names,
+    attributes, mappings by constant keys and the environment, none of which that function
+    changes in between (see the module's docstring)."""
+    scope = flow.scope_of(at)
+    if scope is not flow.scope_of(amp_call) or line_of(amp_call) <= line_of(at):
+        return f"`amp.initialize` is not after {what} in the same function"
+    between = _Between(flow.view, scope, at, amp_call)
+    expression = _expression(test)
+    reads = None if expression is None else between.keyed_reads(expression)
+    if expression is None or reads is None:
+        return (
+            f"`{test}` is not made of names, attributes, constants, comparisons and reads by a "
+            'constant key (`config["amp"]`, `os.getenv("AMP")`) only (any other call or '
+            "subscript, evaluated once more there, may give another value or do something)"
+        )
+    changed = _reassigned(scope, line_of(at), line_of(amp_call), expression)
+    if changed == "*":
+        return "a `setattr`, `exec` or `vars` call between the two lines may change it"
+    if changed is not None:
+        return f"`{changed}` may change between the two lines"
+    for read in sorted(reads):
+        line = between.changed_at(read)
+        if line is not None:
+            return f"{read.described} may change at line {line}, between the two lines"
+    return None
+
+
+# The process environment, as a mapping read by `os.getenv("K")`, `os.environ["K"]`, `.get`.
+ENVIRONMENT = "os.environ"
+_ENVIRONMENT_WRITERS = frozenset({"os.putenv", "os.unsetenv"})
+# Methods that only read a mapping (`config.get("amp")`), and calls that only read what they
+# are given (`print(config)`, `logger.info(config)`).
+_READING_METHODS = frozenset({"get", "keys", "values", "items", "copy"})
+_READING_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in ("print", "len", "str", "repr", "format", "bool", "isinstance", "id", "type")
+)
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "log"})
+
+# A place in a mapping: its root's dotted parts (or ENVIRONMENT), then the keys and attributes
+# read from it, in order: ("config", "train", "amp") for `config["train"]["amp"]`. Keys and
+# attributes are alike (an EasyDict's `cfg.TRAIN` is `cfg["TRAIN"]`).
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, order=True)
+class _KeyedRead:
+    """A read by constant keys: ``path``, of which the first ``root`` parts are the mapping."""
+
+    path: Path
+    root: int
+
+    @property
+    def described(self) -> str:
+        if self.path[0] == ENVIRONMENT:
+            return "the environment"
+        return f"`{'.'.join(str(part) for part in self.path[: self.root])}`"
+
+    def touched_by(self, changed: Path) -> bool:
+        """A change at ``changed`` (a store there, a method call on it, a call given it) may
+        change what this reads: it is in this mapping and one path holds the other."""
+        shorter = min(len(changed), len(self.path))
+        return len(changed) >= self.root and changed[:shorter] == self.path[:shorter]
+
+
+class _Between:
+    """What ``scope`` runs from the constructor ``at`` to ``amp_call``: what a condition reads
+    there by constant keys, and where something there may change it."""
+
+    def __init__(self, view: FileView, scope: ast.AST, at: ast.AST, amp_call: ast.AST) -> None:
+        self.view, self.scope = view, scope
+        self.first, self.last = line_of(at), line_of(amp_call)
+        self.ends = (at, amp_call)  # neither changes a mapping it is given
+
+    def keyed_reads(self, expression: ast.expr) -> set[_KeyedRead] | None:
+        """The reads by constant keys in ``expression`` (``config["train"]["amp"]``,
+        ``cfg.get("amp")``, ``os.getenv("AMP")``); None when a part of it is neither such a
+        read nor a name, attribute, constant, `not`, `and`/`or` or comparison."""
+        reads: set[_KeyedRead] = set()
+        for node in ast.walk(expression):
+            if isinstance(node, (*_PLAIN_TEST_NODES, ast.USub)):
+                continue
+            read = self._keyed_read(node)
+            if read is None:
+                return None
+            reads.add(read)
+        return reads
+
+    def _keyed_read(self, node: ast.AST) -> _KeyedRead | None:
+        if isinstance(node, ast.Subscript):
+            path = self._path(node)
+            root = self._root_length(node)
+            return (
+                None
+                if path is None or root is None or len(path) <= root
+                else _KeyedRead(path, root)
+            )
+        if not isinstance(node, ast.Call) or not _constant_arguments(node) or not node.args:
+            return None
+        key = literal_value(node.args[0])
+        if not isinstance(key, str | int):
+            return None
+        if self._full_name(node.func) == "os.getenv":
+            return _KeyedRead((ENVIRONMENT, key), 1)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            path = self._path(node.func.value)
+            root = self._root_length(node.func.value)
+            return None if path is None or root is None else _KeyedRead((*path, key), root)
+        return None
+
+    def _path(self, node: ast.expr) -> Path | None:
+        """Where ``node`` is: its root's dotted parts and the constant keys and attributes read
+        from it; a key that is not a constant ends the path there (``config[k]["a"]`` is
+        somewhere in ``config``). None when it is not names, attributes and subscripts, or
+        names the environment otherwise than ``os.environ``."""
+        parts: list[str | int] = []
+        while isinstance(node, ast.Subscript | ast.Attribute):
+            if isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+            else:
+                key = literal_value(node.slice)
+                if isinstance(key, str | int):
+                    parts.append(key)
+                else:
+                    parts.clear()
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        path: Path = (node.id, *reversed(parts))
+        full = self._full_name(node)
+        if full == "?":
+            return None
+        if full is None:
+            return path
+        dotted = [*full.split("."), *path[1:]]
+        if dotted[:2] == ["os", "environ"]:
+            return (ENVIRONMENT, *dotted[2:])
+        return None if dotted[0] == "os" else path
+
+    def _root_length(self, node: ast.expr) -> int | None:
+        """How many parts of ``node``'s path name the mapping it reads: those before its first
+        subscript (``self.cfg`` of ``self.cfg["train"]["amp"]``), or all of them (the receiver
+        of ``.get``, ``self.cfg`` of ``self.cfg.get("amp")``)."""
+        mapping, part = node, node
+        while isinstance(part, ast.Subscript | ast.Attribute):
+            if isinstance(part, ast.Subscript):
+                mapping = part.value
+            part = part.value
+        path = self._path(mapping)
+        return None if path is None else len(path)
+
+    def _full_name(self, node: ast.expr) -> str | None:
+        """The qualified name of the dotted name ``node`` where its head is imported, read
+        from that head's uses on these lines; None when its head is not imported; "?" when it
+        cannot be told."""
+        dotted = _dotted(node)
+        if "?" in dotted:
+            return "?"
+        head, _, rest = dotted.partition(".")
+        found = {
+            self.view.qualified_name(name)
+            for name in self.view.index.names(head)
+            if self.first <= name.lineno <= self.last
+        }
+        if len(found) != 1:
+            return "?"
+        [qualified] = found
+        if qualified is None:
+            return None
+        if not isinstance(qualified, str):
+            return "?"
+        return f"{qualified}.{rest}" if rest else qualified
+
+    def changed_at(self, read: _KeyedRead) -> int | None:
+        """The first line where something between the two ends may change what ``read``
+        reads: a store into its mapping or what it holds (by key or attribute), a method call
+        on them other than a read, a call given them (other than builtins and log calls that
+        only read); for the environment also ``os.putenv`` and ``os.unsetenv``."""
+        for node in ast.walk(self.scope):
+            line = getattr(node, "lineno", None)
+            if line is None or not self.first <= line <= self.last:
+                continue
+            stored = isinstance(node, ast.Subscript | ast.Attribute) and not isinstance(
+                node.ctx, ast.Load
+            )
+            if stored and self._touches(cast(ast.expr, node), read):
+                return line
+            if isinstance(node, ast.Call) and self._changes(node, read):
+                return line
+        return None
+
+    def _changes(self, call: ast.Call, read: _KeyedRead) -> bool:
+        func = call.func
+        if any(call is end for end in self.ends):
+            return False
+        if self._full_name(func) in _ENVIRONMENT_WRITERS and read.path[0] == ENVIRONMENT:
+            key = literal_value(call.args[0]) if call.args else None
+            return not isinstance(key, str) or read.touched_by((ENVIRONMENT, key))
+        method = func.attr if isinstance(func, ast.Attribute) else None
+        receiver = func.value if isinstance(func, ast.Attribute) else None
+        if (
+            receiver is not None
+            and method not in _READING_METHODS
+            and self._touches(receiver, read)  # `config.update(...)`
+        ):
+            return True
+        if method in _LOG_METHODS or self._full_name(func) in _READING_BUILTINS:
+            return False  # `logger.info(config)`, `print(config)`
+        given = [*call.args, *(keyword.value for keyword in call.keywords)]
+        return any(
+            self._touches(arg.value if isinstance(arg, ast.Starred) else arg, read) for arg in given
+        )
+
+    def _touches(self, node: ast.expr, read: _KeyedRead) -> bool:
+        path = self._path(node)
+        return path is not None and read.touched_by(path)
+
+
+def _is_dotted(node: ast.expr) -> bool:
+    return "?" not in _dotted(node)
+
+
+def _constant_arguments(call: ast.Call) -> bool:
+    """Only constants passed, positionally or by keyword (`os.getenv("K", "0")`)."""
+    given = [*call.args, *(keyword.value for keyword in call.keywords)]
+    return all(
+        not isinstance(arg, ast.Starred) and literal_value(arg) is not NOT_LITERAL for arg in given
+    ) and all(keyword.arg is not None for keyword in call.keywords)
+
+
+def _reassigned(scope: ast.AST, first: int, last: int, expression: ast.expr) -> str | None:
+    """The first name or dotted attribute that ``expression`` reads and ``scope`` may assign on
+    lines ``first`` to ``last``; ``"*"`` when a `setattr`, `exec` or `vars` call there may change
+    anything; None when nothing it reads changes there."""
+    stored = _stored_between(scope, first, last)
+    if "*" in stored:
+        return "*"
+    names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
+    attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
+    changed = sorted((names | attributes) & stored)
+    return changed[0] if changed else None
+
+
+def unreadable_test(
+    view: FileView, scope: ast.AST, built: ast.stmt, wrap: ast.stmt, test: str
+) -> str | None:
+    """Why ``test`` (the wrap's condition) may not have the value at ``built`` that it has at
+    ``wrap``: a part other than names, attributes, constants, comparisons, ``len(x)`` and
+    ``x[i]``; something it reads assigned in between; an ``x`` that may be changed in place
+    (read otherwise than ``x[i]`` and ``len(x)``, or not a new list or tuple of its own)."""
+    expression = _expression(test)
+    if expression is None:
+        return f"npu-migrate cannot read `{test}`"
+    bases: set[str] = set()
+    for node in ast.walk(expression):
+        if isinstance(node, (*_PLAIN_TEST_NODES, ast.USub)):
+            continue
+        base = _read_base(node)
+        if base is None:
+            return (
+                f"`{test}` is not made of names, attributes, constants, comparisons, `len(x)` "
+                "and `x[i]` only"
+            )
+        bases.add(base)
+    for node in view.index.names("len"):
+        between = built.lineno <= node.lineno <= wrap.lineno
+        if between and view.qualified_name(node) != "builtins.len":
+            return f"`len` at line {node.lineno} is not the builtin"
+    changed = _reassigned(scope, built.lineno, wrap.lineno, expression)
+    if changed == "*":
+        return "a `setattr`, `exec` or `vars` call before the wrap may change what it reads"
+    if changed is not None:
+        return f"`{changed}` may change between the constructor and the wrap"
+    for base in sorted(bases):
+        problem = _changed_in_place(view.index, scope, built, base)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _read_base(node: ast.AST) -> str | None:
+    """``x`` of ``x[i]`` (a constant index) or of ``len(x)``; None for any other node."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        return node.value.id if isinstance(literal_value(node.slice), int) else None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "len"
+        and len(node.args) == 1
+        and not node.keywords
+        and isinstance(node.args[0], ast.Name)
+    ):
+        return node.args[0].id
+    return None
+
+
+# What builds a new list or tuple that nothing else holds: `opt_lower.split("_")`, `list(...)`.
+_NEW_SEQUENCES = frozenset({"split", "rsplit", "splitlines", "list", "tuple", "sorted"})
+
+
+def _changed_in_place(index: ModuleIndex, scope: ast.AST, built: ast.stmt, base: str) -> str | None:
+    """Why the sequence ``base`` of ``scope`` may change in place before the wrap reads it;
+    None when each of its assignments (all before ``built``) makes a new sequence and it is
+    only read as ``base[i]`` and ``len(base)``."""
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Name) or node.id != base:
+            continue
+        parent = index.parent(node)
+        line = node.lineno
+        if isinstance(node.ctx, ast.Load):
+            if parent is not None and _read_base(parent) == base:
+                continue
+            return f"`{base}` is used at line {line} otherwise than `{base}[i]` or `len({base})`"
+        if line >= built.lineno:
+            return f"`{base}` is assigned at line {line}, after the constructor"
+        if not (
+            isinstance(parent, ast.Assign)
+            and parent.targets == [node]
+            and _new_sequence(parent.value)
+        ):
+            return f"`{base}` (line {line}) may be a sequence that other code holds too"
+    return None
+
+
+def _new_sequence(value: ast.expr) -> bool:
+    """A list or tuple display, a string, or a call of :data:`_NEW_SEQUENCES`."""
+    if isinstance(value, ast.List | ast.Tuple | ast.ListComp | ast.Constant):
+        return True
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Attribute):
+        return func.attr in _NEW_SEQUENCES
+    return isinstance(func, ast.Name) and func.id in _NEW_SEQUENCES
+
+
+def and_operand(test: str, holds: bool) -> str:
+    """``test`` (or its negation) as one operand of ``and``, parenthesized only where it must
+    be, or where ``not`` would read as applying to part of it."""
+    expression = _expression(test)
+    if holds:
+        loose = isinstance(expression, ast.BoolOp | ast.IfExp | ast.Lambda | ast.NamedExpr)
+        return f"({test})" if loose and not _and_of(expression) else test
+    tight = isinstance(expression, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+    return f"not {test}" if tight else f"not ({test})"
+
+
+def _and_of(expression: ast.expr | None) -> bool:
+    return isinstance(expression, ast.BoolOp) and isinstance(expression.op, ast.And)
+
+
+def and_term(test: str, holds: bool) -> str:
+    """``test`` (or its negation) as one operand of ``and``."""
+    expression = _expression(test)
+    simple = isinstance(
+        expression, ast.Name | ast.Attribute | ast.Constant | ast.Call | ast.Subscript
+    )
+    operand = test if simple else f"({test})"
+    return operand if holds else f"not {operand}"
+
+
+def _expression(code: str) -> ast.expr | None:
+    try:
+        return ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def _plain_test(test: ast.expr) -> bool:
+    """Names, attributes, constants, `not`, `and`/`or` and comparisons: no call, no subscript,
+    so evaluating it once more, earlier, reads the same values and does nothing else."""
+    return all(isinstance(node, _PLAIN_TEST_NODES) for node in ast.walk(test))
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else "?"
+
+
+def calls_function(store: ast.stmt, call: ast.Call) -> bool:
+    """``store`` assigns the result of a call of the function ``call`` calls (by name)."""
+    value = store.value if isinstance(store, ast.Assign | ast.AnnAssign) else None
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and isinstance(call.func, ast.Name)
+        and value.func.id == call.func.id
+    )
+
+
+def stores_of(scope: ast.AST, name: str, first: int, last: int) -> list[ast.stmt]:
+    """The statements of ``scope`` on lines ``first`` to ``last`` that assign ``name``."""
+    found: list[ast.stmt] = []
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            continue
+        if not first <= node.lineno <= last:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+        if name in names:
+            found.append(node)
+    return found
+
+
+def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
+    """Names and dotted attributes that ``scope`` assigns or deletes on lines ``first`` to
+    ``last``, and every name when something there may rebind anything (``setattr``, ``exec``,
+    ``global``/``nonlocal``)."""
+    stored: set[str] = set()
+    for node in ast.walk(scope):
+        line = getattr(node, "lineno", None)
+        if line is None or not first <= line <= last:
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stored.add(node.id)
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            stored.add(_dotted(node))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            stored.update(node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, ast.ExceptHandler):
+            stored.add(node.name or "")
+        elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS:
+            stored.add("*")
+    return stored
