@@ -19,7 +19,9 @@ from typing import cast
 from migrator.analysis.calls import NOT_LITERAL, literal_value
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.view import FileView
+from migrator.rules.optimizers._amp import AmpOptions
 from migrator.rules.optimizers._flow import OptimizerFlow
+from migrator.rules.optimizers._fp16 import Condition, merged_terms
 
 _PLAIN_TEST_NODES = (
     ast.Name, ast.Attribute, ast.Constant, ast.UnaryOp, ast.Not, ast.BoolOp, ast.And, ast.Or,
@@ -44,6 +46,33 @@ def amp_runs_when(guards: Sequence[tuple[str, bool]], enabled_code: str | None) 
     return " and ".join(terms) or None
 
 
+def any_amp_condition(
+    flow: OptimizerFlow, enabled: Sequence[AmpOptions], at: ast.AST
+) -> str | None:
+    """The condition under which any of several ``amp.initialize`` calls (``enabled``) runs
+    and enables amp, seen from ``at``: the tests around each that do not also guard ``at``,
+    joined with ``and``, the calls' terms with ``or`` (`if args.amp:` around `if use_npu:` /
+    `elif use_gpu:` gives `(args.amp and use_npu) or (args.amp and not use_npu and use_gpu)`,
+    simplified where a term holds another); None when together they run on every path."""
+    terms: set[frozenset[Condition]] = set()
+    order: dict[Condition, int] = {}  # outer tests first, as the single-call gate writes them
+    for options in enabled:
+        conditions = list(reversed(flow.guards_only_for(options.call, at)))
+        if options.enabled is NOT_LITERAL and options.enabled_code is not None:
+            conditions.append((options.enabled_code, True))
+        for condition in conditions:
+            order.setdefault(condition, len(order))
+        terms.add(frozenset(conditions))
+    terms = merged_terms(terms)
+    if frozenset() in terms:
+        return None
+    parts = [
+        " and ".join(and_term(*condition) for condition in sorted(term, key=order.__getitem__))
+        for term in sorted(terms, key=lambda term: sorted(order[c] for c in term))
+    ]
+    return " or ".join(f"({part})" if " and " in part else part for part in parts)
+
+
 def unportable_test(
     flow: OptimizerFlow, at: ast.AST, amp_call: ast.AST, test: str, what: str = "the constructor"
 ) -> str | None:
@@ -53,9 +82,15 @@ def unportable_test(
     attributes, mappings by constant keys and the environment, none of which that function
     changes in between (see the module's docstring)."""
     scope = flow.scope_of(at)
-    if scope is not flow.scope_of(amp_call) or line_of(amp_call) <= line_of(at):
+    if scope is not flow.scope_of(amp_call):
+        through = _unportable_through_method(flow, at, amp_call, test)
+        if through is None:
+            return None
+        detail = f" ({through})" if through else ""
+        return f"`amp.initialize` is not after {what} in the same function{detail}"
+    if line_of(amp_call) <= line_of(at):
         return f"`amp.initialize` is not after {what} in the same function"
-    between = _Between(flow.view, scope, at, amp_call)
+    between = _Between(flow.view, scope, line_of(at), line_of(amp_call), (at, amp_call))
     expression = _expression(test)
     reads = None if expression is None else between.keyed_reads(expression)
     if expression is None or reads is None:
@@ -64,7 +99,13 @@ def unportable_test(
             'constant key (`config["amp"]`, `os.getenv("AMP")`) only (any other call or '
             "subscript, evaluated once more there, may give another value or do something)"
         )
-    changed = _reassigned(scope, line_of(at), line_of(amp_call), expression)
+    return _changed_between(between, expression, reads)
+
+
+def _changed_between(between: _Between, expression: ast.expr, reads: set[_KeyedRead]) -> str | None:
+    """Why what ``expression`` reads (``reads`` by constant keys) may change on the lines of
+    ``between``; None when nothing there changes it."""
+    changed = _reassigned(between.scope, between.first, between.last, expression)
     if changed == "*":
         return "a `setattr`, `exec` or `vars` call between the two lines may change it"
     if changed is not None:
@@ -74,6 +115,95 @@ def unportable_test(
         if line is not None:
             return f"{read.described} may change at line {line}, between the two lines"
     return None
+
+
+_NOT_PLAIN_METHODS = frozenset({"staticmethod", "classmethod"})
+
+
+def _unportable_through_method(
+    flow: OptimizerFlow, at: ast.AST, amp_call: ast.AST, test: str
+) -> str | None:
+    """Why ``test`` cannot be read at ``at`` in a method of a class whose other method runs
+    ``amp_call`` (a trainer's ``build_model`` called by its ``train``, or by ``__init__``);
+    None when it can: the constructor's method is called only as ``self.<method>(...)``, by
+    the method of ``amp_call``, before it; ``test`` reads only ``self`` (its attributes and
+    what they hold by constant keys), which the constructor's method does not change after
+    the constructor, and which may be read at each of those calls instead (the same function
+    as ``amp_call``: see :func:`unportable_test`). Empty when the two are not methods of one
+    class."""
+    index = flow.index
+    method, runner = flow.scope_of(at), flow.scope_of(amp_call)
+    owner = index.parent(method)
+    if not (
+        isinstance(owner, ast.ClassDef)
+        and isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef)
+        and isinstance(runner, ast.FunctionDef | ast.AsyncFunctionDef)
+        and index.parent(runner) is owner
+    ):
+        return ""
+    me = _plain_self(method)
+    if me is None or me != _plain_self(runner):
+        return f"`{method.name}` and `{runner.name}` are not both plain methods"
+    expression = _expression(test)
+    if expression is None or any(
+        isinstance(node, ast.Name) and node.id != me for node in ast.walk(expression)
+    ):
+        return f"`{test}` reads more than `{me}`"
+    calls: list[ast.Call] = []
+    for use in index.attributes(method.name):
+        if _own_method_elsewhere(index, use, owner, method.name):
+            continue  # `self.<name>` in a class with a method of that name: that one
+        call = index.parent(use)
+        called = (
+            isinstance(call, ast.Call)
+            and call.func is use
+            and isinstance(use, ast.Attribute)
+            and isinstance(use.value, ast.Name)
+            and use.value.id == me
+            and flow.scope_of(call) is runner
+            and line_of(call) < line_of(amp_call)
+        )
+        if not isinstance(call, ast.Call) or not called:
+            return (
+                f"`{method.name}` is used at line {use.lineno} otherwise than called by "
+                f"`{runner.name}` before `amp.initialize`"
+            )
+        calls.append(call)
+    if not calls or index.names(method.name):
+        return f"`{method.name}` is not only called as `{me}.{method.name}(...)` by `{runner.name}`"
+    for call in calls:
+        why = unportable_test(flow, call, amp_call, test, what=f"the call of `{method.name}`")
+        if why is not None:
+            return why
+    end = method.end_lineno or line_of(at)
+    between = _Between(flow.view, method, line_of(at), end, (at,))
+    reads = between.keyed_reads(expression)
+    if reads is None:
+        return f"`{test}` is not made of names, attributes, constants and keyed reads"
+    changed = _changed_between(between, expression, reads)
+    return None if changed is None else f"in `{method.name}`, {changed}"
+
+
+def _own_method_elsewhere(index: ModuleIndex, use: ast.AST, owner: ast.ClassDef, name: str) -> bool:
+    """``use`` is in a class other than ``owner`` that defines a method ``name`` itself."""
+    for ancestor in index.ancestors(use):
+        if isinstance(ancestor, ast.ClassDef):
+            return ancestor is not owner and any(
+                isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
+                and statement.name == name
+                for statement in ancestor.body
+            )
+    return False
+
+
+def _plain_self(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The name of the instance parameter of a plain method; None for a static or class
+    method, or one without parameters."""
+    for decorator in function.decorator_list:
+        if isinstance(decorator, ast.Name) and decorator.id in _NOT_PLAIN_METHODS:
+            return None
+    positional = [*function.args.posonlyargs, *function.args.args]
+    return positional[0].arg if positional else None
 
 
 # The process environment, as a mapping read by `os.getenv("K")`, `os.environ["K"]`, `.get`.
@@ -115,13 +245,15 @@ class _KeyedRead:
 
 
 class _Between:
-    """What ``scope`` runs from the constructor ``at`` to ``amp_call``: what a condition reads
-    there by constant keys, and where something there may change it."""
+    """What ``scope`` runs on lines ``first`` to ``last`` (from the constructor to
+    ``amp.initialize``): what a condition reads there by constant keys, and where something
+    there may change it."""
 
-    def __init__(self, view: FileView, scope: ast.AST, at: ast.AST, amp_call: ast.AST) -> None:
-        self.view, self.scope = view, scope
-        self.first, self.last = line_of(at), line_of(amp_call)
-        self.ends = (at, amp_call)  # neither changes a mapping it is given
+    def __init__(
+        self, view: FileView, scope: ast.AST, first: int, last: int, ends: tuple[ast.AST, ...]
+    ) -> None:
+        self.view, self.scope, self.first, self.last = view, scope, first, last
+        self.ends = ends  # the constructor and `amp.initialize`: neither changes what it is given
 
     def keyed_reads(self, expression: ast.expr) -> set[_KeyedRead] | None:
         """The reads by constant keys in ``expression`` (``config["train"]["amp"]``,

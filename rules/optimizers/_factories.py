@@ -57,7 +57,7 @@ from migrator.rules.normalization_parallel._ddp_order import (
 from migrator.rules.optimizers import _handed as handed
 from migrator.rules.optimizers import _lightning as lightning
 from migrator.rules.optimizers import _method_callers as method_callers
-from migrator.rules.optimizers._amp import amp_options
+from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._call_sites import (
     returned_calls,
     returned_origins,
@@ -65,7 +65,7 @@ from migrator.rules.optimizers._call_sites import (
     untraced_amp,
     values_returning,
 )
-from migrator.rules.optimizers._conditions import amp_runs_when, unportable_test
+from migrator.rules.optimizers._conditions import amp_runs_when, any_amp_condition, unportable_test
 from migrator.rules.optimizers._contract import ParameterContract
 from migrator.rules.optimizers._contract import describe as describe_breaks
 from migrator.rules.optimizers._flow import (
@@ -660,11 +660,12 @@ def _site_facts(
         # Both arms of one `if` (Vit_small's `if args.combine_grad:` ... `else:`): amp runs
         # when that statement runs, unless an arm enables it at run time.
         amp = flow.both_arms(enabled)
-        if amp is None or any(
-            amp_options(reader, each, None).enabled is NOT_LITERAL for each in enabled
-        ):
+        options = [amp_options(reader, each, None) for each in enabled]
+        if amp is None or any(each.enabled is NOT_LITERAL for each in options):
+            # Else amp runs where any of them does (OSNet's `if cfg.amp:` around `if
+            # cfg.use_npu: ... elif cfg.use_gpu: ...`), read at the call as one condition.
             amp = None
-            argument, why = None, "it is passed to more than one `amp.initialize` there"
+            argument, why = _any_amp_argument(flow, call, options)
     elif enabled:
         options = amp_options(reader, enabled[0], None)
         run_time = options.enabled_code if options.enabled is NOT_LITERAL else None
@@ -694,6 +695,23 @@ def _site_facts(
         argument, why = None, f"NPU101 does not look at {_display(path)} (it names no optimizer)"
     facts["argument"], facts["why"] = argument, why
     return facts
+
+
+def _any_amp_argument(
+    flow: OptimizerFlow, call: ast.Call, options: list[AmpOptions]
+) -> tuple[str | None, str | None]:
+    """amp's condition at ``call`` over several ``amp.initialize`` calls of its function, to
+    pass to the factory (``"True"`` when they cover every path); None with why it cannot be
+    read at the call (each of them must be after it, with nothing the condition reads changed
+    in between)."""
+    test = any_amp_condition(flow, options, call)
+    if test is None:
+        return "True", None
+    for each in options:
+        why = unportable_test(flow, call, each.call, test, what="the call")
+        if why is not None:
+            return None, why
+    return test, None
 
 
 def _handed_on(

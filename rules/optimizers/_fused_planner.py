@@ -40,6 +40,7 @@ from migrator.rules.optimizers._conditions import (
     amp_runs_when,
     and_operand,
     and_term,
+    any_amp_condition,
     calls_function,
     stores_of,
     unportable_test,
@@ -54,7 +55,7 @@ from migrator.rules.optimizers._flow import (
     npu_fused_name,
     takes,
 )
-from migrator.rules.optimizers._fp16 import Condition, merged_terms, uncovered_condition
+from migrator.rules.optimizers._fp16 import uncovered_condition
 from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import (
     FusionHazards,
@@ -1620,23 +1621,9 @@ class _Planner:
         them runs and enables it, so the gate is the condition over all of them (`if args.amp:`
         around `if args.combine_grad:` / `else:` gives `args.amp`); one call's own condition
         would leave the other's paths with the wrong class. None when they cover every path."""
-        terms: set[frozenset[Condition]] = set()
-        order: dict[Condition, int] = {}  # outer tests first, as the single-call gate writes them
-        for options in enabled:
-            conditions = list(reversed(self.flow.guards_only_for(options.call, call)))
-            if options.enabled is NOT_LITERAL and options.enabled_code is not None:
-                conditions.append((options.enabled_code, True))
-            for condition in conditions:
-                order.setdefault(condition, len(order))
-            terms.add(frozenset(conditions))
-        terms = merged_terms(terms)
-        if frozenset() in terms:
+        test = any_amp_condition(self.flow, enabled, call)
+        if test is None:
             return None
-        parts = [
-            " and ".join(and_term(*condition) for condition in sorted(term, key=order.__getitem__))
-            for term in sorted(terms, key=lambda term: sorted(order[c] for c in term))
-        ]
-        test = " or ".join(f"({part})" if " and " in part else part for part in parts)
         first = min((options.call for options in enabled), key=line_of)
         run_time = any(o.enabled is NOT_LITERAL and o.enabled_code for o in enabled)
         return AmpGate(first, test, amp_when_true=True, verb="enables amp" if run_time else "runs")

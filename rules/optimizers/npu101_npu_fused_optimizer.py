@@ -115,7 +115,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     the condition reads the same at the constructor (same function, one condition, names and
     attributes not assigned in between, mappings read by a constant key, `config["amp"]`,
     `os.getenv("USE_AMP")`, that nothing in between stores into at that key, calls a method of
-    or hands on); otherwise the constructor is reported. With `amp =
+    or hands on; or, in a method of a trainer class, a condition on `self` read in the method
+    that builds the optimizer, called only as `self.<method>(...)` by the method that runs amp,
+    before it, and changing nothing the condition reads); otherwise the constructor is
+    reported. With `amp =
     "always"` in [tool.npu-migrate] (or `--amp always`: the project trains with amp on) such an
     `amp.initialize` counts as reached: `apex.optimizers.NpuFused*`, and the path without amp
     raises at its first step, which the message says. Arguments are mapped: apex FusedAdam's
