@@ -1235,7 +1235,21 @@ def _named_filter(view: FileView, group: ast.expr) -> tuple[str, str, bool] | No
     if not holds:
         assert isinstance(term, ast.UnaryOp)
         term = term.operand
+    if isinstance(term, ast.Compare) and len(term.ops) == 1:
+        # `n[-4:] != "bias"` is `not (n[-4:] == "bias")` (faster-rcnn's RFCN groups): `not in`
+        # and `is not` are by definition, `!=` for the strings and numbers a name test reads.
+        positive = _NEGATED.get(type(term.ops[0]))
+        if positive is not None:
+            term = ast.Compare(left=term.left, ops=[positive()], comparators=term.comparators)
+            holds = not holds
     return model, ast.dump(term), holds
+
+
+_NEGATED: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.NotEq: ast.Eq,
+    ast.NotIn: ast.In,
+    ast.IsNot: ast.Is,
+}
 
 
 def _named_parameters_of(node: ast.expr | None) -> str | None:
