@@ -6,7 +6,8 @@ A condition qualifies when evaluating it once more does nothing else and what it
 change in between: names and attributes the function does not assign there, mappings read by a
 constant key (``config["amp"]``, ``cfg["train"]["amp"]``) that nothing there stores into, calls
 a method of or hands on, and the process environment (``os.getenv("K")``, ``os.environ["K"]``)
-that nothing there writes.
+that nothing there writes. In a trainer class whose ``train`` calls ``self.build_model()`` and
+then runs amp under ``self.amp``, the flag may be read in ``build_model`` instead.
 """
 
 from __future__ import annotations
@@ -254,6 +255,7 @@ class _Between:
     ) -> None:
         self.view, self.scope, self.first, self.last = view, scope, first, last
         self.ends = ends  # the constructor and `amp.initialize`: neither changes what it is given
+        self._heads: dict[str, str | None] = {}  # see _head_name
 
     def keyed_reads(self, expression: ast.expr) -> set[_KeyedRead] | None:
         """The reads by constant keys in ``expression`` (``config["train"]["amp"]``,
@@ -340,19 +342,23 @@ class _Between:
         if "?" in dotted:
             return "?"
         head, _, rest = dotted.partition(".")
-        found = {
-            self.view.qualified_name(name)
-            for name in self.view.index.names(head)
-            if self.first <= name.lineno <= self.last
-        }
-        if len(found) != 1:
-            return "?"
-        [qualified] = found
-        if qualified is None:
-            return None
-        if not isinstance(qualified, str):
-            return "?"
+        qualified = self._head_name(head)
+        if qualified is None or qualified == "?":
+            return qualified
         return f"{qualified}.{rest}" if rest else qualified
+
+    def _head_name(self, head: str) -> str | None:
+        """What the name ``head`` is bound to on these lines (see :meth:`_full_name`),
+        resolved once per name: :meth:`changed_at` asks for every call on the lines."""
+        if head not in self._heads:
+            found = {
+                self.view.qualified_name(name)
+                for name in self.view.index.names(head)
+                if self.first <= name.lineno <= self.last
+            }
+            [qualified] = found if len(found) == 1 else ["?"]
+            self._heads[head] = None if qualified is None else _str_or_unknown(qualified)
+        return self._heads[head]
 
     def changed_at(self, read: _KeyedRead) -> int | None:
         """The first line where something between the two ends may change what ``read``
@@ -397,6 +403,11 @@ class _Between:
     def _touches(self, node: ast.expr, read: _KeyedRead) -> bool:
         path = self._path(node)
         return path is not None and read.touched_by(path)
+
+
+def _str_or_unknown(qualified: object) -> str:
+    """A qualified name, or "?" for an ``Ambiguous`` one."""
+    return qualified if isinstance(qualified, str) else "?"
 
 
 def _is_dotted(node: ast.expr) -> bool:
