@@ -296,6 +296,25 @@ class OptimizerFlow:
             (self._test(guard), not in_body) in branches for guard, in_body in self._guards(node)
         )
 
+    def apart(self, node: ast.AST, other: ast.AST) -> bool:
+        """``node`` and ``other`` sit in the two arms of one `if` statement (or of an `elif`
+        chain) that no loop of its function repeats: one run of the function passes one of
+        them at most. Unlike :meth:`exclusive`, the same statement, not the same text."""
+        arms = {id(guard): in_body for guard, in_body in self._guards(other)}
+        for guard, in_body in self._guards(node):
+            if arms.get(id(guard), in_body) != in_body:
+                return not any(
+                    isinstance(parent, ast.For | ast.AsyncFor | ast.While)
+                    for parent in self._up_to_function(guard)
+                )
+        return False
+
+    def _up_to_function(self, node: ast.AST) -> Iterator[ast.AST]:
+        for parent in self.index.ancestors(node):
+            if isinstance(parent, _FUNCTIONS):
+                return
+            yield parent
+
     def _test(self, guard: ast.If) -> str:
         return self.view.written(guard.test)
 

@@ -442,6 +442,9 @@ class _Planner:
         # id(unsupported constructor) -> zero_grad calls a safe edit excused because it raises
         self.excused: dict[int, list[ast.Call]] = {}
         self._mapped_values: set[int] = set()  # class values whose call NPU101 maps
+        # id(call) -> where its callee is given the classes a mapping at the call fuses: the
+        # keys of a `**mapping` stored apart from all of them never reach those classes.
+        self._class_paths: dict[int, list[ast.expr]] = {}
         self.methods: Mapping[str, Any] = {}  # the callers of the module's methods (link stage)
         # id(function of the module) -> its parameters that receive an optimizer of Ascend
         # apex's own class, where the optimizer is followed (see _kept_by)
@@ -1910,7 +1913,8 @@ class _Planner:
         for arg in draft.arguments:
             if arg.star != "**":
                 continue
-            keys = forwarded_keys(self.view, arg.value, draft.call)
+            given = self._class_paths.get(id(draft.call), ())
+            keys = self._forwarded_on_path(arg, draft.call, given)
             draft.forwarded.append((arg.index, keys))
             dropped: list[str] = []
             for reading in keys.keys:
@@ -1996,17 +2000,19 @@ class _Planner:
         any other value is called as before. False when nothing can be mapped."""
         if not _pure(call.func) or not self._torch_bound():
             return False
-        displays = []
+        giving: dict[str, list[ast.expr]] = {}  # display -> the class expressions giving it
         for origin in self.flow.origins(call.func):
             name = self.view.qualified_name_in(origin, KNOWN_OPTIMIZERS)
             if isinstance(name, str) and name in SOURCES:
                 display = SOURCES[name].display
-                if display in _LOOKUP_SOURCES and display not in displays:
-                    displays.append(display)
-        fitting = self._fitting_sources(call, [d for d in _LOOKUP_SOURCES if d in displays])
+                if display in _LOOKUP_SOURCES:
+                    giving.setdefault(display, []).append(origin)
+        displays = [d for d in _LOOKUP_SOURCES if d in giving]
+        fitting = self._fitting_sources(call, displays, giving)
         if not fitting:
             return False
         before, reported = len(self.drafts), len(self.findings)
+        self._class_paths[id(call)] = [o for s in fitting for o in giving[s.display]]
         self._plan(call, fitting[0], keep=False)
         self._restate(reported, call.func, fitting[0])
         if len(self.drafts) > before:
@@ -2118,17 +2124,32 @@ class _Planner:
         return imported and not any(_rebinds_torch(node) for node in ast.walk(self.index.tree))
 
     def _fitting_sources(
-        self, call: ast.Call, displays: Sequence[str] | None = None
+        self,
+        call: ast.Call,
+        displays: Sequence[str] | None = None,
+        giving: Mapping[str, Sequence[ast.expr]] | None = None,
     ) -> list[Source]:
         """The torch.optim classes that take ``call``'s arguments exactly as their NPU fused
-        class does: same names, no argument to drop, add or move."""
+        class does: same names, no argument to drop, add or move. ``giving``: where the
+        callee is assigned each class (EDSR's `if args.optimizer == 'SGD': optimizer_class =
+        optim.SGD; kwargs['momentum'] = ...` / `elif ...: optimizer_class = optim.Adam;
+        kwargs['betas'] = ...`): a key of a ``**mapping`` stored only in the other arm of an
+        `if` than every place that gives a class never reaches that class."""
         args = arguments(call)
         fitting: list[Source] = []
         for display in _LOOKUP_SOURCES if displays is None else displays:
             source = SOURCES[display]
             assert source.target is not None
             names, problems = _bind(self.view, args, source)
-            if problems or (source.target == "NpuFusedSGD" and "lr" not in names):
+            given = (giving or {}).get(display, ())
+            forwarded = [
+                self._forwarded_on_path(arg, call, given) for arg in args if arg.star == "**"
+            ]
+            if problems or (
+                source.target == "NpuFusedSGD"
+                and "lr" not in names
+                and not any("lr" in keys.in_every_arm for keys in forwarded)
+            ):
                 continue
             target_parameters = TARGET_PARAMETERS[source.target]
             if any(name and name not in target_parameters for name in names):
@@ -2140,15 +2161,29 @@ class _Planner:
                 continue
             if _reposition(source.target, args, names, set()):
                 continue
-            if not all(self._forwarded_fits(arg, call, source) for arg in args if arg.star == "**"):
+            if not all(self._forwarded_fits(keys, source) for keys in forwarded):
                 continue
             fitting.append(source)
         return fitting
 
-    def _forwarded_fits(self, arg: Argument, call: ast.Call, source: Source) -> bool:
-        """A ``**mapping`` that needs no edit for ``source``'s NPU fused class."""
-        assert source.target is not None
+    def _forwarded_on_path(
+        self, arg: Argument, call: ast.Call, given: Sequence[ast.expr]
+    ) -> ForwardedKeys:
+        """The keys ``arg`` may forward where one of the ``given`` class expressions was
+        assigned (all its keys when none is given)."""
         keys = forwarded_keys(self.view, arg.value, call)
+        if not given:
+            return keys
+        reaching = tuple(
+            key
+            for key in keys.keys
+            if not all(self.flow.apart(key.value, origin) for origin in given)
+        )
+        return replace(keys, keys=reaching)
+
+    def _forwarded_fits(self, keys: ForwardedKeys, source: Source) -> bool:
+        """A ``**mapping`` whose ``keys`` need no edit for ``source``'s NPU fused class."""
+        assert source.target is not None
         target_parameters = TARGET_PARAMETERS[source.target]
         for reading in keys.keys:
             if reading.key not in target_parameters:
