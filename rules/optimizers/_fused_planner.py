@@ -1649,9 +1649,11 @@ class _Planner:
             return None, False  # the wrapper zeroes this optimizer's own parameters
         candidates = self._sharing_names(fix.call, model)
         owners = [c for c in candidates if model in whole_models(self.view, self._params_of(c))]
-        # One owner on each path (`if args.optimizer == "adam": ... elif ...: ...`) will do.
+        # One owner at a time will do: one on each path (`if args.optimizer == "adam": ...
+        # elif ...: ...`), or each replacing the one before (vit's `optimizer = SGD(...)` again
+        # under a flag, PoolNet's `self.optimizer = Adam(...)` at a decay of the rate).
         one_per_path = all(
-            self.flow.exclusive(first, second) for first, second in combinations(owners, 2)
+            self.hazards.alternatives(first, second) for first, second in combinations(owners, 2)
         )
         if not owners:
             return (
@@ -1663,7 +1665,7 @@ class _Planner:
             lines = " and ".join(str(line_of(owner)) for owner in owners)
             return (
                 f"the optimizers at lines {lines} may each hold all of `{model}.parameters()` "
-                "on one path, and the edit is proven for one such optimizer only"
+                "at once, and the edit is proven for one such optimizer at a time"
             ), False
         for other in candidates:
             if any(other is owner for owner in owners):

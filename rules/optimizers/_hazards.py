@@ -289,7 +289,7 @@ class FusionHazards:
                 a is constructor for a in self.index.ancestors(other)
             ):
                 continue  # one wraps the other: `Lookahead(SGD(...))`
-            if self._alternatives(constructor, other):
+            if self.alternatives(constructor, other):
                 continue
             theirs = _models_named(self.flow, _params_argument(other))
             shared = sorted({m for m in mine for t in theirs if overlaps(m, t)})
@@ -320,7 +320,9 @@ class FusionHazards:
             and not isinstance(self.view.qualified_name_in(call.func, FP16_OPTIMIZERS), str)
         ]
 
-    def _alternatives(self, first: ast.Call, second: ast.Call) -> bool:
+    def alternatives(self, first: ast.Call, second: ast.Call) -> bool:
+        """``first`` and ``second`` never hold the parameters at once (see
+        :meth:`_sharing_optimizers`)."""
         if self.flow.exclusive(first, second) or self.flow.exclusive(second, first):
             return True
         if self._opposite_arms(first, second):
