@@ -82,6 +82,7 @@ from migrator.rules.optimizers._plans import DdpMoves, FusedSwaps, OptLevelSwitc
 from migrator.rules.optimizers._tables import (
     KNOWN_OPTIMIZERS,
     OPT_LEVELS,
+    OPTIMIZER_MODULES,
     OPTIMIZER_TRIGGER,
     TORCH_NPU_HOME,
 )
@@ -97,7 +98,12 @@ PASSED_CONDITION = "passed amp's condition to "
 # with hogwild workers calls `share_memory()`; one whose methods return an optimizer calls its
 # class (see _method_callers).
 # A file that mentions Lightning may build a Trainer or define a LightningModule (_lightning).
-PROJECT_TRIGGER = ("initialize", "share_memory", "lightning", *method_callers.CONSTRUCTED)
+# The class names NPU101 fuses, as a file may write them without calling them (each of
+# method_callers.CONSTRUCTED holds one).
+_CLASS_NAMES = ("SGD", "Adam", "Adadelta", "RMSprop")
+_CLASS_WORDS = tuple(word.encode() for word in _CLASS_NAMES)
+_LOOKUP_WORDS = (b"getattr(", b"__dict__[", b"vars(")  # ... with "optim": a class looked up
+PROJECT_TRIGGER = ("initialize", "share_memory", "lightning", "optim", *_CLASS_NAMES)
 _ALSO_NEEDED = b"apex"
 _SHARED = b"share_memory"
 # How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.
@@ -237,6 +243,15 @@ def _returning(view: FileView) -> list[str]:
             for origin in returned_origins(view, name)
         )
     ]
+
+
+def _names_a_class(source: bytes) -> bool:
+    """Does the text name a class NPU101 fuses, called or not (a byte search)? A factory may
+    build its optimizer from a class chosen as a value (`optim_fn = optim.RMSprop`) or looked
+    up by name (`getattr(torch.optim, name)`), whose call the text never spells."""
+    if any(word in source for word in _CLASS_WORDS):
+        return True
+    return b"optim" in source and any(word in source for word in _LOOKUP_WORDS)
 
 
 def _use(reader: FileView, call: ast.Call, at: ast.expr | None = None) -> dict[str, Any] | None:
@@ -1002,7 +1017,37 @@ def _verdict(
 
 
 def _known_optimizer(view: FileView, call: ast.Call) -> bool:
-    return isinstance(view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
+    """``call`` may build an optimizer NPU101 knows, and so may rewrite: a constructor, a class
+    value with several origins (`optim_fn(params, **kw)`, mapped at the call), or a lookup by
+    name in ``torch.optim`` or ``apex.optimizers``."""
+    name = view.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
+    if isinstance(name, Ambiguous):
+        return any(candidate in KNOWN_OPTIMIZERS for candidate in name.candidates)
+    if isinstance(name, str):
+        return True
+    func = call.func
+    if isinstance(func, ast.Name):  # `proto = {"adamw": torch.optim.AdamW, ...}[name]`
+        origins = OptimizerFlow.of(view).origins(func)
+        return any(
+            isinstance(view.qualified_name_in(origin, KNOWN_OPTIMIZERS), str)
+            for origin in origins
+            if origin is not func
+        )
+    if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute | ast.Call):
+        namespace = func.value  # `torch.optim.__dict__[name]`, `vars(torch.optim)[name]`
+        if isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__":
+            return view.qualified_name(namespace.value) in OPTIMIZER_MODULES
+        if isinstance(namespace, ast.Call) and len(namespace.args) == 1:
+            callee = view.qualified_name(namespace.func)
+            return callee == "builtins.vars" and (
+                view.qualified_name(namespace.args[0]) in OPTIMIZER_MODULES
+            )
+        return False
+    if isinstance(func, ast.Call) and len(func.args) >= 1:  # `getattr(torch.optim, name)`
+        return view.qualified_name(func.func) == "builtins.getattr" and (
+            view.qualified_name(func.args[0]) in OPTIMIZER_MODULES
+        )
+    return False
 
 
 # -- 3. check: what NPU101 and NPU102 read -------------------------------------------------------
@@ -1097,7 +1142,7 @@ class OptimizerFactories:
             wants_summary(source)
             or method_callers.wants_summary(source)
             or lightning.mentions_lightning(source)
-            or method_callers.constructs(source)
+            or _names_a_class(source)
         )
 
     @classmethod
@@ -1112,6 +1157,7 @@ class OptimizerFactories:
             facts.update(lightning.summarize(FileView(index)))
         if method_callers.constructs(source):
             facts.update(handed.summarize(index))
+        if _names_a_class(source):
             view = FileView(index)
             returning = _returning(view)
             if returning:
