@@ -7,7 +7,8 @@ and an optimizer that a second one over the whole model replaces under a flag (M
 NPU101 fuses every optimizer and rewrites each `zero_grad`; the original runs on the apex
 runtime, the migrated copy on the runtime plus the CPU torch_npu stand-in, and the final
 parameters must agree. EDSR's factory rides along: a class and the keys it takes chosen in each
-arm of one `if`/`elif` chain, mapped at the call.
+arm of one `if`/`elif` chain, and a class derived from it on the spot that adds a scheduler,
+mapped where the class statement reads the chosen class.
 """
 
 from __future__ import annotations
@@ -143,11 +144,25 @@ PROGRAM = textwrap.dedent(
         else:
             optimizer_class = optim.RMSprop
             kwargs_optimizer["eps"] = 1e-6
-        optimizer = optimizer_class(model.parameters(), **kwargs_optimizer)
+
+
+        class CustomOptimizer(optimizer_class):
+            def __init__(self, *args, **kwargs):
+                super(CustomOptimizer, self).__init__(*args, **kwargs)
+
+            def _register_scheduler(self, scheduler_class, **kwargs):
+                self.scheduler = scheduler_class(self, **kwargs)
+
+            def schedule(self):
+                self.scheduler.step()
+
+        optimizer = CustomOptimizer(model.parameters(), **kwargs_optimizer)
+        optimizer._register_scheduler(optim.lr_scheduler.StepLR, step_size=2, gamma=0.5)
         for x, y in batches():
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
             optimizer.step()
+            optimizer.schedule()
         return flat(model)
 
 
@@ -184,6 +199,7 @@ def test_every_zero_grad_is_rewritten_with_its_optimizer(migrated: str) -> None:
     assert migrated.count("zero_grad(set_to_none=False)") == 7
     assert migrated.count("torch_npu.optim.NpuFusedSGD(model.parameters()") == 2  # vit's two
     assert "torch.optim.RMSprop: torch_npu.optim.NpuFusedRMSprop" in migrated  # EDSR's classes
+    assert "}.get(optimizer_class, optimizer_class)):" in migrated  # ... as CustomOptimizer's base
     assert migrated.count("optim_d.zero_grad()") == migrated.count("optim_g.zero_grad()") == 1
     assert migrated.count("apex.optimizers.NpuFusedAdam(") == 2  # the GAN's, under amp
     assert "combine_grad=True" in migrated

@@ -13,7 +13,7 @@ factory returns once NPU101 has run there.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any, Literal
@@ -69,6 +69,7 @@ from migrator.rules.optimizers._hazards import describe as describe_hazards
 from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_keys
 from migrator.rules.optimizers._lightning import default_doubt as default_lightning_doubt
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
+from migrator.rules.optimizers._subclass import subclass_base
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
     APEX_HOME_SOURCES,
@@ -223,6 +224,9 @@ class Rewrite:
     key_drops: tuple[KeyDrop, ...] = ()
     # The callee's new code, for the "lookup" style.
     func_code: str | None = None
+    # Where ``func_code`` goes instead of the callee: the base of a thin subclass that the call
+    # builds (`class CustomOptimizer(<func_code>):`).
+    func_at: ast.Name | None = None
     # The factory (a function of the module) that gets a keyword-only parameter, the name in
     # ``choice``, which its callers set to amp's condition (carried by its first rewrite).
     amp_parameter: AmpParameter | None = None
@@ -461,6 +465,7 @@ class _Planner:
         for class_def in self.index.nodes(ast.ClassDef):
             self._examine_subclass(class_def)
         self._plan_class_value_calls()
+        self._plan_subclass_calls()
         self._report_class_values()
         self._report_no_fused_version()
         self._plan_call_names()
@@ -1994,16 +1999,19 @@ class _Planner:
         line = source.text[start : source.text.find("\n", start) % (len(source.text) + 1)]
         return line[: len(line) - len(line.lstrip())]
 
-    def _plan_class_value(self, call: ast.Call) -> bool:
+    def _plan_class_value(self, call: ast.Call, base: ast.Name | None = None) -> bool:
         """``Optimizer(args)`` where ``Optimizer`` holds one of several classes (a value alias
         assigned on more than one path): the torch.optim classes among them whose NPU fused
         class takes ``args`` as written are mapped by identity at the call,
         ``{torch.optim.SGD: torch_npu.optim.NpuFusedSGD, ...}.get(Optimizer, Optimizer)``;
-        any other value is called as before. False when nothing can be mapped."""
-        if not _pure(call.func) or not self._torch_bound():
+        any other value is called as before. ``base``: the call builds a thin subclass of the
+        classes ``base`` holds (see :mod:`._subclass`), mapped where the class statement reads
+        them. False when nothing can be mapped."""
+        callee = call.func if base is None else base
+        if not _pure(callee) or not self._torch_bound():
             return False
         giving: dict[str, list[ast.expr]] = {}  # display -> the class expressions giving it
-        for origin in self.flow.origins(call.func):
+        for origin in self.flow.origins(callee):
             name = self.view.qualified_name_in(origin, KNOWN_OPTIMIZERS)
             if isinstance(name, str) and name in SOURCES:
                 display = SOURCES[name].display
@@ -2016,19 +2024,63 @@ class _Planner:
         before, reported = len(self.drafts), len(self.findings)
         self._class_paths[id(call)] = [o for s in fitting for o in giving[s.display]]
         self._plan(call, fitting[0], keep=False)
-        self._restate(reported, call.func, fitting[0])
+        self._restate(reported, callee, fitting[0])
         if len(self.drafts) > before:
             draft = self.drafts[-1]
             draft.func_style = "lookup"
-            callee = self.view.written(call.func)
+            # (the base of a class statement reads as written with the statement's parentheses)
+            written = self.view.written(callee) if base is None else base.id
             draft.lookup = _Lookup(
                 tuple((source.display, source.target or "") for source in fitting),
-                callee,
-                callee,
-                self._indentation(call),
+                written,
+                written,
+                self._indentation(callee),
                 draft.choice,
+                at=base,
             )
         return True
+
+    def _outside_reads(self, name: ast.Name) -> list[ast.Name]:
+        """The reads of the class ``name`` binds outside its own statement (its methods'
+        ``super(K, self)`` are not uses of the class)."""
+        [binding] = self.index.bindings_of(name)
+        return [
+            read
+            for read in self.index.names(name.id)
+            if isinstance(read.ctx, ast.Load)
+            and self.index.bindings_of(read) == [binding]
+            and not any(a is binding.node for a in self.index.ancestors(read))
+        ]
+
+    def _plan_subclass_calls(self) -> None:
+        """``K(args)`` where ``K`` is a thin subclass of a class chosen as a value (EDSR's
+        ``class CustomOptimizer(optimizer_class)``, see :mod:`._subclass`), called once: the
+        classes of its base are mapped as for a call of the base itself."""
+        seen = {id(draft.call) for draft in self.drafts}
+        for call in self.index.nodes(ast.Call):
+            base = subclass_base(self.index, call) if isinstance(call.func, ast.Name) else None
+            if base is None or id(call) in seen or self._suppressed(call):
+                continue
+            assert isinstance(call.func, ast.Name)
+            if self._outside_reads(call.func) != [call.func]:
+                continue  # built more than once, or used otherwise: a plan at each would clash
+            if not any(
+                isinstance(self.view.qualified_name_in(origin, KNOWN_OPTIMIZERS), str)
+                for origin in self.flow.origins(base)
+            ):
+                continue
+            drafted = len(self.drafts)
+            self._plan_class_value(call, base)  # a finding of its own when it is not mapped
+            if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
+                mapped = {name for name, _ in self.drafts[-1].lookup.mapped}
+                for origin in self.flow.origins(base):
+                    if self._gives_one_of(origin, mapped):
+                        self._mapped_values.add(id(origin))
+
+    def _gives_one_of(self, node: ast.expr, classes: Collection[str]) -> bool:
+        """``node`` names one of the torch.optim ``classes`` (as SOURCES displays them)."""
+        name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
+        return isinstance(name, str) and name in SOURCES and SOURCES[name].display in classes
 
     def _restate(self, first: int, callee: ast.expr, source: Source) -> None:
         """Findings from ``first`` on were made for ``source``, standing for every class the
@@ -2090,8 +2142,7 @@ class _Planner:
                     if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
                         mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
                 classes = mapped.get(id(call)) or self._mapping_keys(call)
-                name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
-                if isinstance(name, str) and name in SOURCES and SOURCES[name].display in classes:
+                if self._gives_one_of(node, classes):
                     self._mapped_values.add(id(node))  # mapped at the call
 
     def _chosen_into(self, node: ast.expr) -> ast.Name | None:
@@ -2329,6 +2380,7 @@ class _Planner:
                     ),
                     key_drops=tuple(drops),
                     func_code=draft.lookup.code(draft.home) if draft.lookup is not None else None,
+                    func_at=draft.lookup.at if draft.lookup is not None else None,
                     amp_parameter=self._first_parameter(draft.amp_parameter, carried_parameters),
                     kept=draft.kept,
                 )
@@ -2366,6 +2418,7 @@ class _Lookup:
     lookup: str  # the `getattr(...)` call, as written
     indent: str  # of the line where the lookup starts
     choice: tuple[str, bool] | None = None  # each class picked by amp's condition (Rewrite.choice)
+    at: ast.Name | None = None  # where the mapping goes when not at the callee (Rewrite.func_at)
 
     @property
     def by_class(self) -> bool:
@@ -3136,8 +3189,15 @@ def _fixed_message(draft: _Draft) -> str:
             else f"`{draft.home}`"
         )
         if draft.lookup.by_class:
+            derived = draft.call.func
+            where = (
+                f" where `{derived.id}` derives from them (line {draft.lookup.at.lineno}, "
+                "a class that only adds methods of its own)"
+                if draft.lookup.at is not None and isinstance(derived, ast.Name)
+                else ""
+            )
             return (
-                f"mapped the torch.optim classes `{draft.lookup.name}` may hold to {home} "
+                f"mapped the torch.optim classes `{draft.lookup.name}` may hold{where} to {home} "
                 f"({mapped}; any other value is called as before, and these arguments fit each "
                 f"mapped class as written): {why}{notes}"
             )

@@ -54,6 +54,7 @@ from migrator.rules.optimizers._handed import (
     HandedCode,
     Reset,
 )
+from migrator.rules.optimizers._subclass import subclass_base
 from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -249,9 +250,11 @@ class FusionHazards:
         if self.view.may_name(call.func, NPU1_ROOTS) and self._optimizer_class(call.func):
             return True
         if isinstance(call.func, ast.Name):
-            # `proto(params)` where `proto` holds one of several optimizer classes.
-            classes = self.flow.origins(call.func)
-            if classes != [call.func] and classes and all(map(self._optimizer_class, classes)):
+            # `proto(params)` where `proto` holds one of several optimizer classes, or a thin
+            # subclass of them (EDSR's `CustomOptimizer(trainable, **kwargs)`).
+            callee = subclass_base(self.index, call) or call.func
+            classes = self.flow.origins(callee)
+            if classes != [callee] and classes and all(map(self._optimizer_class, classes)):
                 return True
         if not wrapper:
             return False

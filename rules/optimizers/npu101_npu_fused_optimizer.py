@@ -319,6 +319,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         dropped: set[int] = set()
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
+            if rewrite.func_at is not None:
+                edits.append(self._base_edit(rewrite.func_at, rewrite.func_code))
             if rewrite.import_rewrite is not None:
                 edits.append(self._import_edit(rewrite.import_rewrite))
             edits += [self._grad_fix_edit(fix) for fix in rewrite.grad_fixes]
@@ -472,7 +474,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     def _shift(self, rewrite: Rewrite) -> int:
         """How many characters longer the callee gets (what follows it on its line moves)."""
         func = rewrite.call.func
-        if rewrite.func_style == "alias":
+        if rewrite.func_style == "alias" or rewrite.func_at is not None:
             return 0
         if rewrite.func_style == "lookup":
             assert rewrite.func_code is not None
@@ -495,7 +497,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             rewrite.target,
             rewrite.callee,
         )
-        func_code = rewrite.func_code
+        func_code, func_at = rewrite.func_code, rewrite.func_at
         to_keyword = dict(rewrite.edits.to_keyword)
         pinned = dict(rewrite.edits.pinned)
         dropped = sorted(rewrite.edits.dropped)
@@ -515,11 +517,24 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             for name, value in added:
                 call = append_arg(call, keyword(name, cst.parse_expression(value)))
             call = _realign(call, realign, shift)
+            if func_at is not None:
+                return call  # the mapping goes to the base of the class the call builds
             if func_code is not None:
                 return call.with_changes(func=cst.parse_expression(func_code))
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
 
         return self.replace(rewrite.call, cst.Call, edit)
+
+    def _base_edit(self, base: ast.Name, code: str | None) -> NodeEdit:
+        """The base of a thin subclass, ``class CustomOptimizer(optimizer_class):``, becomes the
+        mapping of its classes to their NPU fused ones."""
+        assert code is not None
+        mapping = cst.parse_expression(code)
+
+        def edit(node: cst.Name) -> cst.BaseExpression:
+            return mapping
+
+        return self.replace(base, cst.Name, edit)
 
     def _key_drop_edits(self, drops: Sequence[KeyDrop]) -> list[NodeEdit]:
         """Edits that remove forwarded keys where their dict is built: one per node."""
