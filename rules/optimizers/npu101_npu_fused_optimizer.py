@@ -144,7 +144,13 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     A name holding one of several classes when called (`Optimizer = torch.optim.SGD` or
     `torch.optim.AdamW`, `cls = O.AdamW if c else O.SGD`, `{"adamw": AdamW, ...}[name]`) is
     mapped by identity at the call, `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD,
-    ...}.get(cls, cls)(...)`; any other value is called as before.
+    ...}.get(cls, cls)(...)`; any other value is called as before. A key of a `**mapping` stored
+    in one arm of an `if` chain does not count against the class another arm picks (EDSR's
+    `kwargs["betas"]` beside `optimizer_class = optim.Adam`). A class statement that only adds
+    methods to such a name (EDSR's `class CustomOptimizer(optimizer_class)`: an `__init__` that
+    forwards every argument, no name an optimizer defines, no read of its groups, state or
+    gradients, built once) gets the mapping as its base. A function returning such a call, or
+    a lookup, has its callers in other files followed as a factory's are.
     Reported for manual migration, never rewritten: arguments that change the update and have no
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
@@ -191,37 +197,39 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     plain flag) on the optimizer itself loses the argument, and `model.zero_grad()` gets
     `set_to_none=False` (and NVIDIA's `for p in model.parameters(): p.grad = None` becomes
     `model.zero_grad(set_to_none=False)`) when the optimizer holds all of `model.parameters()`
-    (alone, or with other whole models: `itertools.chain(G.parameters(), E.parameters())`, a
-    sum of lists, a starred list, parameter groups; or those that require gradients,
-    `filter(lambda p: p.requires_grad, ...)`; or two groups that split its `named_parameters()`
-    by one test of the names and its negation, BERT's `no_decay` groups; or a group per
-    parameter added on every path of a loop over them, faster-rcnn's) and no other optimizer
-    in scope may hold them (each fused optimizer steps every parameter it packed, None or zero,
-    so nothing else could see the zeros); otherwise that is an unsafe fix, applied with
+    (alone, or with other whole models: `itertools.chain(G.parameters(), E.parameters())`, a sum
+    of lists, a starred list, parameter groups; or those that require gradients, `filter(lambda
+    p: p.requires_grad, ...)`; or two groups that split its `named_parameters()` by one test of
+    the names and its negation, BERT's `no_decay` groups; or a group per parameter added on
+    every path of a loop over them, faster-rcnn's) and no other optimizer in scope may hold them
+    (each fused optimizer steps every parameter it packed, None or zero, so nothing else could
+    see the zeros; several optimizers over the whole model do when one holds it at a time, on
+    exclusive branches or each replacing the one before in the same name, and each is NPU fused
+    after the run, swapped or as written); otherwise that is an unsafe fix, applied with
     `--unsafe-fixes` and reported with the reason without it. The optimizer's own
-    `zero_grad(set_to_none=...)` in another file of the run that gets it from a method (nanoGPT's
-    `train.py`) loses the argument in the same run as the swap. An optimizer wrapper class of
-    another module of the run that a file building an optimizer calls (timm's `Lookahead`,
-    vendored in a project, which `create_optimizer` returns for `--opt lookahead_sgd`) and that
-    inherits torch's `Optimizer.zero_grad` gets a `zero_grad` of its own that runs the wrapped
-    optimizer's, `return self.base_optimizer.zero_grad(*args, **kwargs)`, where the class keeps
-    the optimizer its `__init__` is given in one attribute and shares its `param_groups`: for
-    torch's optimizers the two zero the same gradients the same way, and an NPU fused optimizer
-    it wraps zeroes its flat buffer in place. A wrapper that stores a new tensor in place of
-    the wrapped optimizer's state or a parameter's `.data` (a Lookahead that resets momentum
-    buffers) is a hazard for the optimizers it is handed. A wrapper npu-migrate cannot give a
-    `zero_grad` (the installed timm's `Lookahead`) that wraps the optimizer only under `if`
-    tests of the constructor's function (BEiT's and ConvNeXt's `create_optimizer`: `if
-    len(opt_split) > 1: if opt_split[0] == 'lookahead': optimizer = Lookahead(optimizer)`)
-    keeps the written class on those paths and gets the fused one on the others, `(optim.SGD if
-    len(opt_split) > 1 and opt_split[0] == 'lookahead' else torch_npu.optim.NpuFusedSGD)(...)`,
-    where the tests read the same at the constructor: names, attributes, constants,
-    comparisons, `len(x)` and `x[i]`, nothing of it assigned in between, and `x` a new sequence
-    of the function (`opt_lower.split('_')`) that is only indexed or measured; and where the
-    arguments need no change for the NPU class. NVIDIA's `FusedSGD`, which runs nowhere on
-    Ascend, gets torch's SGD (the same update) on those paths instead, when every key it may be
-    given is a parameter of both classes or of neither and `lr` is always given. Otherwise it is
-    reported, with the reason.
+    `zero_grad(set_to_none=...)` in another file of the run that gets it from a method
+    (nanoGPT's `train.py`) loses the argument in the same run as the swap. An optimizer wrapper
+    class of another module of the run that a file building an optimizer calls (timm's
+    `Lookahead`, vendored in a project, which `create_optimizer` returns for `--opt
+    lookahead_sgd`) and that inherits torch's `Optimizer.zero_grad` gets a `zero_grad` of its
+    own that runs the wrapped optimizer's, `return self.base_optimizer.zero_grad(*args,
+    **kwargs)`, where the class keeps the optimizer its `__init__` is given in one attribute and
+    shares its `param_groups`: for torch's optimizers the two zero the same gradients the same
+    way, and an NPU fused optimizer it wraps zeroes its flat buffer in place. A wrapper that
+    stores a new tensor in place of the wrapped optimizer's state or a parameter's `.data` (a
+    Lookahead that resets momentum buffers) is a hazard for the optimizers it is handed. A
+    wrapper npu-migrate cannot give a `zero_grad` (the installed timm's `Lookahead`) that wraps
+    the optimizer only under `if` tests of the constructor's function (BEiT's and ConvNeXt's
+    `create_optimizer`: `if len(opt_split) > 1: if opt_split[0] == 'lookahead': optimizer =
+    Lookahead(optimizer)`) keeps the written class on those paths and gets the fused one on the
+    others, `(optim.SGD if len(opt_split) > 1 and opt_split[0] == 'lookahead' else
+    torch_npu.optim.NpuFusedSGD)(...)`, where the tests read the same at the constructor: names,
+    attributes, constants, comparisons, `len(x)` and `x[i]`, nothing of it assigned in between,
+    and `x` a new sequence of the function (`opt_lower.split('_')`) that is only indexed or
+    measured; and where the arguments need no change for the NPU class. NVIDIA's `FusedSGD`,
+    which runs nowhere on Ascend, gets torch's SGD (the same update) on those paths instead,
+    when every key it may be given is a parameter of both classes or of neither and `lr` is
+    always given. Otherwise it is reported, with the reason.
 
     The `amp.initialize` calls that NPU105 and NPU106 write in the same run count as if they
     were in the file: an optimizer wrapped in an `FP16_Optimizer` that NPU106 rewrites goes
