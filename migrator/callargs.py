@@ -9,6 +9,7 @@ A function's signature gets a keyword-only parameter in the same way.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import cache
 
 from migrator.lazy_imports import cst
 
@@ -180,3 +181,32 @@ def add_keyword_only(parameters: cst.Parameters, name: str) -> cst.Parameters:
         changes["star_arg"] = cst.ParamStar(comma=between)
     changes["kwonly_params"] = [*kwonly, param]
     return parameters.with_changes(**changes)
+
+
+def expression_as_written(code: str) -> cst.BaseExpression:
+    """``code`` parsed so that its continuation lines keep the indentation they are written
+    with, wherever the expression lands: libcst marks each of them as indented by the enclosing
+    block, which a statement rebuilt around it (a function that also gets a parameter) would
+    add again."""
+    expression = cst.parse_expression(code)
+    if "\n" not in code:
+        return expression
+    kept = expression.visit(_kept_indentation())
+    assert isinstance(kept, cst.BaseExpression)  # the transformer only changes whitespace
+    return kept
+
+
+@cache
+def _kept_indentation() -> cst.CSTTransformer:
+    """A transformer that marks every line break inside brackets as not indented by its block
+    (made on first use: libcst is imported only when an edit is made)."""
+
+    class KeptIndentation(cst.CSTTransformer):
+        def leave_ParenthesizedWhitespace(
+            self,
+            original_node: cst.ParenthesizedWhitespace,
+            updated_node: cst.ParenthesizedWhitespace,
+        ) -> cst.ParenthesizedWhitespace:
+            return updated_node.with_changes(indent=False)
+
+    return KeptIndentation()

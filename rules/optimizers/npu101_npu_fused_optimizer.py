@@ -11,6 +11,7 @@ from migrator.analysis.effects import CallNames
 from migrator.callargs import (
     add_keyword_only,
     append_arg,
+    expression_as_written,
     keyword,
     no_space_equal,
     remove_arg_objects,
@@ -528,7 +529,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             if func_at is not None:
                 return call  # the mapping goes to the base of the class the call builds
             if func_code is not None:
-                return call.with_changes(func=cst.parse_expression(func_code))
+                return call.with_changes(func=expression_as_written(func_code))
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
 
         return self.replace(rewrite.call, cst.Call, edit)
@@ -537,7 +538,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         """The base of a thin subclass, ``class CustomOptimizer(optimizer_class):``, becomes the
         mapping of its classes to their NPU fused ones."""
         assert code is not None
-        mapping = cst.parse_expression(code)
+        mapping = expression_as_written(code)
 
         def edit(node: cst.Name) -> cst.BaseExpression:
             return mapping
