@@ -98,12 +98,12 @@ PASSED_CONDITION = "passed amp's condition to "
 # with hogwild workers calls `share_memory()`; one whose methods return an optimizer calls its
 # class (see _method_callers).
 # A file that mentions Lightning may build a Trainer or define a LightningModule (_lightning).
-# The class names NPU101 fuses, as a file may write them without calling them (each of
-# method_callers.CONSTRUCTED holds one).
-_CLASS_NAMES = ("SGD", "Adam", "Adadelta", "RMSprop")
-_CLASS_WORDS = tuple(word.encode() for word in _CLASS_NAMES)
-_LOOKUP_WORDS = (b"getattr(", b"__dict__[", b"vars(")  # ... with "optim": a class looked up
-PROJECT_TRIGGER = ("initialize", "share_memory", "lightning", "optim", *_CLASS_NAMES)
+# A class NPU101 fuses written as a value of its module (`optim_fn = optim.RMSprop`,
+# `torch.optim.SGD if c else ...`), and the words of a lookup by name in an optimizer module
+# (with "optim"): a factory may build from either without spelling a constructor call.
+_CLASS_WORDS = (b"optim.SGD", b"optim.Adam", b"optim.Adadelta", b"optim.RMSprop")
+_LOOKUP_WORDS = (b"getattr(", b"__dict__[", b"vars(")
+PROJECT_TRIGGER = ("initialize", "share_memory", "lightning", "optim", *method_callers.CONSTRUCTED)
 _ALSO_NEEDED = b"apex"
 _SHARED = b"share_memory"
 # How a function becomes a worker process: `Process(target=f)`, `mp.spawn(f, ...)`.
@@ -246,10 +246,10 @@ def _returning(view: FileView) -> list[str]:
 
 
 def _names_a_class(source: bytes) -> bool:
-    """Does the text name a class NPU101 fuses, called or not (a byte search)? A factory may
-    build its optimizer from a class chosen as a value (`optim_fn = optim.RMSprop`) or looked
-    up by name (`getattr(torch.optim, name)`), whose call the text never spells."""
-    if any(word in source for word in _CLASS_WORDS):
+    """Does the text build, or name, a class NPU101 fuses (a byte search)? A factory may build
+    its optimizer from a class chosen as a value (`optim_fn = optim.RMSprop`) or looked up by
+    name (`getattr(torch.optim, name)`), whose call the text never spells."""
+    if method_callers.constructs(source) or any(word in source for word in _CLASS_WORDS):
         return True
     return b"optim" in source and any(word in source for word in _LOOKUP_WORDS)
 

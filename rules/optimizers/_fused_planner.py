@@ -69,7 +69,7 @@ from migrator.rules.optimizers._hazards import describe as describe_hazards
 from migrator.rules.optimizers._kwargs import ForwardedKeys, KeyDrop, forwarded_keys
 from migrator.rules.optimizers._lightning import default_doubt as default_lightning_doubt
 from migrator.rules.optimizers._planned_amp import PlannedAmp, picked_by
-from migrator.rules.optimizers._subclass import subclass_base
+from migrator.rules.optimizers._subclass import derived_names, subclass_base
 from migrator.rules.optimizers._tables import (
     APEX_HOME,
     APEX_HOME_SOURCES,
@@ -2059,9 +2059,14 @@ class _Planner:
         """``K(args)`` where ``K`` is a thin subclass of a class chosen as a value (EDSR's
         ``class CustomOptimizer(optimizer_class)``, see :mod:`._subclass`), called once: the
         classes of its base are mapped as for a call of the base itself."""
+        derived = derived_names(self.view)
+        if not derived:
+            return
         seen = {id(draft.call) for draft in self.drafts}
         for call in self.index.nodes(ast.Call):
-            base = subclass_base(self.index, call) if isinstance(call.func, ast.Name) else None
+            if not isinstance(call.func, ast.Name) or call.func.id not in derived:
+                continue
+            base = subclass_base(self.view, call)
             if base is None or id(call) in seen or self._suppressed(call):
                 continue
             assert isinstance(call.func, ast.Name)

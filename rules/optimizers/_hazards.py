@@ -252,7 +252,7 @@ class FusionHazards:
         if isinstance(call.func, ast.Name):
             # `proto(params)` where `proto` holds one of several optimizer classes, or a thin
             # subclass of them (EDSR's `CustomOptimizer(trainable, **kwargs)`).
-            callee = subclass_base(self.index, call) or call.func
+            callee = subclass_base(self.view, call) or call.func
             classes = self.flow.origins(callee)
             if classes != [callee] and classes and all(map(self._optimizer_class, classes)):
                 return True

@@ -27,6 +27,7 @@ import ast
 
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.scopes import BindingKind
+from migrator.analysis.view import FileView
 
 # What an optimizer defines or keeps on itself, in torch.optim.Optimizer and its fusable
 # subclasses (torch 2.x) and in torch_npu's NpuFusedOptimizerBase: a subclass that defines or
@@ -66,7 +67,21 @@ _UPDATE_STATE = frozenset({"param_groups", "state", "defaults", "grad", "data"})
 _SELF_CALLS = frozenset({"step", "zero_grad", "add_param_group"})
 
 
-def subclass_base(index: ModuleIndex, call: ast.Call) -> ast.Name | None:
+def derived_names(view: FileView) -> frozenset[str]:
+    """The names of the module's class statements on one base read from a name: the only
+    callees :func:`subclass_base` can accept (computed once per file)."""
+    return view.memo("derived-classes", lambda: _derived_names(view.index))
+
+
+def _derived_names(index: ModuleIndex) -> frozenset[str]:
+    return frozenset(
+        owner.name
+        for owner in index.nodes(ast.ClassDef)
+        if len(owner.bases) == 1 and isinstance(owner.bases[0], ast.Name)
+    )
+
+
+def subclass_base(view: FileView, call: ast.Call) -> ast.Name | None:
     """The name a thin subclass derives from, when ``call`` builds one: its callee names only a
     class statement of the call's own scope, on a single base read from a name, with no
     decorator or keyword; that class defines methods only, none that an optimizer defines, an
@@ -74,8 +89,9 @@ def subclass_base(index: ModuleIndex, call: ast.Call) -> ast.Name | None:
     reads the parameters' groups, the optimizer's state or a tensor's ``.grad``/``.data``, calls
     ``self.step()`` or ``self.zero_grad()``, or stores an optimizer's attribute on itself."""
     func = call.func
-    if not isinstance(func, ast.Name):
+    if not isinstance(func, ast.Name) or func.id not in derived_names(view):
         return None
+    index = view.index
     bindings = index.bindings_of(func)
     if len(bindings) != 1 or bindings[0].kind is not BindingKind.CLASS:
         return None
