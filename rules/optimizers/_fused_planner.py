@@ -342,7 +342,15 @@ def plan_fused(
     # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
     # module's parameters is fused too: plan assuming every constructor is, then again with only
     # those that were, until the assumption holds (each round assumes fewer: it ends).
+    # An Ascend apex class written by hand weighs the module's other gradient resets, some of
+    # which the same run may remove (a `model.zero_grad()` fixed with another constructor's
+    # swap, an optimizer the reset's receiver may hold made fused): when one was weighed, the
+    # module is planned once more knowing the first consistent round's rewrites (PoolNet's
+    # apex `NpuFusedAdam` in `__init__`, unblocked by the swap of the `Adam` built at each decay
+    # of the rate); a round that then loses any of them falls back to the plan made without.
     assumed: set[int] | None = None
+    known = _Planned()
+    fallback: FusedDecisions | None = None
     while True:
         planner = _Planner(
             view,
@@ -357,12 +365,40 @@ def plan_fused(
         )
         planner.amp_always, planner.unsafe_fixes = amp_always, unsafe_fixes
         planner.assumed_fused = assumed
+        planner.known = known
         planner.methods = methods or {}
         decisions = planner.decide()
         rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
-        if planner.relied_on <= rewritten:
-            return decisions
-        assumed = rewritten if assumed is None else assumed & rewritten
+        if not planner.relied_on <= rewritten:
+            assumed = rewritten if assumed is None else assumed & rewritten
+            continue
+        done = _Planned.of(decisions)
+        if fallback is None:
+            if not planner.weighed_resets or done == known:
+                return decisions
+            fallback, known = decisions, done  # once: plan again knowing these rewrites
+            continue
+        return decisions if known.within(done) else fallback
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """What a consistent round of :func:`plan_fused` rewrites: the constructors it fuses and the
+    `zero_grad` calls it fixes (ids)."""
+
+    fused: frozenset[int] = frozenset()
+    fixed: frozenset[int] = frozenset()
+
+    @staticmethod
+    def of(decisions: FusedDecisions) -> _Planned:
+        rewrites = decisions.rewrites
+        return _Planned(
+            frozenset(id(rewrite.call) for rewrite in rewrites if rewrite.kept is None),
+            frozenset(id(fix.call) for rewrite in rewrites for fix in rewrite.grad_fixes),
+        )
+
+    def within(self, other: _Planned) -> bool:
+        return self.fused <= other.fused and self.fixed <= other.fixed
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -442,6 +478,8 @@ class _Planner:
         self.amp_always = False  # `amp = "always"`: gated amp.initialize calls count as reached
         self.unsafe_fixes = False  # --unsafe-fixes: apply zero_grad edits that are not provable
         self.assumed_fused: set[int] | None = None  # constructors assumed fused (None: all)
+        self.known = _Planned()  # what an earlier round of plan_fused rewrites
+        self.weighed_resets = False  # an apex class written by hand met a gradient reset
         self.relied_on: set[int] = set()  # constructors whose being fused a safe edit assumes
         # id(unsupported constructor) -> zero_grad calls a safe edit excused because it raises
         self.excused: dict[int, list[ast.Call]] = {}
@@ -1088,7 +1126,7 @@ class _Planner:
             reset = self.index.parent(attribute)
             if not isinstance(reset, ast.Call) or reset.func is not attribute:
                 continue
-            if self.hazards.unit_of(reset) is unit:
+            if self.hazards.unit_of(reset) is unit or id(reset) in self.known.fixed:
                 continue
             set_to_none = argument(reset, "set_to_none", 0)
             if set_to_none is not None and literal_value(set_to_none.value) is False:
@@ -1102,6 +1140,7 @@ class _Planner:
             stored = isinstance(attribute.ctx, ast.Store | ast.Del) and not in_place
             if stored and self.hazards.unit_of(attribute) is not unit:
                 found.append(attribute)
+        self.weighed_resets = self.weighed_resets or bool(found)
         return sorted(found, key=line_of)
 
     def _fused_receiver(self, receiver: ast.expr, call: ast.Call) -> bool:
@@ -1113,6 +1152,7 @@ class _Planner:
         origins = self.flow.origins(receiver)
         return bool(origins) and all(
             origin is call
+            or id(origin) in self.known.fused
             or (isinstance(origin, ast.Call) and npu_fused_name(self.view, origin.func) is not None)
             for origin in origins
         )
