@@ -274,17 +274,7 @@ class _InitChecker:
             return False
         owner = func.value
         if isinstance(owner, ast.Call) and self.resolve(owner.func) == "builtins.super":
-            if owner.keywords:
-                return False
-            if not owner.args:
-                return True
-            return (
-                len(owner.args) == 2
-                and isinstance(owner.args[0], ast.Name)
-                and owner.args[0].id == self.definition.name
-                and isinstance(owner.args[1], ast.Name)
-                and owner.args[1].id == self.self_name
-            )
+            return super_arguments(owner, self.definition.name, self.self_name)
         return ast.dump(owner) == ast.dump(self.base) and bool(call.args)
 
     # -- values: each ``*_problem`` says what the first part that is no plain value does ---------
@@ -337,6 +327,22 @@ class _InitChecker:
 
 
 _NOT_A_CHECK = "has an `if` that does more than raise `ValueError`"
+
+
+def super_arguments(call: ast.Call, class_name: str, self_name: str | None) -> bool:
+    """The arguments of a ``super`` call in a method of the class ``class_name``: none, or
+    the class and the method's first parameter (``super(Cls, self)``)."""
+    if call.keywords:
+        return False
+    if not call.args:
+        return True
+    return (
+        len(call.args) == 2
+        and isinstance(call.args[0], ast.Name)
+        and call.args[0].id == class_name
+        and isinstance(call.args[1], ast.Name)
+        and call.args[1].id == self_name
+    )
 
 
 def _argument_values(call: ast.Call) -> list[ast.expr]:

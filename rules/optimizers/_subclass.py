@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 
+from migrator.analysis.classes import super_arguments
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
@@ -153,17 +154,7 @@ def _super_of(owner: ast.ClassDef, node: ast.expr, self_name: str) -> bool:
     """``super()`` or ``super(Owner, self)``."""
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
         return False
-    if node.func.id != "super" or node.keywords:
-        return False
-    if not node.args:
-        return True
-    return (
-        len(node.args) == 2
-        and isinstance(node.args[0], ast.Name)
-        and node.args[0].id == owner.name
-        and isinstance(node.args[1], ast.Name)
-        and node.args[1].id == self_name
-    )
+    return node.func.id == "super" and super_arguments(node, owner.name, self_name)
 
 
 def _shadows(name: str) -> bool:
