@@ -374,7 +374,7 @@ def plan_fused(
             continue
         done = _Planned.of(decisions)
         if fallback is None:
-            if not planner.weighed_resets or done == known:
+            if not done.removes(planner.weighed):
                 return decisions
             fallback, known = decisions, done  # once: plan again knowing these rewrites
             continue
@@ -399,6 +399,11 @@ class _Planned:
 
     def within(self, other: _Planned) -> bool:
         return self.fused <= other.fused and self.fixed <= other.fixed
+
+    def removes(self, weighed: Collection[int]) -> bool:
+        """Whether this round fixes one of the ``weighed`` resets, or fuses an optimizer their
+        receivers may hold."""
+        return any(key in self.fused or key in self.fixed for key in weighed)
 
 
 # -- the analysis --------------------------------------------------------------------------------
@@ -479,7 +484,9 @@ class _Planner:
         self.unsafe_fixes = False  # --unsafe-fixes: apply zero_grad edits that are not provable
         self.assumed_fused: set[int] | None = None  # constructors assumed fused (None: all)
         self.known = _Planned()  # what an earlier round of plan_fused rewrites
-        self.weighed_resets = False  # an apex class written by hand met a gradient reset
+        # ids of the `zero_grad` resets an apex class written by hand met, and of the
+        # constructors their receivers may hold: what this run's rewrites may settle
+        self.weighed: set[int] = set()
         self.relied_on: set[int] = set()  # constructors whose being fused a safe edit assumes
         # id(unsupported constructor) -> zero_grad calls a safe edit excused because it raises
         self.excused: dict[int, list[ast.Call]] = {}
@@ -1134,13 +1141,14 @@ class _Planner:
             if set_to_none is None and self._fused_receiver(attribute.value, call):
                 continue
             found.append(reset)
+            self.weighed.add(id(reset))
+            self.weighed.update(id(origin) for origin in self.flow.origins(attribute.value))
         for attribute in self.index.attributes("grad"):
             # `p.grad /= n` updates the tensor in place and stores it back: not a reset.
             in_place = isinstance(self.index.parent(attribute), ast.AugAssign)
             stored = isinstance(attribute.ctx, ast.Store | ast.Del) and not in_place
             if stored and self.hazards.unit_of(attribute) is not unit:
                 found.append(attribute)
-        self.weighed_resets = self.weighed_resets or bool(found)
         return sorted(found, key=line_of)
 
     def _fused_receiver(self, receiver: ast.expr, call: ast.Call) -> bool:
@@ -2104,12 +2112,10 @@ class _Planner:
             return
         seen = {id(draft.call) for draft in self.drafts}
         for call in self.index.nodes(ast.Call):
-            if not isinstance(call.func, ast.Name) or call.func.id not in derived:
-                continue
             base = subclass_base(self.view, call)
             if base is None or id(call) in seen or self._suppressed(call):
                 continue
-            assert isinstance(call.func, ast.Name)
+            assert isinstance(call.func, ast.Name)  # subclass_base takes a plain name only
             if self._outside_reads(call.func) != [call.func]:
                 continue  # built more than once, or used otherwise: a plan at each would clash
             if not any(
