@@ -246,6 +246,10 @@ def level_arms(view: FileView, call: ast.Call, value: ast.expr, depth: int = 0) 
     literal = literal_value(value)
     if isinstance(literal, str):
         return [LevelArm(literal, "", line)]
+    if depth == 0:
+        tested = _tested_levels(view, call, value)
+        if tested is not None:
+            return tested
     if depth > _MAX_DEPTH:
         return [LevelArm(None, "", line)]
     if isinstance(value, ast.IfExp):
@@ -276,6 +280,66 @@ def level_arms(view: FileView, call: ast.Call, value: ast.expr, depth: int = 0) 
                 LevelArm(None, "", line),  # what the command line passes instead
             ]
     return [LevelArm(None, "", line)]
+
+
+def _tested_levels(view: FileView, call: ast.Call, value: ast.expr) -> list[LevelArm] | None:
+    """The levels ``value`` can have at ``call`` when an enclosing `if` of its function
+    compares that same expression with literal levels (``if args.opt_level == 'O0':``,
+    ``elif level in ('O1', 'O2'):``, the ``else`` of ``!=``); None when no test pins it, or
+    when the tested arm assigns the expression again before the call."""
+    code = view.written(value)
+    flow = OptimizerFlow.of(view)
+    for guard, in_body in flow.guards(call):
+        # `a and b` holds when both do; `a or b` is false when both are.
+        for test in _operands(guard.test, ast.And if in_body else ast.Or):
+            levels = _compared_levels(view, test, code, in_body)
+            if levels is None or _stored_in(view, guard.body if in_body else guard.orelse, code):
+                continue
+            written = f"`if {view.written(guard.test)}`"
+            when = f"under {written}" if in_body else f"in the `else` of {written}"
+            return [LevelArm(level, when, guard.lineno) for level in levels]
+    return None
+
+
+def _operands(test: ast.expr, op: type[ast.boolop]) -> list[ast.expr]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, op):
+        return [part for value in test.values for part in _operands(value, op)]
+    return [test]
+
+
+def _compared_levels(view: FileView, test: ast.expr, code: str, holds: bool) -> list[str] | None:
+    """The literal levels ``test`` allows for the expression written ``code`` when the test
+    ``holds`` (or fails): ``x == 'O0'`` / ``x != 'O0'`` / ``x in ('O1', 'O2')``, either side."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if view.written(left) != code:
+        if isinstance(op, ast.Eq | ast.NotEq) and view.written(right) == code:
+            left, right = right, left
+        else:
+            return None
+    wanted = {ast.Eq: True, ast.NotEq: False, ast.In: True, ast.NotIn: False}.get(type(op))
+    if wanted is None or wanted != holds:
+        return None
+    values = literal_value(right)
+    if isinstance(op, ast.Eq | ast.NotEq):
+        values = (values,)
+    if not isinstance(values, tuple | list | set | frozenset) or not values:
+        return None
+    if not all(isinstance(level, str) for level in values):
+        return None
+    return sorted(set(values))
+
+
+def _stored_in(view: FileView, body: list[ast.stmt], code: str) -> bool:
+    """A statement of ``body`` assigns (or deletes) the expression written ``code``."""
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(getattr(node, "ctx", None), ast.Store | ast.Del) and (
+                view.written(node) == code
+            ):
+                return True
+    return False
 
 
 def _dict_literal(view: FileView, node: ast.expr) -> ast.Dict | None:

@@ -249,8 +249,8 @@ class OptimizerFlow:
         """The innermost `if` test (as written) under which ``node`` runs and ``other`` need
         not, and whether ``node`` is in its body (True) or its ``else`` part (False)."""
         # Two `if args.fp16:` blocks guard alike: compare the conditions, not the statements.
-        guards_of_other = {(self._test(guard), in_body) for guard, in_body in self._guards(other)}
-        for guard, in_body in self._guards(node):
+        guards_of_other = {(self._test(guard), in_body) for guard, in_body in self.guards(other)}
+        for guard, in_body in self.guards(node):
             test = self._test(guard)
             if (test, in_body) not in guards_of_other:
                 return test, in_body
@@ -259,10 +259,10 @@ class OptimizerFlow:
     def guards_only_for(self, node: ast.AST, other: ast.AST) -> list[tuple[str, bool]]:
         """Every enclosing `if` test (as written, innermost first) under which ``node`` runs
         and ``other`` need not, with whether ``node`` is in its body; see :meth:`guard_only_for`."""
-        guards_of_other = {(self._test(guard), in_body) for guard, in_body in self._guards(other)}
+        guards_of_other = {(self._test(guard), in_body) for guard, in_body in self.guards(other)}
         return [
             (self._test(guard), in_body)
-            for guard, in_body in self._guards(node)
+            for guard, in_body in self.guards(node)
             if (self._test(guard), in_body) not in guards_of_other
         ]
 
@@ -273,7 +273,7 @@ class OptimizerFlow:
         stands for both. None for any other placement (an `elif` arm has a test of its own)."""
         if len(calls) != 2:
             return None
-        innermost = [next(self._guards(call), None) for call in calls]
+        innermost = [next(self.guards(call), None) for call in calls]
         if any(found is None for found in innermost):
             return None
         (first, first_in_body), (second, second_in_body) = innermost  # type: ignore[misc]
@@ -291,17 +291,17 @@ class OptimizerFlow:
     def exclusive(self, node: ast.AST, other: ast.AST) -> bool:
         """``node`` runs only where ``other`` does not: opposite branches of the same condition
         (`if args.fp16:` ... `else:` ...), compared by the condition's text."""
-        branches = {(self._test(guard), in_body) for guard, in_body in self._guards(other)}
+        branches = {(self._test(guard), in_body) for guard, in_body in self.guards(other)}
         return any(
-            (self._test(guard), not in_body) in branches for guard, in_body in self._guards(node)
+            (self._test(guard), not in_body) in branches for guard, in_body in self.guards(node)
         )
 
     def apart(self, node: ast.AST, other: ast.AST) -> bool:
         """``node`` and ``other`` sit in the two arms of one `if` statement (or of an `elif`
         chain) that no loop of its function repeats: one run of the function passes one of
         them at most. Unlike :meth:`exclusive`, the same statement, not the same text."""
-        arms = {id(guard): in_body for guard, in_body in self._guards(other)}
-        for guard, in_body in self._guards(node):
+        arms = {id(guard): in_body for guard, in_body in self.guards(other)}
+        for guard, in_body in self.guards(node):
             if arms.get(id(guard), in_body) != in_body:
                 return not any(
                     isinstance(parent, ast.For | ast.AsyncFor | ast.While)
@@ -318,7 +318,7 @@ class OptimizerFlow:
     def _test(self, guard: ast.If) -> str:
         return self.view.written(guard.test)
 
-    def _guards(self, node: ast.AST) -> Iterator[tuple[ast.If, bool]]:
+    def guards(self, node: ast.AST) -> Iterator[tuple[ast.If, bool]]:
         """Enclosing `if` statements of the same function (innermost first) and whether
         ``node`` is in the body (rather than in the ``else``/``elif`` part)."""
         child = node
