@@ -16,6 +16,7 @@ import ast
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from migrator.analysis.calls import NOT_LITERAL, Argument, argument, arguments, literal_value
@@ -3000,9 +3001,11 @@ def _mixed_callers_refusal(
     no_parameter: str | None = None,
 ) -> str:
     factory = (with_amp or without_amp)[0].factory
-    reaching = "; ".join(
-        f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
-        for site in with_amp
+    reaching = _listed(
+        [
+            f"call at {site.at}, `amp.initialize` at {', '.join(a.at for a in site.with_amp)}"
+            for site in with_amp
+        ]
     )
     passed = f" ({reaching})" if reaching else " (and this module)"
     return (
@@ -3025,7 +3028,7 @@ def _mixed_callers_refusal(
 
 
 def _site_break_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
-    found = "; ".join(f"at its call at {site.at}, {site.breaks}" for site in sites)
+    found = _grouped([(site.at, site.breaks) for site in sites], "at its call at {}, {}")
     return (
         f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it, "
         f"and {found}. {_CONTRACT}. {_keep(source)}"
@@ -3045,7 +3048,7 @@ def _escaped_message(source: Source, target: str, escaped: str) -> str:
 
 
 def _handed_on_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
-    found = "; ".join(f"at {site.at}, {site.handed_on}" for site in sites)
+    found = _grouped([(site.at, site.handed_on) for site in sites], "at {}, {}")
     return (
         f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it "
         f"to calls that reach no `amp.initialize` in their file, and {found}: {_NEITHER_HOME}, "
@@ -3059,7 +3062,7 @@ def _handed_on_message(source: Source, target: str, sites: Sequence[CallSite]) -
 
 
 def _site_hazard_message(source: Source, target: str, sites: Sequence[CallSite]) -> str:
-    found = "; ".join(f"at {site.at}: {site.hazards}" for site in sites)
+    found = _grouped([(site.at, site.hazards) for site in sites], "at {}: {}")
     return (
         f"{_not_rewritten(source, target)}: `{sites[0].factory}` returns it "
         f"to code that would break an NPU fused optimizer ({found}). "
@@ -3069,9 +3072,10 @@ def _site_hazard_message(source: Source, target: str, sites: Sequence[CallSite])
 
 def _parameter_why(parameter: AmpParameter, sites: Sequence[CallSite]) -> str:
     """Why the class of an optimizer is picked by the parameter its factory gets."""
-    passed = "; ".join(
+    passed = _listed(
         [f"`{value}` at line {line_of(call)}" for call, value in parameter.own_calls]
-        + [f"`{site.argument}` at {site.at}" for site in sites]
+        + [f"`{site.argument}` at {site.at}" for site in sites],
+        most=8,  # the calls it edits
     )
     return (
         f"`{parameter.function.name}` returns it to calls whose optimizer goes through apex's "
@@ -3188,7 +3192,39 @@ def _refused_elsewhere_message(
 
 
 def _sites_listed(sites: Sequence[CallSite]) -> str:
-    return "; ".join(f"call at {site.placed}" for site in sites)
+    return _listed([f"call at {site.placed}" for site in sites])
+
+
+_MOST_LISTED = 3  # places named in one message; the others are counted
+
+
+def _in_tests(place: str) -> bool:
+    """``place`` ("path:line") is in a test file: ``test_*.py``, ``*_test.py`` or a ``tests``
+    folder."""
+    path = PurePosixPath(place.rsplit(":", 1)[0].replace("\\", "/"))
+    return (
+        path.name.startswith("test_")
+        or path.name.endswith("_test.py")
+        or "tests" in path.parts[:-1]
+    )
+
+
+def _listed(items: Sequence[str], separator: str = "; ", most: int = _MOST_LISTED) -> str:
+    """``items`` joined, each once: the first ``most``, and how many more there are."""
+    shown = list(dict.fromkeys(items))
+    if len(shown) <= most + 1:  # "and 1 more" would be no shorter
+        return separator.join(shown)
+    return f"{separator.join(shown[:most])}{separator}and {len(shown) - most} more"
+
+
+def _grouped(found: Sequence[tuple[str, str]], template: str) -> str:
+    """(place, finding) pairs in ``template`` ("at {}: {}"), one entry per finding with the
+    places where it is found (a factory called forty times by one test file says it once),
+    the places in test files last: the first few named are the training code's."""
+    places: dict[str, list[str]] = {}
+    for place, finding in sorted(found, key=lambda pair: _in_tests(pair[0])):
+        places.setdefault(finding, []).append(place)
+    return _listed([template.format(_listed(at, ", "), finding) for finding, at in places.items()])
 
 
 def _factory_why(
@@ -3208,7 +3244,7 @@ def _factory_why(
     if draft.home == APEX_HOME:
         return (
             f"`{factory}` returns it and every call of it passes it to `amp.initialize` "
-            f"({'; '.join(reaching)}): Ascend apex's fused optimizers step only under amp"
+            f"({_listed(reaching)}): Ascend apex's fused optimizers step only under amp"
         )
     return (
         f"`{factory}` returns it to calls where it reaches no enabled `amp.initialize` "
