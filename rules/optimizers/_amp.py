@@ -285,8 +285,11 @@ def level_arms(view: FileView, call: ast.Call, value: ast.expr, depth: int = 0) 
 def _tested_levels(view: FileView, call: ast.Call, value: ast.expr) -> list[LevelArm] | None:
     """The levels ``value`` can have at ``call`` when an enclosing `if` of its function
     compares that same expression with literal levels (``if args.opt_level == 'O0':``,
-    ``elif level in ('O1', 'O2'):``, the ``else`` of ``!=``); None when no test pins it, or
-    when the tested arm assigns the expression again before the call."""
+    ``elif level in ('O1', 'O2'):``, the ``else`` of ``!=``); None when no test pins it, when
+    the tested arm assigns the expression again before the call, or when the test lets through
+    levels that Ascend apex refuses NPU fused optimizers at along with levels it accepts them
+    at (ESPnet's ``if args.train_dtype in ("O0", "O1", "O2", "O3"):`` says no more than a
+    level chosen at run time)."""
     code = view.written(value)
     flow = OptimizerFlow.of(view)
     for guard, in_body in flow.guards(call):
@@ -295,6 +298,8 @@ def _tested_levels(view: FileView, call: ast.Call, value: ast.expr) -> list[Leve
             levels = _compared_levels(view, test, code, in_body)
             if levels is None or _stored_in(view, guard.body if in_body else guard.orelse, code):
                 continue
+            if len({level in FUSED_LEVELS for level in levels}) > 1:
+                continue  # `in ("O0", "O1", "O2", "O3")`: chosen at run time, as if untested
             written = f"`if {view.written(guard.test)}`"
             when = f"under {written}" if in_body else f"in the `else` of {written}"
             return [LevelArm(level, when, guard.lineno) for level in levels]
