@@ -285,66 +285,17 @@ def level_arms(view: FileView, call: ast.Call, value: ast.expr, depth: int = 0) 
 def _tested_levels(view: FileView, call: ast.Call, value: ast.expr) -> list[LevelArm] | None:
     """The levels ``value`` can have at ``call`` when an enclosing `if` of its function
     compares that same expression with literal levels (``if args.opt_level == 'O0':``,
-    ``elif level in ('O1', 'O2'):``, the ``else`` of ``!=``); None when no test pins it, when
-    the tested arm assigns the expression again before the call, or when the test lets through
-    levels that Ascend apex refuses NPU fused optimizers at along with levels it accepts them
-    at (ESPnet's ``if args.train_dtype in ("O0", "O1", "O2", "O3"):`` says no more than a
-    level chosen at run time)."""
-    code = view.written(value)
-    flow = OptimizerFlow.of(view)
-    for guard, in_body in flow.guards(call):
-        # `a and b` holds when both do; `a or b` is false when both are.
-        for test in _operands(guard.test, ast.And if in_body else ast.Or):
-            levels = _compared_levels(view, test, code, in_body)
-            if levels is None or _stored_in(view, guard.body if in_body else guard.orelse, code):
-                continue
-            if len({level in FUSED_LEVELS for level in levels}) > 1:
-                continue  # `in ("O0", "O1", "O2", "O3")`: chosen at run time, as if untested
-            written = f"`if {view.written(guard.test)}`"
-            when = f"under {written}" if in_body else f"in the `else` of {written}"
-            return [LevelArm(level, when, guard.lineno) for level in levels]
-    return None
-
-
-def _operands(test: ast.expr, op: type[ast.boolop]) -> list[ast.expr]:
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, op):
-        return [part for value in test.values for part in _operands(value, op)]
-    return [test]
-
-
-def _compared_levels(view: FileView, test: ast.expr, code: str, holds: bool) -> list[str] | None:
-    """The literal levels ``test`` allows for the expression written ``code`` when the test
-    ``holds`` (or fails): ``x == 'O0'`` / ``x != 'O0'`` / ``x in ('O1', 'O2')``, either side."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+    ``elif level in ('O1', 'O2'):``, the ``else`` of ``!=``; see
+    :meth:`~migrator.rules.optimizers._flow.OptimizerFlow.tested`); None when no test pins it,
+    or when the test lets through levels that Ascend apex refuses NPU fused optimizers at along
+    with levels it accepts them at (ESPnet's ``if args.train_dtype in ("O0", "O1", "O2",
+    "O3"):`` says no more than a level chosen at run time)."""
+    tested = OptimizerFlow.of(view).tested(call, view.written(value))
+    if tested is None or not all(isinstance(level, str) for level in tested.values):
         return None
-    left, op, right = test.left, test.ops[0], test.comparators[0]
-    if view.written(left) != code:
-        if isinstance(op, ast.Eq | ast.NotEq) and view.written(right) == code:
-            left, right = right, left
-        else:
-            return None
-    wanted = {ast.Eq: True, ast.NotEq: False, ast.In: True, ast.NotIn: False}.get(type(op))
-    if wanted is None or wanted != holds:
+    if len({level in FUSED_LEVELS for level in tested.values}) > 1:
         return None
-    values = literal_value(right)
-    if isinstance(op, ast.Eq | ast.NotEq):
-        values = (values,)
-    if not isinstance(values, tuple | list | set | frozenset) or not values:
-        return None
-    if not all(isinstance(level, str) for level in values):
-        return None
-    return sorted(set(values))
-
-
-def _stored_in(view: FileView, body: list[ast.stmt], code: str) -> bool:
-    """A statement of ``body`` assigns (or deletes) the expression written ``code``."""
-    for statement in body:
-        for node in ast.walk(statement):
-            if isinstance(getattr(node, "ctx", None), ast.Store | ast.Del) and (
-                view.written(node) == code
-            ):
-                return True
-    return False
+    return [LevelArm(str(level), tested.when, tested.line) for level in tested.values]
 
 
 def _dict_literal(view: FileView, node: ast.expr) -> ast.Dict | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Container, Iterator, Mapping, 
 from dataclasses import dataclass
 from functools import cached_property
 
-from migrator.analysis.calls import argument
+from migrator.analysis.calls import NOT_LITERAL, argument, literal_value
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.origins import OPTIMIZER_VALUES, Origins
@@ -309,6 +309,25 @@ class OptimizerFlow:
                 )
         return False
 
+    def tested(self, node: ast.AST, code: str) -> Tested | None:
+        """The literal values the expression written ``code`` can have at ``node``, read from
+        the innermost enclosing `if` of its function that compares it with literals
+        (``if args.opt_level == "O0":``, ``elif name in ("SGD", "Adam"):``, the ``else`` of
+        ``!=`` and ``not in``; either side of ``==``; through ``and`` in the body and ``or``
+        in the ``else``). None when no test pins it, or when that arm assigns the expression
+        again (the test no longer speaks for it at ``node``)."""
+        for guard, in_body in self.guards(node):
+            # `a and b` holds when both do; `a or b` is false when both are.
+            for test in _operands(guard.test, ast.And if in_body else ast.Or):
+                values = _compared(self.view, test, code, in_body)
+                arm = guard.body if in_body else guard.orelse
+                if values is None or _stored_in(self.view, arm, code):
+                    continue
+                written = f"`if {self._test(guard)}`"
+                when = f"under {written}" if in_body else f"in the `else` of {written}"
+                return Tested(values, when, guard.lineno)
+        return None
+
     def _up_to_function(self, node: ast.AST) -> Iterator[ast.AST]:
         for parent in self.index.ancestors(node):
             if isinstance(parent, _FUNCTIONS):
@@ -350,6 +369,58 @@ class OptimizerFlow:
 
 
 # -- where an optimizer leaves a file's sight ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tested:
+    """What an enclosing `if` says of an expression (:meth:`OptimizerFlow.tested`): the
+    literal ``values`` it can have, ``when`` ("under `if x == 'O0'`") and the `if`'s line."""
+
+    values: tuple[object, ...]
+    when: str
+    line: int
+
+
+def _operands(test: ast.expr, op: type[ast.boolop]) -> list[ast.expr]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, op):
+        return [part for value in test.values for part in _operands(value, op)]
+    return [test]
+
+
+def _compared(view: FileView, test: ast.expr, code: str, holds: bool) -> tuple[object, ...] | None:
+    """The literals ``test`` allows for the expression written ``code`` when the test
+    ``holds`` (or fails): ``x == 'O0'`` / ``x != 'O0'`` / ``x in ('O1', 'O2')``, either side
+    of ``==`` and ``!=``."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if view.written(left) != code:
+        if isinstance(op, ast.Eq | ast.NotEq) and view.written(right) == code:
+            left, right = right, left
+        else:
+            return None
+    wanted = {ast.Eq: True, ast.NotEq: False, ast.In: True, ast.NotIn: False}.get(type(op))
+    if wanted is None or wanted != holds:
+        return None
+    value = literal_value(right)
+    if value is NOT_LITERAL:
+        return None
+    if isinstance(op, ast.Eq | ast.NotEq):
+        return (value,)
+    if not isinstance(value, tuple | list | set | frozenset) or not value:
+        return None
+    return tuple(dict.fromkeys(sorted(value, key=repr)))
+
+
+def _stored_in(view: FileView, body: list[ast.stmt], code: str) -> bool:
+    """A statement of ``body`` assigns (or deletes) the expression written ``code``."""
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(getattr(node, "ctx", None), ast.Store | ast.Del) and (
+                view.written(node) == code
+            ):
+                return True
+    return False
 
 
 def escape(

@@ -432,6 +432,7 @@ class _Draft:
     # The `**mapping` arguments: (argument index, what the flow shows of their keys).
     forwarded: list[tuple[int, ForwardedKeys]] = field(default_factory=list)
     lookup: _Lookup | None = None  # a `getattr(torch.optim, name)(...)` construction
+    named_by: str | None = None  # such a lookup whose name an `if` tests: the class, when
     amp_parameter: AmpParameter | None = None  # see Rewrite.amp_parameter
     kept: KeptWhen | None = None  # see Rewrite.kept
     # The keys the constructor may be given, as written or through `**` (None: any may come),
@@ -2023,6 +2024,8 @@ class _Planner:
             reason = "only `torch.optim` lookups are mapped"
         elif name is None or not _pure(name):
             reason = "the name is not a plain name, attribute or literal that can be read twice"
+        if reason is None and name is not None and self._plan_tested_lookup(call, lookup, name):
+            return
         fitting = [] if reason else self._fitting_sources(call)
         if not fitting:
             reason = reason or "no fusable class of `torch.optim` takes these arguments unchanged"
@@ -2043,6 +2046,31 @@ class _Planner:
             self._indentation(lookup),
             draft.choice,
         )
+
+    def _plan_tested_lookup(
+        self, call: ast.Call, lookup: ast.Call | ast.Subscript, name: ast.expr
+    ) -> bool:
+        """``getattr(torch.optim, name)(args)`` under ``if name == "SGD":``
+        (reid-strong-baseline's `make_optimizer`): the test names the class, so the call is
+        planned as that class's constructor, written out (`torch_npu.optim.NpuFusedSGD(args)`),
+        with the argument edits a direct call gets. False when no test names a single class;
+        True with nothing planned when it names one without an NPU fused version (the call
+        stays as written, as `torch.optim.Adagrad(...)` would)."""
+        tested = self.flow.tested(call, self.view.written(name))
+        if tested is None or len(tested.values) != 1 or not isinstance(tested.values[0], str):
+            return False
+        display = f"torch.optim.{tested.values[0]}"
+        if display not in _LOOKUP_SOURCES:
+            return True
+        before, reported = len(self.drafts), len(self.findings)
+        self._plan(call, SOURCES[display], keep=False)
+        self._restate(reported, lookup, SOURCES[display])
+        if len(self.drafts) > before:
+            self.drafts[-1].named_by = (
+                f"`{self.view.written(lookup)}`, which is `{display}` {tested.when} "
+                f"(line {tested.line}),"
+            )
+        return True
 
     def _indentation(self, node: ast.AST) -> str:
         """The leading whitespace of the line where ``node`` starts."""
@@ -2324,7 +2352,11 @@ class _Planner:
         for draft in self.drafts:
             # A class kept as written is still written; FusedSGD's torch SGD in its place is not.
             if draft.func_style == "dotted" and (draft.kept is None or draft.kept.replaces):
-                self._release_old_import(draft.call.func)
+                func = draft.call.func
+                if draft.named_by is not None:  # `getattr(optim, name)`: the module's import
+                    assert isinstance(func, ast.Call | ast.Subscript)
+                    func = _lookup_parts(func)[0]
+                self._release_old_import(func)
 
     def _from_import_binding(self, name: ast.AST) -> Binding | None:
         """The single ``from m import x [as y]`` that binds ``name``, if that is its only origin."""
@@ -3296,6 +3328,8 @@ def _fixed_message(draft: _Draft) -> str:
             f"{home} ({mapped}; any other name keeps torch's class, and these arguments "
             f"fit each mapped class as written): {why}{notes}"
         )
+    if draft.named_by is not None:
+        return f"replaced {draft.named_by} with `{draft.callee}`: {why}{notes}"
     return f"replaced `{draft.source.display}` with `{draft.callee}`: {why}{notes}"
 
 
