@@ -83,7 +83,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     NPU fused optimizers of either home there. A level computed in the module is read over every
     arm it shows (`'O1' if use_mixed_precision else 'O0'`, an `if`/`else`, a dict of levels, the
     default of an `--opt-level` option): one O0 or O3 arm counts as that literal level, since
-    that path must keep running. A level, master-weights flag or `enabled` computed at run time
+    that path must keep running. An `if` around the `amp.initialize` that tests the level itself
+    settles it there (`if args.opt_level == 'O0':`, `elif level in ('O1', 'O2'):`, the `else`
+    of `!=`), unless it lets O0 or O3 through together with O1 or O2. A level, master-weights flag or `enabled` computed at run time
     otherwise is named in the message as a requirement, and NPU102's `opt-level` switch counts
     when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test) is
     left as it is: the fused optimizers pack on the NPU only. A constructor that a function
@@ -138,6 +140,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     `getattr(torch.optim, name)(args)` gets a mapping next to the lookup,
     `{"SGD": torch_npu.optim.NpuFusedSGD, ...}.get(name, getattr(torch.optim, name))`, for the
     names whose NPU fused class takes `args` exactly as written; other names keep torch's class.
+    Under an `if` that tests the name (`if cfg.OPTIMIZER_NAME == 'SGD':`) the lookup is that
+    class, and the call is rewritten as its constructor would be (`NpuFusedSGD(params,
+    momentum=..., lr=0.001)`: torch's SGD defaults `lr`, the NPU class requires it).
     A lookup whose class is only tested and put in a registry (mmcv's and mmengine's
     `register_torch_optimizers`: `_optim = getattr(torch.optim, name)`, `inspect.isclass`,
     `issubclass`, `OPTIMIZERS.register_module()(_optim)`) builds nothing: the configs that name
