@@ -193,6 +193,11 @@ def launcher_effect(name: str) -> str:
 
 _DTENSOR_MAKERS = frozenset({"distribute_tensor", "from_local"})
 
+# What a tensor has and an nn.Module does not: `x.cpu().numpy()` copied a tensor.
+_TENSOR_ONLY = frozenset(
+    {"numpy", "tolist", "item", "detach", "clone", "numel", "size", "shape", "dtype", "view"}
+)
+
 # -- calls that take the optimizer without stepping it -------------------------------------------
 
 _NOT_STEPPING_ROOTS = ("builtins.", "torch.optim.lr_scheduler.", "copy.", "logging.")
@@ -948,6 +953,8 @@ class ParameterContract:
                 if isinstance(call, ast.Call) and call.func is attribute:
                     if method != "_apply" and (call.args or call.keywords):
                         continue  # `tensor.half(memory_format=...)`-like calls are not modules'
+                    if self._used_as_tensor(call):
+                        continue  # `model.class_weights.cpu().numpy()`: a copy of a tensor
                     yield _Candidate(call, attribute.value, f"`{self.view.written(call)}`", effect)
         for attribute in self.index.attributes("to"):
             call = self.index.parent(attribute)
@@ -955,6 +962,15 @@ class ParameterContract:
                 moved = self._moved_away(call)
                 if moved is not None:
                     yield _Candidate(call, attribute.value, f"`{self.view.written(call)}`", moved)
+
+    def _used_as_tensor(self, call: ast.Call) -> bool:
+        """The result of ``call`` is used as only a tensor can be (`.numpy()`, `.item()`,
+        arithmetic): its receiver is a tensor, which `.cpu()`/`.half()` copy, not a module,
+        which they change in place. YOLOv5's `model.class_weights.cpu().numpy()`."""
+        parent = self.index.parent(call)
+        if isinstance(parent, ast.Attribute) and parent.value is call:
+            return parent.attr in _TENSOR_ONLY
+        return isinstance(parent, ast.BinOp)
 
     def _moved_away(self, call: ast.Call) -> str | None:
         """What ``x.to(...)`` does when it certainly leaves the device or the dtype."""

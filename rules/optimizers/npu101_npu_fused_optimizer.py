@@ -85,10 +85,11 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     default of an `--opt-level` option): one O0 or O3 arm counts as that literal level, since
     that path must keep running. An `if` around the `amp.initialize` that tests the level itself
     settles it there (`if args.opt_level == 'O0':`, `elif level in ('O1', 'O2'):`, the `else`
-    of `!=`), unless it lets O0 or O3 through together with O1 or O2. A level, master-weights flag or `enabled` computed at run time
-    otherwise is named in the message as a requirement, and NPU102's `opt-level` switch counts
-    when NPU102 runs. A constructor whose model never leaves the CPU in the file (a test) is
-    left as it is: the fused optimizers pack on the NPU only. A constructor that a function
+    of `!=`), unless it lets O0 or O3 through together with O1 or O2. A level, master-weights
+    flag or `enabled` computed at run time otherwise is named in the message as a requirement,
+    and NPU102's `opt-level` switch counts when NPU102 runs. A constructor whose model never
+    leaves the CPU in the file (a test) is left as it is: the fused optimizers pack on the NPU
+    only. A constructor that a function
     returns to other modules of the run (`create_optimizer(args, model)` called from `train.py`)
     is placed by every call site of that function there: `apex.optimizers` when all of them pass
     it to `amp.initialize`, `torch_npu.optim` when none does, reported when one would be refused
