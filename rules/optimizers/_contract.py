@@ -47,12 +47,12 @@ parameters. It over-approximates (``return`` and ``break`` are not cut), so a do
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from migrator.analysis.calls import arguments, literal_value
+from migrator.analysis.calls import Argument, arguments, literal_value
 from migrator.analysis.index import line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import BindingKind
@@ -202,6 +202,60 @@ _TENSOR_ONLY = frozenset(
 
 _NOT_STEPPING_ROOTS = ("builtins.", "torch.optim.lr_scheduler.", "copy.", "logging.")
 _NOT_STEPPING = frozenset({"apex.amp.initialize", "torch.save"})
+
+# What a function of another module may do with an optimizer it is given without stepping it:
+# read or load its state and groups, test it.
+_READ_ONLY = frozenset({"load_state_dict", "state_dict", "param_groups", "defaults", "state"})
+_TESTS = frozenset({"isinstance", "type", "id"})
+
+
+def _parameter_for(function: ast.FunctionDef | ast.AsyncFunctionDef, given: Argument) -> str | None:
+    """The parameter of ``function`` that the argument ``given`` binds (None: `*args`,
+    `**kwargs`, or none that can be told)."""
+    if given.star:
+        return None
+    parameters = function.args
+    positional = [a.arg for a in [*parameters.posonlyargs, *parameters.args]]
+    if given.keyword is None:
+        return positional[given.index] if given.index < len(positional) else None
+    named = {a.arg for a in [*parameters.args, *parameters.kwonlyargs]}
+    return given.keyword if given.keyword in named else None
+
+
+def _only_read(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
+    """Every use of ``parameter`` in ``function`` reads, loads or tests the optimizer
+    (`p.load_state_dict(...)`, `p.state_dict()`, `p.param_groups`, `p is None`,
+    `isinstance(p, ...)`), and nothing assigns the name or captures it in a nested function."""
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    for node in ast.walk(function):
+        nested = node is not function and isinstance(node, (*_FUNCTIONS, ast.Lambda, ast.ClassDef))
+        if nested and any(isinstance(n, ast.Name) and n.id == parameter for n in ast.walk(node)):
+            return False
+        if not (isinstance(node, ast.Name) and node.id == parameter):
+            continue
+        parent = parents.get(id(node))
+        if not isinstance(node.ctx, ast.Load):
+            return False
+        if isinstance(parent, ast.Attribute) and parent.attr in _READ_ONLY:
+            continue
+        if isinstance(parent, ast.Compare) or (
+            isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)
+        ):
+            continue
+        if isinstance(parent, ast.If | ast.While) and parent.test is node:
+            continue
+        if (
+            isinstance(parent, ast.Call)
+            and isinstance(parent.func, ast.Name)
+            and parent.func.id in _TESTS
+        ):
+            continue
+        return False
+    return True
+
 
 # -- the automaton -------------------------------------------------------------------------------
 
@@ -392,10 +446,15 @@ class ParameterContract:
         flow: OptimizerFlow,
         shared: Mapping[str, str] | None = None,
         lightning: str | None = lightning_facts.default_doubt(),
+        elsewhere: Callable[[ast.Call], ast.FunctionDef | ast.AsyncFunctionDef | None]
+        | None = None,
     ) -> None:
         self.view = view
         self.index = view.index
         self.flow = flow
+        # The function of another module of the run that a call reaches (None: not known), to
+        # tell a call given the optimizer that cannot step it (see _quiet).
+        self.elsewhere = elsewhere
         # Functions of the module that another file starts as hogwild workers: where the model
         # they get is put in shared memory.
         self.shared = shared or {}
@@ -715,12 +774,27 @@ class ParameterContract:
                 return True
             if receiver == "holder":
                 return True
-        if not any(self._holds(search, context, arg.value) for arg in arguments(call)):
+        given = [arg for arg in arguments(call) if self._holds(search, context, arg.value)]
+        if not given:
             return False
         name = self.view.qualified_name(func)
-        return not (
-            isinstance(name, str)
-            and (name in _NOT_STEPPING or name.startswith(_NOT_STEPPING_ROOTS))
+        if isinstance(name, str) and (
+            name in _NOT_STEPPING or name.startswith(_NOT_STEPPING_ROOTS)
+        ):
+            return False
+        return not self._quiet(call, given)
+
+    def _quiet(self, call: ast.Call, given: list[Argument]) -> bool:
+        """``call`` reaches a function of another module of the run that only reads, loads or
+        tests what it is given in ``given`` (YOLOv5's `smart_resume(ckpt, optimizer, ...)`, which
+        loads its state before the first step): no step can happen there."""
+        function = self.elsewhere(call) if self.elsewhere is not None else None
+        if function is None:
+            return False
+        return all(
+            (parameter := _parameter_for(function, arg)) is not None
+            and _only_read(function, parameter)
+            for arg in given
         )
 
     def _holds(self, search: _Search, context: _Context, node: ast.expr) -> str | None:

@@ -558,7 +558,7 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             elsewhere=HandedCode(reader, state.handed.get(path, {})),
             after_ddp=after_ddp,
         )
-        contract = ParameterContract(reader, flow)
+        contract = ParameterContract(reader, flow, elsewhere=partial(_function_called, state, path))
         for call, factory in found:
             amp_calls = flow.amp_calls_reached.get(id(call), [])
             facts = state.of(factory.path, "factories")[factory.name]
@@ -571,6 +571,29 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
                 "moved_above": moved.get(id(call)),  # the line of the DDP wrap NPU203 moves it over
             }
             facts["sites"].append(site)
+
+
+def _function_called(
+    state: _Link, path: str, call: ast.Call
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function at the top of another file of the run that ``call`` (in ``path``) calls by
+    name (`smart_resume(ckpt, optimizer, ...)` imported from `utils/torch_utils.py`)."""
+    reader = state.reader(path)
+    if reader is None or not isinstance(call.func, ast.Name | ast.Attribute):
+        return None
+    name = reader.qualified_name(call.func)
+    if not isinstance(name, str) or name.split(".", 1)[0] in _LIBRARY_ROOTS:
+        return None
+    found = _locate(state, name, path)
+    if not isinstance(found, Factory) or found.path == path:
+        return None
+    callee = state.reader(found.path)
+    if callee is None:
+        return None
+    for statement in _top_level_bindings(callee.index.tree.body, found.name):
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            return statement
+    return None
 
 
 def _called_after_ddp(
