@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -1334,7 +1334,8 @@ def _grown(view: FileView, name: ast.Name) -> frozenset[str]:
     start = starts[0].statement
     if not (isinstance(start, ast.Assign) and isinstance(start.value, ast.List)):
         return frozenset()
-    if start.value.elts or any(read is not name for b in bindings for read in index.references(b)):
+    reads = [read for binding in bindings for read in index.references(binding)]
+    if start.value.elts or not _read_whole(view, name, reads):
         return frozenset()
     loops = [_growing_loop(index, binding.node) for binding in grows]
     loop = loops[0]
@@ -1413,9 +1414,36 @@ def _only_value(view: FileView, name: ast.Name) -> ast.expr | None:
         return None
     value = bindings[0].assigned_value
     references = view.index.references(bindings[0])
-    if value is None or len(references) != 1 or references[0] is not name:
+    if value is None or not references or not _read_whole(view, name, references):
         return None
+    if len(references) > 1 and not _is_list(view, value):
+        return None  # an iterator: a second constructor may get what the first left of it
     return value
+
+
+def _read_whole(view: FileView, name: ast.Name, reads: Sequence[ast.AST]) -> bool:
+    """``name`` is among ``reads``, and every other read hands the list to another optimizer
+    constructor, which copies it (faster-rcnn.pytorch's `torch.optim.Adam(params)` and
+    `torch.optim.SGD(params, ...)` in the arms of `if args.optimizer == ...`): the list is
+    the same for each of them, and the owners are then weighed one at a time."""
+    if not any(read is name for read in reads):
+        return False
+    for read in reads:
+        if read is name:
+            continue
+        call = view.index.parent(read)
+        if not (isinstance(call, ast.Call) and call.args and call.args[0] is read):
+            return False
+        if not isinstance(view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str):
+            return False
+    return True
+
+
+def _is_list(view: FileView, value: ast.expr) -> bool:
+    """A list display or comprehension, or ``list(...)``: read twice, it gives the same items."""
+    if isinstance(value, ast.List | ast.ListComp):
+        return True
+    return isinstance(value, ast.Call) and view.qualified_name(value.func) == "builtins.list"
 
 
 def _group_params(group: ast.Dict) -> ast.expr | None:
