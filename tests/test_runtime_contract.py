@@ -101,10 +101,6 @@ NOT_EXECUTABLE = {
         '`amp.initialize` runs only when `args.amp == "apex"`, a comparison no stand-in flag '
         "satisfies; the class choice runs both ways in the e2e program `gated_amp`"
     ),
-    "npu101/opt_level_tested": (
-        "its O0 arms run only when the opt level is O0, which no stand-in level is (they are "
-        "O1 and O2, what the rules' notes require at run time); the rules edit nothing there"
-    ),
     "npu101/lookup_namespace": (
         "looks classes up as `torch.optim.__dict__[name]` with a name chosen at run time: a "
         "dict key must be a real string, which no stand-in flag is (its `getattr` twin runs in "
