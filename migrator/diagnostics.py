@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -65,3 +66,18 @@ class Diagnostic:
 
     def render(self) -> str:
         return f"{self.location}: {self.code} [{self.severity}] {self.message}"
+
+
+_MOST_LINES = 8  # line numbers named in one message; the others are counted
+
+
+def lines_named(numbers: Iterable[int]) -> str:
+    """``"line 4"``, ``"lines 4, 9"``, or the first few and how many more: a message about a
+    call made forty times names it once."""
+    shown = [str(number) for number in dict.fromkeys(numbers)]
+    if len(shown) == 1:
+        return f"line {shown[0]}"
+    if len(shown) > _MOST_LINES + 1:
+        more = len(shown) - _MOST_LINES
+        return f"lines {', '.join(shown[:_MOST_LINES])} and {more} more"
+    return f"lines {', '.join(shown)}"

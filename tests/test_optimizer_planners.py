@@ -845,3 +845,25 @@ def test_whole_models_are_only_those_every_parameter_of_which_is_held(case: str)
     last = view.index.tree.body[-1]
     assert isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
     assert whole_models(view, last.value.args[0]) == expected
+
+
+def test_a_hazard_met_many_times_names_its_first_lines_and_counts_the_rest() -> None:
+    head = [
+        "import torch",
+        "",
+        "def train(model, layer, batches):",
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "    for batch in batches:",
+        "        model(batch).sum().backward()",
+    ]
+    stores = ["        layer.weight.grad = None"] * 12
+    code = "\n".join([*head, *stores, "        optimizer.step()", ""])
+    decisions = plan_fused(
+        view_of(code), level=None, factories={}, suppressions=Suppressions.scan(code)
+    )
+    assert not decisions.rewrites
+    (finding,) = decisions.findings
+    first = len(head) + 1  # the line of the first store
+    named = ", ".join(str(first + i) for i in range(8))
+    assert f"`layer.weight.grad = None` (lines {named} and 4 more)" in finding.message
+    assert str(first + 8) not in finding.message

@@ -57,6 +57,7 @@ from migrator.analysis.index import line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
+from migrator.diagnostics import lines_named
 from migrator.rules.optimizers import _lightning as lightning_facts
 from migrator.rules.optimizers._flow import OptimizerFlow
 
@@ -380,8 +381,7 @@ def describe(breaks: Sequence[Break]) -> str:
         lines.setdefault((found.code, found.where, found.effect), []).append(found.line)
     parts: list[str] = []
     for (code, where, effect), numbers in lines.items():
-        shown = ", ".join(str(n) for n in dict.fromkeys(numbers))
-        parts.append(f"{code} ({'lines' if ',' in shown else 'line'} {shown}{where}) {effect}")
+        parts.append(f"{code} ({lines_named(numbers)}{where}) {effect}")
     return "; ".join(parts)
 
 

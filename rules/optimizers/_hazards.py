@@ -43,6 +43,7 @@ from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_va
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import FileView
+from migrator.diagnostics import lines_named
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
 from migrator.rules.optimizers._handed import (
     DROPS,
@@ -1478,8 +1479,7 @@ def describe(hazards: list[Hazard]) -> str:
         lines.setdefault((hazard.code, hazard.effect), []).append(hazard.line)
     parts: list[str] = []
     for (code, effect), numbers in lines.items():
-        where = ", ".join(str(n) for n in dict.fromkeys(numbers))
-        parts.append(f"{code} ({'lines' if ',' in where else 'line'} {where}) {effect}")
+        parts.append(f"{code} ({lines_named(numbers)}) {effect}")
     return "; ".join(parts)
 
 
