@@ -68,16 +68,22 @@ class Diagnostic:
         return f"{self.location}: {self.code} [{self.severity}] {self.message}"
 
 
+def first_few(items: Iterable[str], most: int) -> tuple[list[str], int]:
+    """``items`` once each, cut to the first ``most`` when more follow, and how many were cut
+    (never just one: naming it is no longer than counting it). A message about a call made forty
+    times names a few and counts the rest."""
+    shown = list(dict.fromkeys(items))
+    if len(shown) <= most + 1:
+        return shown, 0
+    return shown[:most], len(shown) - most
+
+
 _MOST_LINES = 8  # line numbers named in one message; the others are counted
 
 
 def lines_named(numbers: Iterable[int]) -> str:
-    """``"line 4"``, ``"lines 4, 9"``, or the first few and how many more: a message about a
-    call made forty times names it once."""
-    shown = [str(number) for number in dict.fromkeys(numbers)]
+    """``"line 4"``, ``"lines 4, 9"``, or the first eight and how many more."""
+    shown, more = first_few((str(number) for number in numbers), _MOST_LINES)
     if len(shown) == 1:
         return f"line {shown[0]}"
-    if len(shown) > _MOST_LINES + 1:
-        more = len(shown) - _MOST_LINES
-        return f"lines {', '.join(shown[:_MOST_LINES])} and {more} more"
-    return f"lines {', '.join(shown)}"
+    return f"lines {', '.join(shown)}" + (f" and {more} more" if more else "")

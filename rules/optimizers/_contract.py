@@ -223,7 +223,7 @@ def _parameter_for(function: ast.FunctionDef | ast.AsyncFunctionDef, given: Argu
     return given.keyword if given.keyword in named else None
 
 
-def _only_read(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
+def _only_reads_optimizer(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
     """Every use of ``parameter`` in ``function`` reads, loads or tests the optimizer
     (`p.load_state_dict(...)`, `p.state_dict()`, `p.param_groups`, `p is None`,
     `isinstance(p, ...)`), and nothing assigns the name or captures it in a nested function."""
@@ -455,6 +455,7 @@ class ParameterContract:
         # The function of another module of the run that a call reaches (None: not known), to
         # tell a call given the optimizer that cannot step it (see _quiet).
         self.elsewhere = elsewhere
+        self._read_only: dict[tuple[int, str], bool] = {}
         # Functions of the module that another file starts as hogwild workers: where the model
         # they get is put in shared memory.
         self.shared = shared or {}
@@ -793,9 +794,18 @@ class ParameterContract:
             return False
         return all(
             (parameter := _parameter_for(function, arg)) is not None
-            and _only_read(function, parameter)
+            and self._reads_only(function, parameter)
             for arg in given
         )
+
+    def _reads_only(self, function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
+        """:func:`_only_reads_optimizer`, once per function and parameter (the automaton asks
+        at every search that meets the call)."""
+        key = (id(function), parameter)
+        known = self._read_only.get(key)
+        if known is None:
+            known = self._read_only[key] = _only_reads_optimizer(function, parameter)
+        return known
 
     def _holds(self, search: _Search, context: _Context, node: ast.expr) -> str | None:
         """ "optimizer" when ``node`` may be the optimizer, "holder" when it may be something

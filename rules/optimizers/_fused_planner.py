@@ -24,7 +24,7 @@ from migrator.analysis.index import ModuleIndex, full_name, line_of, resolution_
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.analysis.view import FileView
-from migrator.diagnostics import Severity
+from migrator.diagnostics import Severity, first_few
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._call_sites import (
     CallSite,
@@ -3243,10 +3243,8 @@ def _in_tests(place: str) -> bool:
 
 def _listed(items: Sequence[str], separator: str = "; ", most: int = _MOST_LISTED) -> str:
     """``items`` joined, each once: the first ``most``, and how many more there are."""
-    shown = list(dict.fromkeys(items))
-    if len(shown) <= most + 1:  # "and 1 more" would be no shorter
-        return separator.join(shown)
-    return f"{separator.join(shown[:most])}{separator}and {len(shown) - most} more"
+    shown, more = first_few(items, most)
+    return separator.join(shown) + (f"{separator}and {more} more" if more else "")
 
 
 def _grouped(found: Sequence[tuple[str, str]], template: str) -> str:
