@@ -1111,7 +1111,7 @@ def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
     depth += 1
     if isinstance(node, ast.Name):
         value = _only_value(view, node)
-        return _whole_models(view, value, depth) if value is not None else _grown(view, node)
+        return _whole_models(view, value, depth) if value is not None else _grown(view, node, depth)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _whole_models(view, node.left, depth) | _whole_models(view, node.right, depth)
     if isinstance(node, (ast.List, ast.Tuple)):
@@ -1320,91 +1320,166 @@ def _is_requires_grad(test: ast.expr, name: str) -> bool:
     )
 
 
-def _grown(view: FileView, name: ast.Name) -> frozenset[str]:
-    """``model`` for ``params = []`` grown by a loop over ``model.named_parameters()`` (or
-    ``dict(model.named_parameters()).items()``) that adds ``[{"params": [value], ...}]`` to it
-    on every path through its body, under an optional ``if value.requires_grad:``: the
-    per-parameter groups of faster-rcnn.pytorch and its forks. ``params`` is bound nowhere else
-    and read only by ``name``; the loop has no ``break`` or ``continue``."""
+def _grown(view: FileView, name: ast.Name, depth: int) -> frozenset[str]:
+    """The models of ``params = []`` grown by one loop over a model's parameters that adds each
+    parameter it meets on every path through its body: ``model`` for faster-rcnn.pytorch's
+    per-parameter groups (``for key, value in dict(model.named_parameters()).items(): if
+    value.requires_grad: params += [{"params": [value], ...}]``) and for
+    deep-text-recognition-benchmark's ``for p in filter(lambda p: p.requires_grad,
+    model.parameters()): filtered.append(p)``.
+
+    The loop goes over ``model.named_parameters()`` (or ``dict(...).items()`` of it) with a
+    ``(name, value)`` target, or with one target over what :func:`whole_models` holds whole. Its
+    body adds ``value`` (or a group ``{"params": [value], ...}``) with ``params.append(...)`` or
+    ``params += [...]``, under an optional ``if value.requires_grad:`` or in both arms of an
+    ``if``; its other statements may do anything but rebind ``value`` (they cannot name
+    ``params``: every read of it is accounted for). ``params`` is bound nowhere else and read
+    only by ``name`` (and other optimizer constructors); the loop has no ``break`` or
+    ``continue``."""
     index = view.index
     bindings = index.bindings_of(name)
     starts = [binding for binding in bindings if binding.statement is not None]
-    grows = [binding for binding in bindings if binding.statement is None]
-    if len(starts) != 1 or not grows:
+    if len(starts) != 1:
         return frozenset()
     start = starts[0].statement
     if not (isinstance(start, ast.Assign) and isinstance(start.value, ast.List)):
         return frozenset()
     reads = [read for binding in bindings for read in index.references(binding)]
-    if start.value.elts or not _read_whole(view, name, reads):
+    appends = [read for read in reads if _appended(index, read) is not None]
+    others = [read for read in reads if all(read is not other for other in appends)]
+    if start.value.elts or not _read_whole(view, name, others):
         return frozenset()
-    loops = [_growing_loop(index, binding.node) for binding in grows]
-    loop = loops[0]
+    growing = [
+        index.parent(binding.node)
+        for binding in bindings
+        if binding.statement is None and binding.node is not None
+    ]
+    growing += [_appended(index, read) for read in appends]
+    loops = [_loop_around(index, statement) for statement in growing]
+    loop = loops[0] if loops else None
     if loop is None or any(other is not loop for other in loops):
         return frozenset()
-    if not start.lineno < loop.lineno < name.lineno:
+    if not start.lineno < loop.lineno < name.lineno or loop.orelse:
         return frozenset()
     if any(isinstance(node, ast.Break | ast.Continue) for node in ast.walk(loop)):
         return frozenset()
     target, iterated = loop.target, loop.iter
-    if not (isinstance(target, ast.Tuple) and len(target.elts) == 2 and not loop.orelse):
+    if isinstance(target, ast.Name):
+        models = _whole_models(view, iterated, depth)
+        value: ast.expr = target
+    elif isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        value = target.elts[1]
+        if (
+            isinstance(iterated, ast.Call)
+            and isinstance(iterated.func, ast.Attribute)
+            and iterated.func.attr == "items"
+            and not iterated.args
+            and isinstance(iterated.func.value, ast.Call)
+            and view.qualified_name(iterated.func.value.func) == "builtins.dict"
+            and len(iterated.func.value.args) == 1
+        ):
+            iterated = iterated.func.value.args[0]  # `dict(model.named_parameters()).items()`
+        model = _named_parameters_of(iterated)
+        models = frozenset({model}) if model is not None else frozenset()
+    else:
         return frozenset()
-    value = target.elts[1]
-    if not isinstance(value, ast.Name):
+    if not isinstance(value, ast.Name) or _rebinds(loop.body, value.id):
         return frozenset()
+    growth = [s for s in loop.body if any(s is g or _contains(s, g) for g in growing)]
+    if len(growth) != 1 or not _adds_each(growth[0], name.id, value.id, top=True):
+        return frozenset()
+    return models
+
+
+def _appended(index: ModuleIndex, read: ast.AST) -> ast.Expr | None:
+    """The statement ``params.append(<one argument>)`` whose ``params`` is ``read``."""
+    attribute = index.parent(read)
+    call = index.parent(attribute) if attribute is not None else None
+    statement = index.parent(call) if call is not None else None
     if (
-        isinstance(iterated, ast.Call)
-        and isinstance(iterated.func, ast.Attribute)
-        and iterated.func.attr == "items"
-        and not iterated.args
-        and isinstance(iterated.func.value, ast.Call)
-        and view.qualified_name(iterated.func.value.func) == "builtins.dict"
-        and len(iterated.func.value.args) == 1
+        isinstance(attribute, ast.Attribute)
+        and attribute.attr == "append"
+        and isinstance(call, ast.Call)
+        and call.func is attribute
+        and len(call.args) == 1
+        and not call.keywords
+        and isinstance(statement, ast.Expr)
     ):
-        iterated = iterated.func.value.args[0]  # `dict(model.named_parameters()).items()`
-    model = _named_parameters_of(iterated)
-    body = loop.body
-    guard = body[0] if len(body) == 1 else None
-    if isinstance(guard, ast.If) and not guard.orelse and _is_requires_grad(guard.test, value.id):
-        body = guard.body
-    if model is None or not _adds_a_group(body, name.id, value.id):
-        return frozenset()
-    return frozenset({model})
+        return statement
+    return None
 
 
-def _growing_loop(index: ModuleIndex, node: ast.AST | None) -> ast.For | None:
-    """The ``for`` loop around ``params += [...]`` (the store ``node``)."""
-    statement = index.parent(node) if node is not None else None
-    if not (isinstance(statement, ast.AugAssign) and isinstance(statement.op, ast.Add)):
+def _loop_around(index: ModuleIndex, statement: ast.AST | None) -> ast.For | None:
+    """The innermost ``for`` loop of the same function around ``statement``."""
+    if statement is None:
         return None
-    return next((a for a in index.ancestors(statement) if isinstance(a, ast.For)), None)
+    for ancestor in index.ancestors(statement):
+        if isinstance(ancestor, ast.For):
+            return ancestor
+        if isinstance(ancestor, (*_FUNCTIONS, ast.ClassDef)):
+            return None
+    return None
 
 
-def _adds_a_group(body: list[ast.stmt], params: str, value: str) -> bool:
-    """Every path through ``body`` runs one ``params += [{"params": [value], ...}]``."""
-    if len(body) != 1:
-        return False
-    [statement] = body
+def _contains(statement: ast.stmt, node: ast.AST | None) -> bool:
+    return any(child is node for child in ast.walk(statement))
+
+
+def _rebinds(body: list[ast.stmt], name: str) -> bool:
+    """A statement of ``body`` assigns or deletes ``name``."""
+    return any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store | ast.Del)
+        for statement in body
+        for node in ast.walk(statement)
+    )
+
+
+def _adds_each(statement: ast.stmt, params: str, value: str, top: bool = False) -> bool:
+    """Every path through ``statement`` adds ``value`` to ``params`` once (see :func:`_grown`):
+    ``params.append(item)``, ``params += [item]``, both arms of an ``if`` doing so, or (as the
+    loop body's own statement, ``top``) ``if value.requires_grad:`` around one of those."""
     if isinstance(statement, ast.If):
-        return bool(statement.orelse) and all(
-            _adds_a_group(arm, params, value) for arm in (statement.body, statement.orelse)
-        )
-    if not (
+        arms = [statement.body, statement.orelse]
+        if not statement.orelse:
+            if not (top and _is_requires_grad(statement.test, value)):
+                return False
+            arms = [statement.body]
+        return all(len(arm) == 1 and _adds_each(arm[0], params, value, top=False) for arm in arms)
+    if isinstance(statement, ast.Expr):
+        call = statement.value
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == params
+            and call.func.attr == "append"
+            and len(call.args) == 1
+        ):
+            return False
+        return _is_item(call.args[0], value)
+    if (
         isinstance(statement, ast.AugAssign)
+        and isinstance(statement.op, ast.Add)
         and isinstance(statement.target, ast.Name)
         and statement.target.id == params
         and isinstance(statement.value, ast.List)
         and len(statement.value.elts) == 1
-        and isinstance(statement.value.elts[0], ast.Dict)
     ):
-        return False
-    group = _group_params(statement.value.elts[0])
-    return (
-        isinstance(group, ast.List)
-        and len(group.elts) == 1
-        and isinstance(group.elts[0], ast.Name)
-        and group.elts[0].id == value
-    )
+        return _is_item(statement.value.elts[0], value)
+    return False
+
+
+def _is_item(item: ast.expr, value: str) -> bool:
+    """``value``, or the group ``{"params": [value], ...}``."""
+    if isinstance(item, ast.Dict):
+        group = _group_params(item)
+        return (
+            isinstance(group, ast.List)
+            and len(group.elts) == 1
+            and isinstance(group.elts[0], ast.Name)
+            and group.elts[0].id == value
+        )
+    return isinstance(item, ast.Name) and item.id == value
 
 
 def _only_value(view: FileView, name: ast.Name) -> ast.expr | None:

@@ -207,8 +207,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     (alone, or with other whole models: `itertools.chain(G.parameters(), E.parameters())`, a sum
     of lists, a starred list, parameter groups; or those that require gradients, `filter(lambda
     p: p.requires_grad, ...)`; or two groups that split its `named_parameters()` by one test of
-    the names and its negation, BERT's `no_decay` groups; or a group per parameter added on
-    every path of a loop over them, faster-rcnn's) and no other optimizer in scope may hold them
+    the names and its negation, BERT's `no_decay` groups; or each parameter, or a group per
+    parameter, added on every path of a loop over them, faster-rcnn's `params += [{...}]` and
+    deep-text-recognition-benchmark's `filtered.append(p)`) and no other optimizer in scope may
+    hold them
     (each fused optimizer steps every parameter it packed, None or zero, so nothing else could
     see the zeros; several optimizers over the whole model do when one holds it at a time, on
     exclusive branches or each replacing the one before in the same name, and each is NPU fused

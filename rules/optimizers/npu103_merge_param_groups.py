@@ -218,6 +218,10 @@ class MergeParamGroups(Rule):
             key=start_of,
         )
         mutation = next((node for node in others if self._mutates(node)), None)
+        if mutation is not None and all(
+            self._adds_a_parameter(node) for node in others if self._mutates(node)
+        ):
+            return None  # a list of parameters: one group, nothing to merge
         if mutation is not None:
             how = f"are added to `{params.id}` at line {line_of(mutation)}"
             self.report(params, _RUNTIME_GROUPS.format(how=how))
@@ -265,6 +269,54 @@ class MergeParamGroups(Rule):
         if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
             return None
         return binding, statement.value
+
+    def _adds_a_parameter(self, name: ast.AST) -> bool:
+        """``params.append(p)`` in a loop over a model's parameters: ``for p in
+        model.parameters()`` (or ``filter(<test>, model.parameters())``), ``for n, p in
+        model.named_parameters()`` (deep-text-recognition-benchmark's ``filtered_parameters``):
+        what it adds is a tensor, never a group."""
+        attribute = self.index.parent(name)
+        call = self.index.parent(attribute) if attribute is not None else None
+        if not (
+            isinstance(attribute, ast.Attribute)
+            and attribute.attr == "append"
+            and isinstance(call, ast.Call)
+            and call.func is attribute
+            and len(call.args) == 1
+            and isinstance(call.args[0], ast.Name)
+        ):
+            return False
+        added = call.args[0].id
+        loop = next((a for a in self.index.ancestors(call) if isinstance(a, ast.For)), None)
+        if loop is None:
+            return False
+        iterated = loop.iter
+        if (
+            isinstance(iterated, ast.Call)
+            and self.view.qualified_name(iterated.func) == "builtins.filter"
+            and len(iterated.args) == 2
+        ):
+            iterated = iterated.args[1]
+        if not (
+            isinstance(iterated, ast.Call)
+            and isinstance(iterated.func, ast.Attribute)
+            and not iterated.args
+        ):
+            return False
+        target, method = loop.target, iterated.func.attr
+        held: ast.expr | None = None
+        if method == "parameters":
+            held = target
+        elif method == "named_parameters" and isinstance(target, ast.Tuple):
+            held = target.elts[-1] if len(target.elts) == 2 else None
+        else:
+            return False
+        rebound = any(
+            isinstance(node, ast.Name) and node.id == added and isinstance(node.ctx, ast.Store)
+            for statement in loop.body
+            for node in ast.walk(statement)
+        )
+        return isinstance(held, ast.Name) and held.id == added and not rebound
 
     def _mutates(self, name: ast.AST) -> bool:
         """``groups.append(...)``, ``groups += ...``, ``groups[i] = ...`` and the like."""
