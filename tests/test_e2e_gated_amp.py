@@ -18,7 +18,9 @@ call passes amp's condition there; the same for a function of the script itself 
 paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's shape). Where the
 `amp.initialize` calls sit in two branches under `--amp` (fixtures/e2e/amp_arms, YOLOv4's shape,
 its options read from a dict as UNet++ does), the class is picked by `config["amp"]`, and both
-branches compute what the original computes.
+branches compute what the original computes. A factory that returns its optimizer with its
+schedule, unpacked by the caller (fixtures/e2e/tuple_factory, NVIDIA/semantic-segmentation's
+`optim, scheduler = get_optimizer(args, net)` under `--fp16`), gets the same keyword.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ LOOKUP = REPO / "fixtures" / "e2e" / "gated_lookup"
 FACTORY = REPO / "fixtures" / "e2e" / "factory_amp"
 OWN_FACTORY = REPO / "fixtures" / "e2e" / "own_factory"
 ARMS = REPO / "fixtures" / "e2e" / "amp_arms"
+TUPLE_FACTORY = REPO / "fixtures" / "e2e" / "tuple_factory"
 TIMEOUT_S = 180
 VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -181,6 +184,31 @@ def test_amp_in_two_branches_picks_the_class_by_the_condition_over_both(tmp_path
         "fp32": start_verify(original, migrated),
         "amp, static scale": start_verify(original, migrated, "--amp"),
         "amp, dynamic scale": start_verify(original, migrated, "--amp", "--dynamic-scale"),
+    }
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
+
+
+def test_a_factory_returning_a_tuple_is_followed_through_the_unpacking(tmp_path: Path) -> None:
+    migrated = migrated_copy(tmp_path, "tuple", program=TUPLE_FACTORY).parent
+    factory = (migrated / "loss" / "optimizer.py").read_text()
+    assert "def get_optimizer(args, net, *, apex_amp):" in factory
+    assert "(apex.optimizers.NpuFusedSGD if apex_amp else torch_npu.optim.NpuFusedSGD)(" in factory
+    assert (
+        "(apex.optimizers.NpuFusedAdam if apex_amp else torch_npu.optim.NpuFusedAdam)(" in factory
+    )
+    train = (migrated / "train.py").read_text()
+    assert "optim, scheduler = get_optimizer(args, net, apex_amp=args.fp16)" in train
+    assert 'opt_level="O1", loss_scale=128.0, combine_grad=True)' in train
+    check = run_npu_migrate("--check", "--no-cache", "-q", migrated, timeout=TIMEOUT_S)
+    assert check.returncode == 0, check.stdout + check.stderr  # nothing left: idempotent
+    original = TUPLE_FACTORY / "train.py"
+    runs = {
+        "fp32, sgd": start_verify(original, migrated / "train.py"),
+        "amp, sgd": start_verify(original, migrated / "train.py", "--fp16"),
+        "amp, adam": start_verify(original, migrated / "train.py", "--fp16", "--optimizer", "adam"),
     }
     for name, process in runs.items():
         code, output = finish(process)

@@ -27,8 +27,10 @@ How a fragment of a training script is run (``exercise`` below):
   are plausible values (``args.lr`` is 0.01, ``args.opt_level`` "O1" then "O2",
   ``args.master_weights`` True: what the rules' notes say must hold at run time), which are
   true or false by run, iterate as empty, and which, called under an optimizer-like name
-  (``make_optimizer``, a project's own ``SGD``), build a plain ``torch.optim.SGD``; as a base
-  class (``class LitModel(pl.LightningModule)``) they give their own class.
+  (``make_optimizer``, a project's own ``SGD``), build a plain ``torch.optim.SGD``; called
+  where the file unpacks the result (``optimizer, scheduler = create_optimizer(...)``), a
+  tuple with a plain optimizer for each target named like one and a stand-in for the others;
+  as a base class (``class LitModel(pl.LightningModule)``) they give their own class.
 - **Rejections** are exceptions raised inside the runtime (``apex``) or the shim (``torch_npu``),
   or a ``TypeError`` raised at a target's own line (a constructor given an argument it does not
   take). Anything else is a failure of the stand-ins, reported as such.
@@ -347,6 +349,12 @@ def make_standin_class() -> type:
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             name = self._standin_name
+            targets = unpacked_at_caller()
+            if targets is not None:
+                return tuple(
+                    plain_optimizer() if "optim" in target.lower() else StandInModule(target)
+                    for target in targets
+                )
             if "optim" in name.lower() or name in OPTIMIZER_NAMES:
                 return plain_optimizer()
             return StandInModule(f"{name}()")
@@ -416,6 +424,35 @@ def make_standin_class() -> type:
 
 
 StandIn: Any = None  # the class, made when the driver starts (torch is imported then)
+# (file, line) -> the targets, as written, of `a, b = f(...)` statements of the file being run.
+UNPACKING: dict[tuple[str, int], list[str]] = {}
+
+
+def unpackings(path: str, tree: ast.Module) -> dict[tuple[str, int], list[str]]:
+    """Every line of each ``a, b = f(...)`` statement of ``tree``, with its targets."""
+    found: dict[tuple[str, int], list[str]] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Tuple | ast.List)
+            and isinstance(node.value, ast.Call)
+        ):
+            targets = [ast.unparse(element) for element in node.targets[0].elts]
+            for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                found[(path, line)] = targets
+    return found
+
+
+def unpacked_at_caller() -> list[str] | None:
+    """The targets when the nearest frame of the file being run unpacks a call's result."""
+    files = {path for path, _ in UNPACKING}
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename not in files:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return UNPACKING.get((frame.f_code.co_filename, frame.f_lineno))
 
 
 class Namespace(dict[str, Any]):
@@ -534,6 +571,8 @@ def exercise(path: str) -> Outcome:
         return tracer
 
     namespace = Namespace(__name__="__contract__", __file__=path)
+    UNPACKING.clear()
+    UNPACKING.update(unpackings(path, tree))
     imported = {
         (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
         for node in ast.walk(tree)

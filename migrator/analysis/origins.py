@@ -89,6 +89,12 @@ class LookThrough:
     """A name whose reaching definition is a parameter gives that parameter (``ast.arg``) as
     an origin. Off: the read itself stands for the parameter's value, like any value that
     cannot be followed."""
+    call_elements: bool = False
+    """``optimizer, scheduler = build(cfg)`` with a callee that is not followed (another
+    module's function) gives ``optimizer`` the target itself as its origin, which
+    :func:`unpacked_element` reads as (the call, position 0): a consumer that knows what the
+    callee returns at that position can tell it apart from the others. Off: such a target is
+    no origin, and its reads stand for themselves."""
 
 
 # The optimizer rules: where the optimizers passed to `amp.initialize` are built.
@@ -112,6 +118,8 @@ class Origins:
         # while its answer is kept, so no later node can take its id.
         self._known: dict[ast.expr, tuple[Origin, ...]] = {}
         self._related_memo: dict[int, set[int]] = {}  # id(class) -> related_classes
+        # The unpacking targets that stand for an element of a call's result (call_elements).
+        self._elements: set[ast.expr] = set()
 
     def of(self, expr: ast.expr) -> list[Origin]:
         """The origins of ``expr``'s value, each once, in the order they are found (``a if c
@@ -136,7 +144,7 @@ class Origins:
     def _sources_of(self, expr: Origin) -> Iterator[Origin]:
         """The expressions one step upstream of ``expr``; ``expr`` itself when it is an origin."""
         policy = self.policy
-        if isinstance(expr, ast.arg):
+        if isinstance(expr, ast.arg) or expr in self._elements:
             yield expr
         elif policy.containers and isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
             for element in expr.elts:
@@ -238,7 +246,14 @@ class Origins:
         if any(isinstance(e, ast.Starred) for e in ast.walk(node)):
             return None
         path.reverse()
-        return self._unpacked(parent.value, path)
+        unpacked = self._unpacked(parent.value, path)
+        if unpacked is None and unpacked_element(self.index, target) is not None:
+            call = parent.value
+            assert isinstance(call, ast.Call)
+            if self.policy.call_elements and not self._local_callees(call):
+                self._elements.add(target)
+                return [target]
+        return unpacked
 
     def _unpacked(self, value: ast.expr, path: list[int]) -> list[ast.expr] | None:
         """The element at ``path`` of what ``value`` gives when unpacked, or None."""
@@ -445,3 +460,20 @@ def _stored_attributes(index: ModuleIndex) -> Iterator[ast.Attribute]:
                 yield target
             elif isinstance(target, (ast.Tuple, ast.List)):
                 stack.extend(reversed(target.elts))
+
+
+def unpacked_element(index: ModuleIndex, target: ast.AST) -> tuple[ast.Call, int] | None:
+    """(the call, the position) for ``target`` in ``a, b = call(...)``: one level of
+    unpacking, no starred element, one target list."""
+    parent = index.parent(target)
+    statement = index.parent(parent) if parent is not None else None
+    if not (
+        isinstance(parent, ast.Tuple | ast.List)
+        and isinstance(statement, ast.Assign)
+        and statement.targets == [parent]
+        and isinstance(statement.value, ast.Call)
+        and not any(isinstance(element, ast.Starred) for element in parent.elts)
+    ):
+        return None
+    position = next(i for i, element in enumerate(parent.elts) if element is target)
+    return statement.value, position

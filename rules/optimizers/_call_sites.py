@@ -155,6 +155,34 @@ def returned_origins(view: FileView, name: str) -> list[ast.expr]:
     return found
 
 
+def returned_element_origins(view: FileView, name: str, position: int) -> list[ast.expr] | None:
+    """Where the element at ``position`` of what the function ``name`` at the top of the module
+    returns comes from, when every ``return`` of it gives a tuple display of one length (``return
+    optimizer, scheduler``); None when one does not."""
+    function = top_level_function(view.index, name)
+    if function is None:
+        return None
+    flow = OptimizerFlow.of(view)
+    found: list[ast.expr] = []
+    lengths: set[int] = set()
+    for statement in view.index.walk(function):
+        if (
+            not isinstance(statement, ast.Return)
+            or _function_of(view.index, statement) is not function
+        ):
+            continue
+        value = statement.value
+        if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred) for e in value.elts):
+            return None
+        lengths.add(len(value.elts))
+        if position >= len(value.elts) or len(lengths) > 1:
+            return None
+        for origin in flow.origins(value.elts[position]):
+            if all(origin is not seen for seen in found):
+                found.append(origin)
+    return found if lengths else None
+
+
 def untraced_amp(view: FileView) -> bool:
     """Whether an apex ``amp.initialize`` of the module may be given an optimizer the module
     does not build itself: one of its optimizers' origins is not a constructor of a known

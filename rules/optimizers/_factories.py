@@ -60,6 +60,7 @@ from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._call_sites import (
     returned_calls,
+    returned_element_origins,
     returned_origins,
     top_level_function,
     untraced_amp,
@@ -142,6 +143,16 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
         if sink.optimizers is None:
             continue
         for origin in flow.origins(sink.optimizers):
+            element = flow.element_of(origin)
+            if element is not None:
+                # `optimizer, scheduler = build(cfg)`: the link tells what `build` returns there.
+                call, position = element
+                use = _use(reader, call)
+                if use is not None and not flow.exclusive(sink.call, origin):
+                    use["position"] = position
+                    if use not in uses:
+                        uses.append(use)
+                continue
             if not isinstance(origin, ast.Call) or flow.is_amp_initialize(origin):
                 continue
             if flow.exclusive(sink.call, origin):
@@ -299,6 +310,7 @@ class _Link:
     # The view of a file of the run (None: it cannot be read or parsed).
     reader: FileViews
     located: dict[tuple[str, str], Factory | str] = field(default_factory=dict)
+    positions: dict[Factory, frozenset[int]] = field(default_factory=dict)  # _tuple_positions
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> facts
     # path -> the code of other modules its calls reach (_handed), for the hazards there.
     handed: Mapping[str, Facts] = field(default_factory=dict)
@@ -341,7 +353,8 @@ def link(
     factory returns); ``views``: the files' views this link stage shares; ``handed_code``: the
     code of other modules each file's calls reach (:func:`._handed.link`)."""
     state = _Link(linking, views, handed=handed_code or {})
-    callers: dict[Factory, list[tuple[str, str, str]]] = {}  # -> (caller, origin key, callee)
+    # -> (caller, origin key, callee, the position unpacked from its result or None)
+    callers: dict[Factory, list[tuple[str, str, str, int | None]]] = {}
     for path, summary in linking.project.summaries(KEY).items():
         for worker in summary.get("workers", []):
             found = _locate(state, worker["callee"], path)
@@ -351,7 +364,8 @@ def link(
             key = f"{use['line']}:{use['col']}"
             found = _factory_of_use(state, path, use)
             if isinstance(found, Factory):
-                callers.setdefault(found, []).append((path, key, use["code"]))
+                site = (path, key, use["code"], use.get("position"))
+                callers.setdefault(found, []).append(site)
             else:
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
@@ -406,10 +420,20 @@ def link(
                 del facts[factory.name]
                 del callers[factory]
         for factory_path in sorted({factory.path for factory in callers}):
-            factories = [factory for factory in callers if factory.path == factory_path]
-            for factory, entry in _verdicts(state, factory_path, factories).items():
-                for caller_path, key, code in callers[factory]:
-                    state.of(caller_path, "origins")[key] = {**entry, "code": code}
+            wanted = {
+                (factory, site[3])
+                for factory in callers
+                if factory.path == factory_path
+                for site in callers[factory]
+            }
+            for (factory, position), entry in _verdicts(state, factory_path, wanted).items():
+                for caller_path, key, code, unpacked in callers[factory]:
+                    if unpacked == position:
+                        state.of(caller_path, "origins")[key] = {
+                            **entry,
+                            "code": code,
+                            "position": position,
+                        }
     return state.facts or None
 
 
@@ -551,26 +575,72 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
             continue
         flow = OptimizerFlow.of(reader)
         after_ddp, moved = _called_after_ddp(state, reader, path, flow, called)
+        holders = {id(call): _holders(state, reader, call, factory) for call, factory in found}
         hazards = FusionHazards(
             reader,
             flow,
             returned=frozenset(id(call) for call in called),
+            elements={id(held): call for call in called for held in holders[id(call)]},
             elsewhere=HandedCode(reader, state.handed.get(path, {})),
             after_ddp=after_ddp,
         )
         contract = ParameterContract(reader, flow, elsewhere=partial(_function_called, state, path))
         for call, factory in found:
-            amp_calls = flow.amp_calls_reached.get(id(call), [])
+            held = holders[id(call)]
+            amp_calls = []
+            for holder in held or [call]:
+                for amp in flow.amp_calls_reached.get(id(holder), []):
+                    if amp not in amp_calls:
+                        amp_calls.append(amp)
+            amp_calls.sort(key=lambda amp: (amp.lineno, amp.col_offset))
             facts = state.of(factory.path, "factories")[factory.name]
+            site_facts = _site_facts(
+                state, reader, path, call, amp_calls, hazards.of(call, None), held
+            )
             site = {
                 "at": _at(path, call),
                 "path": path,
                 "amp": [_amp_facts(reader, path, amp, call) for amp in amp_calls],
-                **_site_facts(state, reader, path, call, amp_calls, hazards.of(call, None)),
+                **site_facts,
                 "breaks": _site_breaks(contract, call),
                 "moved_above": moved.get(id(call)),  # the line of the DDP wrap NPU203 moves it over
             }
             facts["sites"].append(site)
+
+
+def _holders(state: _Link, reader: FileView, call: ast.Call, factory: Factory) -> list[ast.expr]:
+    """The targets that hold an optimizer in ``optimizer, scheduler = factory(...)`` (``call``
+    in ``reader``): those at the positions where the factory's tuple holds one."""
+    parent = reader.index.parent(call)
+    if not (isinstance(parent, ast.Assign) and isinstance(parent.targets[0], ast.Tuple | ast.List)):
+        return []
+    element_of = OptimizerFlow.of(reader).element_of
+    elements = parent.targets[0].elts
+    return [
+        elements[position]
+        for position in _tuple_positions(state, factory)
+        if position < len(elements) and element_of(elements[position]) == (call, position)
+    ]
+
+
+def _tuple_positions(state: _Link, factory: Factory) -> frozenset[int]:
+    """The positions of the optimizers in the tuple ``factory`` returns on every ``return``
+    (``return optimizer, scheduler``; ``return optimizer, optimizer_center``): those whose
+    origins build an optimizer NPU101 knows; none for anything else."""
+    if factory in state.positions:
+        return state.positions[factory]
+    found: set[int] = set()
+    reader = state.reader(factory.path)
+    position = 0
+    origins = returned_element_origins(reader, factory.name, 0) if reader is not None else None
+    while reader is not None and origins is not None:
+        calls = [origin for origin in origins if isinstance(origin, ast.Call)]
+        if any(_known_optimizer(reader, c) or npu_fused_name(reader, c.func) for c in calls):
+            found.add(position)
+        position += 1
+        origins = returned_element_origins(reader, factory.name, position)
+    state.positions[factory] = frozenset(found)
+    return state.positions[factory]
 
 
 def _function_called(
@@ -668,6 +738,7 @@ def _site_facts(
     call: ast.Call,
     amp_calls: list[ast.Call],
     hazards: list[Hazard],
+    holders: list[ast.expr] | None = None,
 ) -> dict[str, Any]:
     """What a factory's call site says about the optimizer the factory builds:
 
@@ -715,7 +786,7 @@ def _site_facts(
             why = unportable_test(flow, call, amp, test, what="the call")
             argument = test if why is None else None
     if not enabled and state.amp_in_sight(path):
-        handed = _handed_on(partial(_followed, state, reader, path), reader, call)
+        handed = _handed_on(partial(_followed, state, reader, path), reader, call, holders)
         if handed is not None:
             facts["handed_on"] = (
                 f"its optimizer is handed on there (`{reader.written(handed)}`, line "
@@ -753,21 +824,37 @@ def _any_amp_argument(
 
 
 def _handed_on(
-    followed: Callable[[ast.Call], bool], reader: FileView, call: ast.Call
+    followed: Callable[[ast.Call], bool],
+    reader: FileView,
+    call: ast.Call,
+    holders: list[ast.expr] | None = None,
 ) -> ast.AST | None:
     """Where the optimizer that a factory's ``call`` gives leaves the sight of its file: the
     call returned, yielded or handed to another call directly, stored where the file's reads
     are not followed (a subscript, an unpacking, an attribute other than ``self.<name>``), or,
     through the names and ``self.<name>`` that hold it, given to a call whose effect the file
-    does not show (``followed``: the calls it does). None: it stays in sight."""
+    does not show (``followed``: the calls it does). None: it stays in sight. ``holders``: the
+    targets of an unpacking of the call's result that hold its optimizers (:func:`_holders`);
+    the others hold something else."""
     index = reader.index
+    for holder in holders or []:
+        if isinstance(holder, ast.Name):
+            found = escape(reader, holder, followed)
+        elif isinstance(holder, ast.Attribute) and _is_self(holder.value):
+            found = _self_attribute_handed_on(followed, reader, holder.attr)
+        else:
+            found = holder
+        if found is not None:
+            return found
+    if holders:
+        return None
     parent = index.parent(call)
     if isinstance(parent, ast.Expr):
         return None
     if isinstance(parent, ast.Lambda):
         # `_test_basic_cases(lambda w, b: create_optimizer([w, b], ...))`: the lambda's callers.
-        holder = index.parent(parent)
-        given = index.parent(holder) if isinstance(holder, ast.keyword) else holder
+        outer = index.parent(parent)
+        given = index.parent(outer) if isinstance(outer, ast.keyword) else outer
         if isinstance(given, ast.Call) and given.func is not parent and followed(given):
             return None
         return parent
@@ -933,16 +1020,19 @@ def _amp_facts(reader: FileView, path: str, call: ast.Call, site: ast.Call) -> d
 # -- verdicts: what a factory returns, after NPU101 ----------------------------------------------
 
 
-def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory, Facts]:
-    """For each factory of the module ``path``: is the optimizer it returns NPU fused once
-    NPU101 has run there (with the call sites just found), and as written?"""
+def _verdicts(
+    state: _Link, path: str, wanted: set[tuple[Factory, int | None]]
+) -> dict[tuple[Factory, int | None], Facts]:
+    """For each factory of the module ``path`` and position of its result (None: the whole
+    of it): is the optimizer it returns there NPU fused once NPU101 has run there (with the
+    call sites just found), and as written?"""
     reader = state.reader(path)
     assert reader is not None  # _top_level parsed it
     index = reader.index
     suppressions = Suppressions.scan(index.source.text)
     if suppressions.skip_file:
         why = f"{_display(path)} is left alone by its `skip-file` comment"
-        return {f: _verdict_entry(False, f"{f.shown}: {why}", False, why) for f in factories}
+        return {(f, at): _verdict_entry(False, f"{f.shown}: {why}", False, why) for f, at in wanted}
     facts = state.facts.get(path, {})
     view = FileView(index)
     decisions = plan_fused(
@@ -966,7 +1056,12 @@ def _verdicts(state: _Link, path: str, factories: list[Factory]) -> dict[Factory
         if name in facts.get("factories", {}):
             _pass_condition(state, path, name, parameter)
     findings = decisions.lines(suppressions)
-    verdicts = {factory: _verdict(view, factory, plans, findings, path) for factory in factories}
+    verdicts = {
+        (factory, at): _verdict(view, factory, plans, findings, path, at)
+        for factory, at in sorted(
+            wanted, key=lambda pair: (pair[0].name, -1 if pair[1] is None else pair[1])
+        )
+    }
     # The decisions and the flow hold nodes of the index, which the link stage releases.
     view.release()
     return verdicts
@@ -988,16 +1083,31 @@ def _pass_condition(state: _Link, path: str, name: str, parameter: str) -> None:
 
 
 def _verdict(
-    view: FileView, factory: Factory, plans: Mapping[int, Any], findings: set[int], path: str
+    view: FileView,
+    factory: Factory,
+    plans: Mapping[int, Any],
+    findings: set[int],
+    path: str,
+    position: int | None,
 ) -> Facts:
+    if position is None:
+        returned: list[ast.expr] | None = returned_origins(view, factory.name)
+    else:
+        returned = returned_element_origins(view, factory.name, position)
     # `optimizer = None` on a path that builds none: nothing to combine there.
     origins = [
         origin
-        for origin in returned_origins(view, factory.name)
+        for origin in returned or []
         if not (isinstance(origin, ast.Constant) and origin.value is None)
     ]
     if not origins:
-        why = f"its optimizer comes from {factory.shown}, which returns nothing npu-migrate follows"
+        what = "returns nothing npu-migrate follows"
+        if position is not None:
+            what = (
+                "does not write a tuple in every `return` (`return optimizer, scheduler`), so "
+                f"npu-migrate cannot tell what its element {position} is"
+            )
+        why = f"its optimizer comes from {factory.shown}, which {what}"
         return _verdict_entry(False, why, False, why)
     problems: dict[str, list[str]] = {"planned": [], "written": []}
     fused: dict[str, list[str]] = {"planned": [], "written": []}
@@ -1124,12 +1234,17 @@ class FactoryVerdict:
     standalone: tuple[str, ...] = ()
 
 
-def factory_verdict(rule: Rule, call: ast.Call) -> FactoryVerdict | None:
+def factory_verdict(
+    rule: Rule, call: ast.Call, position: int | None = None
+) -> FactoryVerdict | None:
     """The verdict on the optimizer that ``call`` (a call of another module's function) gives,
-    as NPU101 leaves it when it runs in this run, as written otherwise; None without facts."""
+    as NPU101 leaves it when it runs in this run, as written otherwise; None without facts.
+    ``position``: the element of its result unpacked (``optimizer, scheduler = build(cfg)``)."""
     origins = rule.project.links(KEY).get(rule.context.path, {}).get("origins", {})
     entry = origins.get(_key(call))
     if entry is None or entry["code"] != rule.view.written(call.func):
+        return None
+    if entry.get("position") != position:
         return None
     state = "planned" if rule.read_plan(FusedSwaps) is not None else "written"
     standalone = entry.get("standalone", {}).get(state, [])

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Collection, Container, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from migrator.analysis.calls import NOT_LITERAL, argument, literal_value
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.names import Ambiguous
-from migrator.analysis.origins import OPTIMIZER_VALUES, Origins
+from migrator.analysis.origins import OPTIMIZER_VALUES, Origins, unpacked_element
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._plans import FusedPlan
 from migrator.rules.optimizers._tables import (
@@ -27,6 +27,10 @@ from migrator.rules.optimizers._tables import (
     NPU_FUSED,
     OPTIMIZER_LAST_NAMES,
 )
+
+# An unpacked element of another module's function's result is an origin of its own (see
+# OptimizerFlow.element_of), not a value that cannot be followed.
+_FLOW_VALUES = replace(OPTIMIZER_VALUES, call_elements=True)
 
 
 def may_end_with(view: FileView, func: ast.AST, last_names: Collection[str] | str) -> bool:
@@ -99,7 +103,7 @@ class OptimizerFlow:
     def __init__(self, view: FileView) -> None:
         self.view = view
         self.index: ModuleIndex = view.index
-        self._origins = Origins(view, OPTIMIZER_VALUES, pass_through=self._amp_passes)
+        self._origins = Origins(view, _FLOW_VALUES, pass_through=self._amp_passes)
         self.amp_sinks: list[AmpSink] = []
         self.ambiguous_amp: list[tuple[ast.Call, Ambiguous]] = []
         # Calls whose callee may be an optimizer, `FP16_Optimizer`, `amp.initialize` or an NPU
@@ -148,13 +152,15 @@ class OptimizerFlow:
     @cached_property
     def amp_calls_reached(self) -> dict[int, list[ast.Call]]:
         """id(constructor call) -> every ``amp.initialize`` call its optimizer reaches, in
-        source order (never one that runs only where the constructor does not)."""
+        source order (never one that runs only where the constructor does not); also for the
+        targets of ``optimizer, scheduler = build(cfg)`` (:meth:`element_of`)."""
         reached: dict[int, list[ast.Call]] = {}
         for sink in self.amp_sinks:
             if sink.optimizers is None:
                 continue
             for origin in self.through_parameters(self.origins(sink.optimizers)):
-                if isinstance(origin, ast.Call) and not self.exclusive(sink.call, origin):
+                built = isinstance(origin, ast.Call) or self.element_of(origin) is not None
+                if built and not self.exclusive(sink.call, origin):
                     calls = reached.setdefault(id(origin), [])
                     if sink.call not in calls:
                         calls.append(sink.call)
@@ -356,6 +362,14 @@ class OptimizerFlow:
         its optimizers back)."""
         return [origin for origin in self._origins.of(expr) if isinstance(origin, ast.expr)]
 
+    def element_of(self, origin: ast.expr) -> tuple[ast.Call, int] | None:
+        """(the call, the position) for an origin that is a target of ``optimizer, scheduler
+        = build(cfg)``, ``build`` a function this file does not follow (a factory of another
+        module, whose facts say what it returns there)."""
+        if not isinstance(getattr(origin, "ctx", None), ast.Store):
+            return None
+        return unpacked_element(self.index, origin)
+
     def _amp_passes(self, call: ast.Call, position: int | None) -> list[ast.expr] | None:
         """``amp.initialize`` gives back the optimizers passed to it: as its whole result
         (``amp_inits = amp.initialize(...)``) and as the second of ``(models, optimizers)``;
@@ -424,9 +438,10 @@ def _stored_in(view: FileView, body: list[ast.stmt], code: str) -> bool:
 
 
 def escape(
-    view: FileView, call: ast.Call, followed: Callable[[ast.Call], bool] | None = None
+    view: FileView, call: ast.expr, followed: Callable[[ast.Call], bool] | None = None
 ) -> ast.AST | None:
-    """The first place where the optimizer ``call`` returns leaves the sight of the caller's
+    """The first place where the optimizer ``call`` returns (or the target of an unpacking of
+    a call's result, :meth:`OptimizerFlow.element_of`, holds) leaves the sight of the caller's
     checks: given to a call (other than an LR scheduler's constructor or a GradScaler's
     ``step`` / ``unscale_``, and the calls ``followed`` says the caller's checks see into),
     stored, returned, yielded. Its own attributes, aliases and tests are in sight."""

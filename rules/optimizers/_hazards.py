@@ -145,6 +145,7 @@ class FusionHazards:
         view: FileView,
         flow: OptimizerFlow,
         returned: frozenset[int] = frozenset(),
+        elements: Mapping[int, ast.Call] | None = None,
         elsewhere: HandedCode | None = None,
         after_ddp: Callable[[], Mapping[int, str]] | Mapping[int, str] | None = None,
     ) -> None:
@@ -154,11 +155,24 @@ class FusionHazards:
         # Calls of another module's method that return an optimizer (_method_callers): what
         # they give is held and zeroed as an optimizer built here would be.
         self.returned = returned
+        # id(target) -> the call: `optimizer, scheduler = build(cfg)` where another module's
+        # `build` returns its optimizer there (the factories' call sites); the target holds
+        # what the call returns, as an optimizer built here would be held.
+        self.elements: Mapping[int, ast.Call] = elements or {}
         # The functions and classes of other modules of the run that this file calls (_handed).
         self.elsewhere = elsewhere
         # The optimizer calls left after a DDP wrap of their model, with why (NPU203's plan),
         # or what computes them when first asked (most files never ask).
         self._after_ddp = after_ddp
+
+    def _origins(self, expr: ast.expr) -> list[ast.expr]:
+        """The flow's origins of ``expr``, with the call for an element it returns."""
+        return [self.elements.get(id(o), o) for o in self.flow.origins(expr)]
+
+    def _traced(self, expr: ast.expr) -> list[ast.expr]:
+        """:meth:`_origins`, through the parameters of the module's functions."""
+        found = self.flow.through_parameters(self.flow.origins(expr))
+        return [self.elements.get(id(o), o) for o in found]
 
     def of(self, constructor: ast.Call, params: ast.expr | None) -> list[Hazard]:
         """The hazards for the optimizer that ``constructor`` builds from ``params``, in line
@@ -238,7 +252,7 @@ class FusionHazards:
         the module's functions (``train_epoch(model, optimizer, ...)``): the function that
         steps or zeroes it is one of its units, where ``model.zero_grad()`` is looked for."""
         held: set[int] = set()
-        for origin in self.flow.through_parameters(self.flow.origins(receiver)):
+        for origin in self._traced(receiver):
             if isinstance(origin, ast.Call) and self._builds_optimizer(origin, wrapper=True):
                 held.add(id(origin))
         return held
@@ -254,13 +268,13 @@ class FusionHazards:
             # `proto(params)` where `proto` holds one of several optimizer classes, or a thin
             # subclass of them (EDSR's `CustomOptimizer(trainable, **kwargs)`).
             callee = subclass_base(self.view, call) or call.func
-            classes = self.flow.origins(callee)
+            classes = self._origins(callee)
             if classes != [callee] and classes and all(map(self._optimizer_class, classes)):
                 return True
         if not wrapper:
             return False
         for arg in arguments(call):
-            for origin in self.flow.origins(arg.value):
+            for origin in self._origins(arg.value):
                 if isinstance(origin, ast.Call) and self._builds_optimizer(origin, wrapper=False):
                     return True
         return False
@@ -458,7 +472,7 @@ class FusionHazards:
                 and isinstance(call.func, ast.Attribute)
                 and call.func.attr in self.elsewhere.method_names
             ):
-                instances = self.flow.origins(call.func.value)
+                instances = self._origins(call.func.value)
                 callee = self.elsewhere.method(instances, call.func.attr)
                 if callee is not None and callee.owner is not None:
                     constructor = Callee(callee.path, callee.owner, callee.facts)
@@ -595,7 +609,7 @@ class FusionHazards:
         """The parameters among ``bound`` that may be given the optimizer of ``constructor``."""
         holding: set[str] = set()
         for parameter, value in bound:
-            origins = self.flow.through_parameters(self.flow.origins(value))
+            origins = self._traced(value)
             if any(origin is constructor for origin in origins):
                 holding.add(parameter)
         return holding
@@ -647,7 +661,7 @@ class FusionHazards:
         for statement in self.index.nodes(ast.Return):
             if statement.value is None:
                 continue
-            for origin in self.flow.origins(statement.value):
+            for origin in self._origins(statement.value):
                 if isinstance(origin, ast.Call) and self._optimizer_wrapper(origin):
                     found.append((statement, origin))
         return found
@@ -663,7 +677,7 @@ class FusionHazards:
             assert isinstance(call.func, ast.Attribute)
             given = [
                 origin
-                for origin in self.flow.origins(call.func.value)
+                for origin in self._origins(call.func.value)
                 if isinstance(origin, ast.Call) and arguments(origin)
             ]
             if given:
@@ -681,9 +695,7 @@ class FusionHazards:
         if isinstance(name, str) and name.rpartition(".")[2] == "DistributedOptimizer":
             return False
         return any(
-            origin is constructor
-            for arg in arguments(call)
-            for origin in self.flow.origins(arg.value)
+            origin is constructor for arg in arguments(call) for origin in self._origins(arg.value)
         )
 
     def _optimizer_wrapper(self, call: ast.Call) -> bool:
@@ -778,7 +790,7 @@ class FusionHazards:
             return None
         if "zero_grad" not in self.elsewhere.method_names:
             return None
-        callee = self.elsewhere.method(self.flow.origins(call.func.value), "zero_grad")
+        callee = self.elsewhere.method(self._origins(call.func.value), "zero_grad")
         if callee is None:
             return None
         resets = self.elsewhere.resets(callee, set())

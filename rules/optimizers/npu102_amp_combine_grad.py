@@ -247,7 +247,13 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 continue  # built only on the path where this amp.initialize does not run
             if _is_none(origin):
                 continue  # no optimizer on that path: amp.initialize hands back the model alone
-            verdict = factory_verdict(self, origin) if isinstance(origin, ast.Call) else None
+            element = self.flow.element_of(origin)
+            if isinstance(origin, ast.Call):
+                verdict = factory_verdict(self, origin)
+            elif element is not None:
+                verdict = factory_verdict(self, *element)  # `optimizer, sched = build(cfg)`
+            else:
+                verdict = None
             name = (
                 fused_name(self.view, planned(self), origin)
                 if isinstance(origin, ast.Call)
