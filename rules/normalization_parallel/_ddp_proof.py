@@ -110,18 +110,20 @@ def needed_lines(effects: Sequence[Effects], start: int, target: int) -> list[in
 
 
 def jumped_lines(first_wrap: int, moved: list[int], accepted: list[int]) -> dict[int, list[int]]:
-    """For each line to move, the lines staying behind that it is checked against.
+    """For each line to move, the lines staying behind that it jumps over: those between the
+    first wrap and it. The moved lines keep their order among themselves, and so do the lines
+    that stay, so only a moved line and a staying line that came before it change places: a
+    staying line after it (simsiam's `assert len(parameters) == 2` between `parameters = ...`
+    and the optimizer) sees what it saw before, and is checked against the moved lines that
+    come after it.
 
-    A new line (the target and what it needs) is checked, as the rule has always done, against
-    every line that stays behind up to the last line to move. A line that an earlier target
-    moves was proved safe over the lines up to the last of those, and the lines after that stay
-    after it: checking it again over the longer range could refuse this target for its sake,
-    and a second run, with that line moved already, would then move the target (the rewrite
-    would not be idempotent).
+    A line that an earlier target moves (``accepted``) was proved safe over the lines before
+    it in the same way, so a second run, with that line moved already, decides the same (the
+    rewrite stays idempotent).
     """
+    del accepted  # the same range for every line: see above
     skipped = [i for i in range(first_wrap, moved[-1]) if i not in moved]
-    before_accepted = [i for i in skipped if not accepted or i < accepted[-1]]
-    return {index: before_accepted if index in accepted else skipped for index in moved}
+    return {index: [i for i in skipped if i < index] for index in moved}
 
 
 def real_wraps(effects: Effects, removed: frozenset[int]) -> list[Wrap]:
