@@ -560,9 +560,9 @@ class FusionHazards:
                 "gradients to None (torch's Optimizer.zero_grad's default) or replacing them"
             )
             effect = (
-                f"is the `zero_grad` of {shown}, which wraps this optimizer: {how} detaches them "
-                "from the NPU fused optimizer's flat gradient buffer (it then keeps stepping with "
-                "stale gradients)"
+                f"is the `zero_grad` of {shown}, which wraps this optimizer: {how}, which "
+                "detaches them from the NPU fused optimizer's flat gradient buffer (it then keeps "
+                "stepping with stale gradients)"
             )
             if known is not None:
                 callee, resets = known
@@ -578,9 +578,31 @@ class FusionHazards:
             )
             plain = set_to_none is None or _plain_value(set_to_none.value)
             receiver = dotted_name(call.func.value)
+            # `set_to_none=False` there is for every optimizer the call may zero: only where
+            # each is this one or a wrapper of it (through a function's parameter, `train(model,
+            # optimizer)` may also be given another optimizer elsewhere in the module).
+            others = [
+                origin
+                for origin in self._traced(call.func.value)
+                if not self.flow.parameters_of(origin)  # stands for what the calls pass
+                and origin is not constructor
+                and all(origin is not w for w in wrappers)
+            ]
+            only_wrappers = not others
+            if others and optimizer_like:
+                other = others[0]
+                shown_other = (
+                    f"{self.view.written(other.func)}(...)"
+                    if isinstance(other, ast.Call)
+                    else self.view.written(other)
+                )
+                remedy += (
+                    f" (which also zeroes `{shown_other}` (line {line_of(other)}): see that it "
+                    "does not need None gradients)"
+                )
             fix = (
                 GradFix(call, receiver, wrapper=self.view.written(wrapper.func))
-                if plain and optimizer_like and receiver is not None
+                if plain and optimizer_like and receiver is not None and only_wrappers
                 else None
             )
             yield Hazard(call, written, effect, remedy, fix, wrapper=wrapper)
@@ -677,7 +699,7 @@ class FusionHazards:
             assert isinstance(call.func, ast.Attribute)
             given = [
                 origin
-                for origin in self._origins(call.func.value)
+                for origin in self._traced(call.func.value)
                 if isinstance(origin, ast.Call) and arguments(origin)
             ]
             if given:
