@@ -468,6 +468,7 @@ class ParameterContract:
         self._visits: dict[int, frozenset[int]] = {}
         self._local_functions: dict[ast.Call, ast.AST | None] = {}
         self._class_methods: dict[ast.ClassDef, dict[str, ast.AST | None]] = {}
+        self._containers: dict[ast.Call, bool] = {}  # _container_moved
         self._programs: dict[ast.AST, _Op] = {}
         self._carried: dict[ast.Call, tuple[frozenset[str], frozenset[ast.AST]]] = {}
         self._spelled: dict[ast.AST, frozenset[str]] = {}
@@ -1328,10 +1329,54 @@ class ParameterContract:
             ):
                 continue
             name = self.view.qualified_name(call.func)
+            if _adds_a_module(call):
+                return True  # a child of another module from now on, moved when that one is
+            if name in _CONTAINERS:
+                if self._container_moved(call):
+                    return True
+                continue
             if isinstance(name, str) and name.startswith(("builtins.", "torch.", "copy.")):
                 continue
             return True
         return False
+
+    def _container_moved(self, call: ast.Call) -> bool:
+        """A torch container given the model (``model = nn.Sequential(backbone, head)``) that
+        is placed on a device, handed on or not kept in a plain name: the model moves with it
+        (vicreg's ``model.cuda(gpu)``) or may."""
+        known = self._containers.get(call)
+        if known is None:
+            self._containers[call] = False  # `model = nn.Sequential(model, head)`: followed
+            known = self._containers[call] = self._container_placed(call)
+        return known
+
+    def _container_placed(self, call: ast.Call) -> bool:
+        statement = self.index.parent(call)
+        if not (
+            isinstance(statement, ast.Assign)
+            and statement.value is call
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            return True
+        holder = statement.targets[0]
+        holding = [
+            read
+            for binding in self.index.bindings_of(holder)
+            for read in self.index.references(binding)
+            if isinstance(read, ast.Name)
+        ]
+        if not holding:
+            return False
+        context = _Context(self.index.tree, frozenset({(holder.id,)}))
+        if any(
+            self._same_model(holding, placed.func.value)
+            and self._on_model(context, placed.func.value)
+            for placed in self._placements
+            if isinstance(placed.func, ast.Attribute)
+        ):
+            return True
+        return self._handed_away(context, holding)
 
     def _same_model(self, reads: list[ast.Name], node: ast.expr) -> bool:
         """``node`` starts from the same variable as one of ``reads`` (the model as the
@@ -1808,3 +1853,21 @@ def _returned_values(value: ast.expr) -> list[ast.expr]:
     if isinstance(value, ast.Starred):
         return _returned_values(value.value)
     return [value]
+
+
+# torch's module containers: a model put in one moves with it (vicreg's `nn.Sequential(backbone,
+# head)` then `model.cuda(gpu)`, with an optimizer over `head.parameters()`).
+_CONTAINERS = frozenset(
+    f"torch.nn.{name}" for name in ("Sequential", "ModuleList", "ModuleDict")
+) | frozenset(
+    f"torch.nn.modules.container.{name}" for name in ("Sequential", "ModuleList", "ModuleDict")
+)
+
+
+def _adds_a_module(call: ast.Call) -> bool:
+    """``parent.add_module(name, model)`` / ``parent.register_module(...)``: the model is a
+    child of ``parent`` from then on."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr in (
+        "add_module",
+        "register_module",
+    )
