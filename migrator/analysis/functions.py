@@ -256,7 +256,8 @@ class _Summarizer:
 
     Pure, for NPU203, means that a call of it may run earlier, above a DDP wrap and the lines
     between: it changes nothing its caller can see but what it returns. It binds only its own
-    names and changes only the containers it creates (a local bound only to a literal or to
+    names (its parameters included: rebinding one leaves the caller's value alone) and changes
+    only the containers it creates (a local bound only to a literal or to
     ``list()``/``dict()``/``set()``/``sorted()``, and, through ``groups[name]["params"]``, the
     literals stored in one); it calls side-effect-free builtins and library functions,
     read-only methods, the pure functions of its module, and optimizer classes (torch's,
@@ -395,7 +396,11 @@ class _Summarizer:
             return self._is_local_target(target.value)
         if isinstance(target, ast.Subscript):
             return self._own_container(target.value)
-        return isinstance(target, ast.Name) and target.id in self.locals
+        # A parameter rebound (SSD's `lr = cfg.SOLVER.BASE_LR if lr is None else lr`) is the
+        # function's own name from then on; the caller's value is untouched.
+        return isinstance(target, ast.Name) and (
+            target.id in self.locals or target.id in self.all_parameters
+        )
 
     def _own_container(self, node: ast.expr) -> bool:
         """``node`` is a container the function created: a fresh local, or, in one,
@@ -556,6 +561,8 @@ class _Summarizer:
         for node in self._walk():
             if not (isinstance(node, ast.Name) and node.id == parameter):
                 continue
+            if not isinstance(node.ctx, ast.Load):
+                return Invariance(f"`{parameter}` is rebound in `{self.definition.name}`")
             problem = self._parameter_use(node, assumptions)
             if problem is not None:
                 return Invariance(problem)
