@@ -80,7 +80,7 @@ PURE_FUNCTIONS = frozenset(
         "float", "int", "bool", "str", "min", "max", "sum", "zip", "enumerate", "any", "all",
         "range", "isinstance", "getattr", "hasattr", "abs", "round",
     ]
-)  # fmt: skip
+) | frozenset({"itertools.chain"})  # fmt: skip
 PURE_MODULES = ("math.",)
 # Functions that only read their arguments, in the statements that are skipped over.
 READING_FUNCTIONS = PURE_FUNCTIONS | {"builtins.print", "builtins.repr", "builtins.type"}

@@ -97,6 +97,7 @@ _NEW_CONTAINERS = frozenset({"list", "dict", "set", "sorted"})
 _PURE_LIBRARY = frozenset(
     {
         "json.dumps", "math.sqrt", "math.log", "torch.cuda.is_available", "torch.npu.is_available",
+        "itertools.chain",
         # what the process group is: a DDP wrap does not change it
         "torch.distributed.is_available", "torch.distributed.is_initialized",
         "torch.distributed.get_world_size", "torch.distributed.get_rank",
