@@ -247,10 +247,14 @@ class Origins:
             return None
         path.reverse()
         unpacked = self._unpacked(parent.value, path)
-        if unpacked is None and unpacked_element(self.index, target) is not None:
+        if (
+            unpacked is None
+            and self.policy.call_elements
+            and unpacked_element(self.index, target) is not None
+        ):
             call = parent.value
             assert isinstance(call, ast.Call)
-            if self.policy.call_elements and not self._local_callees(call):
+            if not self._local_callees(call):
                 self._elements.add(target)
                 return [target]
         return unpacked
