@@ -159,7 +159,7 @@ class Engine:
             return FileResult(path, Status.UNCHANGED, source, source, diagnostics, parsed, sliced)
         if not fixes:
             return failed("internal error, file left untouched: an edit without a diagnostic")
-        problem = self.verify(output, path)
+        problem = self.verify(output, path, original=text)
         if problem is not None:
             return failed(f"internal error, file left untouched: {problem}")
         migrated = output if apply else source
@@ -281,13 +281,18 @@ class Engine:
             ) from error
         return module.bytes, len(context.source.text)
 
-    def verify(self, output: bytes, path: str) -> str | None:
-        """The output parses, and the rules find nothing left to fix in it."""
+    def verify(self, output: bytes, path: str, original: str | None = None) -> str | None:
+        """The output parses and compiles (where ``original``, the file as given, compiles),
+        and the rules find nothing left to fix in it."""
         try:
             text = decode(output)
             index = parse_index(text, path)
         except (ParseError, SyntaxError, UnicodeDecodeError, LookupError) as error:
             return f"the migrated code does not parse ({error})"
+        problem = _compile_problem(index.tree, path)
+        if problem is not None and (original is None or _compile_problem(original, path) is None):
+            # What the parser lets through and the compiler refuses: a parameter added twice.
+            return f"the migrated code does not compile ({problem})"
         try:
             again = self.analyse(index, path, Suppressions.scan(text))
         except RuleChainError as error:
@@ -347,6 +352,20 @@ def _collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _compile_problem(code: ast.Module | str, path: str) -> str | None:
+    """Why ``code`` does not compile to bytecode (duplicate parameters, ``nonlocal`` of no
+    enclosing name...), or None; None also where the check itself cannot run (code nested
+    deeper than the compiler's recursion allows)."""
+    try:
+        compile(code, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as error:
+        line = getattr(error, "lineno", None)
+        return f"{getattr(error, 'msg', error)}, line {line}" if line else str(error)
+    except (RecursionError, MemoryError):
+        return None
+    return None
 
 
 def _first_line(body: list[ast.stmt]) -> int:

@@ -116,3 +116,19 @@ def test_skip_file_only_in_leading_comments(leading: str, skipped: bool) -> None
     assert (status is Status.SKIPPED) is skipped
     if skipped:
         assert migrated == source
+
+
+def test_output_the_compiler_refuses_is_an_internal_error() -> None:
+    """The parser accepts a parameter written twice; the compiler does not (SimMIM's
+    `build_optimizer`, which forwards to two factories, once got `apex_amp` twice): such an
+    output is refused, unless the file as given does not compile either."""
+    from migrator.engine import Engine
+
+    engine = Engine(tuple(NPU102), Settings())
+    good = "def build(a, *, apex_amp):\n    return a\n"
+    twice = "def build(a, *, apex_amp, apex_amp):\n    return a\n"
+    assert engine.verify(good.encode(), "t.py", original=good) is None
+    problem = engine.verify(twice.encode(), "t.py", original=good)
+    assert problem is not None
+    assert problem.startswith("the migrated code does not compile (duplicate argument 'apex_amp'")
+    assert engine.verify(twice.encode(), "t.py", original=twice) is None

@@ -334,18 +334,24 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             self.remove_import_if_unused(released.module, released.obj, released.asname)
         published: dict[int, FusedPlan] = {}
         dropped: set[int] = set()
+        # The functions given the amp parameter, and the calls passing it on, by an applied fix:
+        # SimMIM's `build_optimizer` forwards to two factories, each threaded on its own.
+        threaded: set[int] = set()
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
+            adding: set[int] = set()
             if rewrite.func_at is not None:
                 edits.append(self._base_edit(rewrite.func_at, rewrite.func_code))
             if rewrite.import_rewrite is not None:
                 edits.append(self._import_edit(rewrite.import_rewrite))
             edits += [self._grad_fix_edit(fix) for fix in rewrite.grad_fixes]
             if rewrite.amp_parameter is not None:
-                edits += self._parameter_edits(rewrite.amp_parameter)
+                parameter_edits, adding = self._parameter_edits(rewrite.amp_parameter, threaded)
+                edits += parameter_edits
             edits.extend(self._key_drop_edits(rewrite.key_drops))
             if not self.fix(rewrite.call, rewrite.message, *edits):
                 continue
+            threaded |= adding
             if rewrite.func_style == "lookup":
                 self._add_home_import(rewrite.home)
                 if rewrite.choice is not None:  # both homes are named
@@ -422,23 +428,33 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 self.replace(call, cst.Call, partial(_appended, argument=argument)),
             )
 
-    def _parameter_edits(self, parameter: AmpParameter) -> list[NodeEdit]:
+    def _parameter_edits(
+        self, parameter: AmpParameter, threaded: set[int]
+    ) -> tuple[list[NodeEdit], set[int]]:
         """``def factory(args, model):`` -> ``def factory(args, model, *, apex_amp):``, and in
-        each function that returns a call of it, the same parameter passed on in that call."""
+        each function that returns a call of it, the same parameter passed on in that call;
+        none of what an earlier fix did (``threaded``, ids of functions and calls), with the
+        ids of what these edits do."""
         name = parameter.name
 
         def edit(node: cst.FunctionDef) -> cst.FunctionDef:
             return node.with_changes(params=add_keyword_only(node.params, name))
 
         functions = [parameter.function, *dict.fromkeys(f for f, _ in parameter.forwarding)]
+        functions = [function for function in functions if id(function) not in threaded]
         edits = [self.replace_statement(function, edit) for function in functions]
+        adding = {id(function) for function in functions}
         passed_on = keyword(name, cst.Name(name))
         for _, inner in parameter.forwarding:
-            edits.append(self.replace(inner, cst.Call, partial(_appended, argument=passed_on)))
+            if id(inner) not in threaded and id(inner) not in adding:
+                edits.append(self.replace(inner, cst.Call, partial(_appended, argument=passed_on)))
+                adding.add(id(inner))
         for own_call, value in parameter.own_calls:  # the module's own calls of the factory
-            passed = keyword(name, cst.parse_expression(value))
-            edits.append(self.replace(own_call, cst.Call, partial(_appended, argument=passed)))
-        return edits
+            if id(own_call) not in threaded and id(own_call) not in adding:
+                passed = keyword(name, cst.parse_expression(value))
+                edits.append(self.replace(own_call, cst.Call, partial(_appended, argument=passed)))
+                adding.add(id(own_call))
+        return edits, adding
 
     def _add_home_import(self, home: str) -> None:
         if home == TORCH_NPU_HOME:
