@@ -109,7 +109,7 @@ def needed_lines(effects: Sequence[Effects], start: int, target: int) -> list[in
     return needed
 
 
-def jumped_lines(first_wrap: int, moved: list[int], accepted: list[int]) -> dict[int, list[int]]:
+def jumped_lines(first_wrap: int, moved: list[int]) -> dict[int, list[int]]:
     """For each line to move, the lines staying behind that it jumps over: those between the
     first wrap and it. The moved lines keep their order among themselves, and so do the lines
     that stay, so only a moved line and a staying line that came before it change places: a
@@ -117,11 +117,10 @@ def jumped_lines(first_wrap: int, moved: list[int], accepted: list[int]) -> dict
     and the optimizer) sees what it saw before, and is checked against the moved lines that
     come after it.
 
-    A line that an earlier target moves (``accepted``) was proved safe over the lines before
-    it in the same way, so a second run, with that line moved already, decides the same (the
-    rewrite stays idempotent).
+    A line that an earlier target moves was proved safe over the lines before it in the same
+    way, so a second run, with that line moved already, decides the same (the rewrite stays
+    idempotent).
     """
-    del accepted  # the same range for every line: see above
     skipped = [i for i in range(first_wrap, moved[-1]) if i not in moved]
     return {index: [i for i in skipped if i < index] for index in moved}
 
@@ -181,7 +180,7 @@ class MoveProof:
                             )
                         moved = sorted({*moved, dependency})
                         changed = True
-        return moved, self.unsafe_reason(first_wrap, moved, accepted)
+        return moved, self.unsafe_reason(first_wrap, moved)
 
     def earlier_wrap_problem(self, moved: list[int], earlier_wraps: list[int]) -> str | None:
         """Lines moved to above a later wrap must not concern a model wrapped before it."""
@@ -234,10 +233,10 @@ class MoveProof:
                     grown = True
         return found
 
-    def unsafe_reason(self, first_wrap: int, moved: list[int], accepted: list[int]) -> str | None:
+    def unsafe_reason(self, first_wrap: int, moved: list[int]) -> str | None:
         """Why ``moved`` cannot go above ``first_wrap``: an unknown call, a use of the wrapped
         model, a read of what a skipped line changes, a write of what it uses."""
-        ranges = jumped_lines(first_wrap, moved, accepted)
+        ranges = jumped_lines(first_wrap, moved)
         wraps = {
             index: [w for i in jumped for w in self.effects[i].wraps]
             for index, jumped in ranges.items()

@@ -525,7 +525,7 @@ class FusionHazards:
         ``Optimizer.zero_grad`` for an Optimizer subclass, which sets the gradients of the
         shared parameter groups to None by default. Horovod's ``DistributedOptimizer`` is a
         subclass of the wrapped optimizer's own class: its ``zero_grad`` is the fused one's."""
-        for call, given in self._zero_grad_wrappers:
+        for call, given, held in self._zero_grad_wrappers:
             assert isinstance(call.func, ast.Attribute)
             wrappers = [
                 origin
@@ -583,10 +583,8 @@ class FusionHazards:
             # optimizer)` may also be given another optimizer elsewhere in the module).
             others = [
                 origin
-                for origin in self._traced(call.func.value)
-                if not self.flow.parameters_of(origin)  # stands for what the calls pass
-                and origin is not constructor
-                and all(origin is not w for w in wrappers)
+                for origin in held
+                if origin is not constructor and all(origin is not w for w in wrappers)
             ]
             only_wrappers = not others
             if others and optimizer_like:
@@ -689,21 +687,19 @@ class FusionHazards:
         return found
 
     @cached_property
-    def _zero_grad_wrappers(self) -> list[tuple[ast.Call, list[ast.Call]]]:
+    def _zero_grad_wrappers(self) -> list[tuple[ast.Call, list[ast.Call], list[ast.expr]]]:
         """Each ``x.zero_grad(...)`` with the calls ``x`` may hold that are given something
-        (candidate wrappers; which optimizer they wrap is asked per constructor)."""
-        found: list[tuple[ast.Call, list[ast.Call]]] = []
+        (candidate wrappers; which optimizer they wrap is asked per constructor), and all that
+        ``x`` may hold (but the parameters that stand for what their calls pass, traced too)."""
+        found: list[tuple[ast.Call, list[ast.Call], list[ast.expr]]] = []
         for call, _ in self._optimizer_calls:
             if not _is_method(call, "zero_grad"):
                 continue
             assert isinstance(call.func, ast.Attribute)
-            given = [
-                origin
-                for origin in self._traced(call.func.value)
-                if isinstance(origin, ast.Call) and arguments(origin)
-            ]
+            held = [o for o in self._traced(call.func.value) if not self.flow.parameters_of(o)]
+            given = [o for o in held if isinstance(o, ast.Call) and arguments(o)]
             if given:
-                found.append((call, given))
+                found.append((call, given, held))
         return found
 
     def _wraps(self, call: ast.Call, constructor: ast.Call) -> bool:
