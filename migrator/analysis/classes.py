@@ -354,3 +354,19 @@ def _argument_values(call: ast.Call) -> list[ast.expr]:
 def summary_from_facts(name: str, facts: Facts) -> OptimizerClass:
     """The :class:`OptimizerClass` of a :meth:`ModuleClasses.verdict`, named ``name``."""
     return OptimizerClass(name, facts["problem"])
+
+
+def is_super_of(owner: ast.ClassDef, node: ast.expr, self_name: str) -> bool:
+    """``node`` is ``super()`` or ``super(Owner, self)`` in a method of ``owner``."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        return False
+    return node.func.id == "super" and super_arguments(node, owner.name, self_name)
+
+
+def is_docstring(statement: ast.stmt) -> bool:
+    """A statement that is a string literal alone."""
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )

@@ -27,6 +27,7 @@ from typing import Any
 
 from migrator.analysis.calls import arguments
 from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimizer_class
+from migrator.analysis.clipping import class_of
 from migrator.analysis.functions import (
     MODEL_NAME_METHODS,
     FunctionSummary,
@@ -234,7 +235,7 @@ class CallNames:
     def builds_optimizer(self, call: ast.Call) -> bool:
         if isinstance(call.func, ast.Attribute) and call.func.attr == ADD_PARAM_GROUP:
             return True
-        name = self.view.qualified_name(call.func)
+        name = self.view.qualified_name(class_of(self.view, call))
         if isinstance(name, str) and (is_optimizer_class(name) or name == AMP_INITIALIZE):
             return True
         return (

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from migrator.analysis.clipping import class_of
 from migrator.analysis.effects import (
     DATA_PARALLEL,
     DDP_CLASSES,
@@ -281,8 +282,11 @@ class FilePlanner:
     def optimizer_functions(self) -> set[str]:
         """Module-level functions that build an optimizer somewhere in their body."""
         found = set()
-        for call in self.view.calls_to({"torch", "apex", "torch_npu"}):
-            name = self.view.qualified_name(call.func)
+        for call in self.index.nodes(ast.Call):
+            func = class_of(self.view, call)  # a class given to a gradient-clipping wrapper too
+            if not self.view.may_name(func, {"torch", "apex", "torch_npu"}):
+                continue
+            name = self.view.qualified_name(func)
             if isinstance(name, str) and is_optimizer_class(name):
                 function = self.top_level_function(call)
                 if function is not None:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
@@ -202,8 +203,9 @@ def _untraced_amp(view: FileView) -> bool:
                 continue
             if not isinstance(origin, ast.Call):
                 return True
-            known = isinstance(view.qualified_name_in(origin.func, KNOWN_OPTIMIZERS), str)
-            if not known and npu_fused_name(view, origin.func) is None:
+            func = class_of(view, origin)
+            known = isinstance(view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
+            if not known and npu_fused_name(view, func) is None:
                 return True
     return False
 

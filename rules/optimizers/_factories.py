@@ -43,6 +43,7 @@ from typing import Any
 
 from migrator.analysis import functions
 from migrator.analysis.calls import NOT_LITERAL, arguments
+from migrator.analysis.clipping import class_of
 from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES, CallNames
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
@@ -635,7 +636,10 @@ def _tuple_positions(state: _Link, factory: Factory) -> frozenset[int]:
     origins = returned_element_origins(reader, factory.name, 0) if reader is not None else None
     while reader is not None and origins is not None:
         calls = [origin for origin in origins if isinstance(origin, ast.Call)]
-        if any(_known_optimizer(reader, c) or npu_fused_name(reader, c.func) for c in calls):
+        if any(
+            _known_optimizer(reader, c) or npu_fused_name(reader, class_of(reader, c))
+            for c in calls
+        ):
             found.add(position)
         position += 1
         origins = returned_element_origins(reader, factory.name, position)
@@ -1114,8 +1118,10 @@ def _verdict(
     standalone: dict[str, list[str]] = {"planned": [], "written": []}  # torch_npu.optim ones
     for origin in origins:
         where = f"{_display(path)}:{origin.lineno}"
-        code = view.written(origin.func if isinstance(origin, ast.Call) else origin)
-        written = npu_fused_name(view, origin.func) if isinstance(origin, ast.Call) else None
+        code = view.written(class_of(view, origin) if isinstance(origin, ast.Call) else origin)
+        written = (
+            npu_fused_name(view, class_of(view, origin)) if isinstance(origin, ast.Call) else None
+        )
         plan = plans.get(id(origin))
         if written is not None:
             fused["planned"].append(f"`{written}` ({where})")
@@ -1153,7 +1159,7 @@ def _known_optimizer(view: FileView, call: ast.Call) -> bool:
     """``call`` may build an optimizer NPU101 knows, and so may rewrite: a constructor, a class
     value with several origins (`optim_fn(params, **kw)`, mapped at the call), or a lookup by
     name in ``torch.optim`` or ``apex.optimizers``."""
-    name = view.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
+    name = view.qualified_name_in(class_of(view, call), KNOWN_OPTIMIZERS)
     if isinstance(name, Ambiguous):
         return any(candidate in KNOWN_OPTIMIZERS for candidate in name.candidates)
     if isinstance(name, str):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from migrator.analysis.calls import NOT_LITERAL, argument, literal_value
+from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.origins import OPTIMIZER_VALUES, Origins, unpacked_element
@@ -68,7 +69,7 @@ def fused_name(view: FileView, planned: Mapping[int, FusedPlan], call: ast.Call)
     plan = planned.get(id(call))
     if plan is not None:
         return plan.qualified_target
-    return npu_fused_name(view, call.func)
+    return npu_fused_name(view, class_of(view, call))
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class OptimizerFlow:
         self._sink_calls = {id(sink.call) for sink in self.amp_sinks}
 
     def _candidate(self, call: ast.Call) -> bool:
-        view, func = self.view, call.func
+        view, func = self.view, class_of(self.view, call)
         if isinstance(func, ast.Name):
             # FileView.may_name for a plain name, without building its arguments once per call.
             return not view.fast or func.id in self._reaching

@@ -20,6 +20,7 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from migrator.analysis.calls import NOT_LITERAL, Argument, argument, arguments, literal_value
+from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.scopes import Binding, BindingKind
@@ -592,7 +593,9 @@ class _Planner:
                         if not isinstance(origin, ast.Call):
                             continue
                         wrappers_of.setdefault(id(origin), (origin, []))[1].append(call)
-                        name = self.view.qualified_name_in(origin.func, KNOWN_OPTIMIZERS)
+                        name = self.view.qualified_name_in(
+                            class_of(self.view, origin), KNOWN_OPTIMIZERS
+                        )
                         if isinstance(name, str):
                             inner.append((origin, name))
                 self._report(call, _fp16_wrapper_advice(inner, self._no_counterpart))
@@ -604,7 +607,7 @@ class _Planner:
         """A constructor built on another line than its `FP16_Optimizer` wrappers says there
         why it is left alone (the wrappers' lines have the advice)."""
         lines = sorted({line_of(wrapper) for wrapper in wrappers} - {line_of(origin)})
-        name = self.view.qualified_name_in(origin.func, KNOWN_OPTIMIZERS)
+        name = self.view.qualified_name_in(class_of(self.view, origin), KNOWN_OPTIMIZERS)
         if not lines or not isinstance(name, str) or self._suppressed(origin):
             return
         where = f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
@@ -771,9 +774,14 @@ class _Planner:
         parent = self.index.parent(node)
         if isinstance(parent, ast.Attribute):
             return False  # `torch.optim` in `torch.optim.SGD`, or `SGD.__name__`
+        if isinstance(parent, ast.keyword):
+            parent = self.index.parent(parent)
         if isinstance(parent, ast.Call):
             if parent.func is node:
                 return False
+            built = self.index.parent(parent)
+            if isinstance(built, ast.Call) and class_of(self.view, built) is node:
+                return False  # given to a gradient-clipping wrapper: examined at `built`
             if isinstance(parent.func, ast.Name) and parent.func.id in _TYPE_TESTS:
                 return False
             if self.view.qualified_name(parent.func) in _INTROSPECTION:
@@ -920,7 +928,7 @@ class _Planner:
     def _examine_call(self, call: ast.Call) -> None:
         """Plan the rewrite of ``call``, or report why it cannot be rewritten."""
         self._check_apex_home(call)
-        name = self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS)
+        name = self.view.qualified_name_in(class_of(self.view, call), KNOWN_OPTIMIZERS)
         if isinstance(name, Ambiguous):
             if self._suppressed(call) or not self._plan_class_value(call):
                 self._report(call, self._ambiguous_message(call, name))
@@ -934,7 +942,7 @@ class _Planner:
         `amp.initialize`: planned as the torch constructors are, with torch_npu's class of the
         same name (same arguments, same update) for the paths without amp, where every path of
         the optimizer can be followed; reported where it cannot."""
-        name = npu_fused_name(self.view, call.func)
+        name = npu_fused_name(self.view, class_of(self.view, call))
         if (
             name is None
             or not name.startswith(APEX_HOME + ".")
@@ -1163,7 +1171,10 @@ class _Planner:
         return bool(origins) and all(
             origin is call
             or id(origin) in self.known.fused
-            or (isinstance(origin, ast.Call) and npu_fused_name(self.view, origin.func) is not None)
+            or (
+                isinstance(origin, ast.Call)
+                and npu_fused_name(self.view, class_of(self.view, origin)) is not None
+            )
             for origin in origins
         )
 
@@ -1246,7 +1257,7 @@ class _Planner:
         # safe; a direct constructor keeps its earlier behaviour (rewritten) unless the run
         # shows a use of the method that is unsafe or cannot be sorted (see _method_blocks).
         newly = any(arg.star == "**" for arg in args) or not isinstance(
-            self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str
+            self.view.qualified_name_in(class_of(self.view, call), KNOWN_OPTIMIZERS), str
         )
         method = self._returned_by_method(call) if newly or self.methods else None
         callers = self._method_callers(method)
@@ -1743,7 +1754,7 @@ class _Planner:
         for owner in owners:
             if owner is constructor:
                 continue  # applied only with this constructor's own rewrite
-            if npu_fused_name(self.view, owner.func) is not None:
+            if npu_fused_name(self.view, class_of(self.view, owner)) is not None:
                 continue  # an NPU fused class as written (Tacotron2's under `if args.amp:`)
             if self._fails_on_ascend(owner):  # that path raises before any step
                 self.excused.setdefault(id(owner), []).append(fix.call)
@@ -1756,7 +1767,8 @@ class _Planner:
     def _fails_on_ascend(self, call: ast.Call) -> bool:
         """``call`` builds one of NVIDIA apex's optimizers that have no NPU version and need
         apex's CUDA extension: on Ascend it raises when constructed, so no step follows."""
-        return self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS) in UNSUPPORTED
+        name = self.view.qualified_name_in(class_of(self.view, call), KNOWN_OPTIMIZERS)
+        return name in UNSUPPORTED
 
     def _sharing_names(self, call: ast.Call, model: str) -> list[ast.Call]:
         """The optimizer constructors where ``model`` may name what it names at ``call``: in
@@ -1815,13 +1827,14 @@ class _Planner:
         `netD.parameters()` as an optimizer whose parameters cannot be traced would refuse in
         slow mode the `zero_grad` fixes that fast mode applies.
         """
-        dotted = full_name(call.func)  # through calls and subscripts, as names are resolved
+        func = class_of(self.view, call)
+        dotted = full_name(func)  # through calls and subscripts, as names are resolved
         if dotted is None:
             return False
         _, dot, last = dotted.rpartition(".")
         if dot and last not in OPTIMIZER_LAST_NAMES and not last.startswith(FUSED_PREFIX):
             return False
-        base = resolution_base(call.func)
+        base = resolution_base(func)
         return base is not None and base.id in self.flow.reaching_names
 
     def _may_hold_parameters(self, call: ast.Call) -> bool:
@@ -1842,7 +1855,7 @@ class _Planner:
                 for origin in held
             ):
                 return False
-        return self._may_name_optimizer(call.func)
+        return self._may_name_optimizer(class_of(self.view, call))
 
     def _may_name_optimizer(self, func: ast.expr) -> bool:
         """Whether ``func`` may name a callable that builds an optimizer, by its qualified name
@@ -2334,7 +2347,7 @@ class _Planner:
         """Choose how each planned call spells the new class, and which imports change."""
         by_import: dict[int, list[_Draft]] = {}
         for draft in self.drafts:
-            func = draft.call.func
+            func = class_of(self.view, draft.call)
             if draft.lookup is not None:
                 continue  # a mapping next to the lookup (its entries picked by any condition)
             if draft.choice is not None or draft.kept is not None:
@@ -2352,7 +2365,7 @@ class _Planner:
         for draft in self.drafts:
             # A class kept as written is still written; FusedSGD's torch SGD in its place is not.
             if draft.func_style == "dotted" and (draft.kept is None or draft.kept.replaces):
-                func = draft.call.func
+                func = class_of(self.view, draft.call)
                 if draft.named_by is not None:  # `getattr(optim, name)`: the module's import
                     assert isinstance(func, ast.Call | ast.Subscript)
                     func = _lookup_parts(func)[0]
@@ -2372,11 +2385,11 @@ class _Planner:
 
     def _plan_from_import(self, drafts: list[_Draft]) -> None:
         """Rewrite ``from m import X [as A]`` in place when every use of it is rewritten alike."""
-        binding = self._from_import_binding(drafts[0].call.func)
+        binding = self._from_import_binding(class_of(self.view, drafts[0].call))
         assert binding is not None and binding.alias is not None
         statement = binding.node
         assert isinstance(statement, ast.ImportFrom)
-        planned_funcs = {id(draft.call.func) for draft in drafts}
+        planned_funcs = {id(class_of(self.view, draft.call)) for draft in drafts}
         uniform = (
             len({(draft.home, draft.target) for draft in drafts}) == 1
             and all(id(access) in planned_funcs for access in self.index.references(binding))
@@ -2491,7 +2504,7 @@ class _Planner:
     def _rewritten_import(self, draft: _Draft) -> ast.ImportFrom | None:
         if draft.func_style not in ("alias", "rename"):
             return None
-        binding = self._from_import_binding(draft.call.func)
+        binding = self._from_import_binding(class_of(self.view, draft.call))
         statement = binding.node if binding is not None else None
         return statement if isinstance(statement, ast.ImportFrom) else None
 
@@ -3511,7 +3524,7 @@ def kept_when(
     problem = unreadable_test(view, scope, built, statement, test)
     if problem is not None:
         return problem
-    return KeptWhen(test, view.written(call.func), wrap)
+    return KeptWhen(test, view.written(class_of(view, call)), wrap)
 
 
 # What a registration loop does with a class it looks up (see FusedPlanner._registered).

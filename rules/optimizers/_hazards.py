@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_value
+from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import FileView
@@ -262,7 +263,8 @@ class FusionHazards:
         Optimizer(optimizer)` and the like hand back something used as the optimizer."""
         if id(call) in self.returned:
             return True
-        if self.view.may_name(call.func, NPU1_ROOTS) and self._optimizer_class(call.func):
+        func = class_of(self.view, call)
+        if self.view.may_name(func, NPU1_ROOTS) and self._optimizer_class(func):
             return True
         if isinstance(call.func, ast.Name):
             # `proto(params)` where `proto` holds one of several optimizer classes, or a thin
@@ -1540,7 +1542,7 @@ def _read_whole(view: FileView, name: ast.Name, reads: Sequence[ast.AST]) -> boo
         call = view.index.parent(read)
         if not (isinstance(call, ast.Call) and call.args and call.args[0] is read):
             return False
-        if not isinstance(view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str):
+        if not isinstance(view.qualified_name_in(class_of(view, call), KNOWN_OPTIMIZERS), str):
             return False
     return True
 

@@ -18,6 +18,7 @@ import ast
 from dataclasses import dataclass
 
 from migrator.analysis.calls import arguments
+from migrator.analysis.clipping import class_of
 from migrator.analysis.index import line_of
 from migrator.analysis.origins import reaching_definitions
 from migrator.analysis.scopes import Scope, ScopeKind
@@ -281,7 +282,7 @@ class _Reader:
         if call is self.call:
             return True
         return isinstance(call, ast.Call) and isinstance(
-            self.view.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str
+            self.view.qualified_name_in(class_of(self.view, call), KNOWN_OPTIMIZERS), str
         )
 
 

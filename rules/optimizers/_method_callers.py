@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, ProjectFiles
 from migrator.analysis.receivers import self_class
@@ -139,7 +140,7 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 def _is_constructor(view: FileView, node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
-    name = view.qualified_name_in(node.func, KNOWN_OPTIMIZERS)
+    name = view.qualified_name_in(class_of(view, node), KNOWN_OPTIMIZERS)
     return isinstance(name, str) and name in SOURCES
 
 

@@ -19,13 +19,16 @@ base does, so NPU101 may map the base's classes to their NPU fused ones where th
 statement reads it (``class CustomOptimizer({torch.optim.SGD: ..., ...}.get(optimizer_class,
 optimizer_class))``), as it maps a class value where it is called. :func:`subclass_base` says
 when a call builds such a class, and which name it derives from.
+
+A class given to a gradient-clipping wrapper, ``maybe_add_gradient_clipping(cfg,
+torch.optim.SGD)(params)``, is another shape: :mod:`migrator.analysis.clipping`.
 """
 
 from __future__ import annotations
 
 import ast
 
-from migrator.analysis.classes import super_arguments
+from migrator.analysis.classes import is_docstring, is_super_of
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
@@ -109,7 +112,7 @@ def subclass_base(view: FileView, call: ast.Call) -> ast.Name | None:
 
 def _only_methods(owner: ast.ClassDef) -> bool:
     for statement in owner.body:
-        if isinstance(statement, ast.Pass) or _is_docstring(statement):
+        if isinstance(statement, ast.Pass) or is_docstring(statement):
             continue
         if not isinstance(statement, ast.FunctionDef) or statement.decorator_list:
             return False
@@ -128,14 +131,14 @@ def _forwards(owner: ast.ClassDef, init: ast.FunctionDef) -> bool:
         return False
     if spec.vararg is None or spec.kwarg is None:
         return False
-    body = [statement for statement in init.body if not _is_docstring(statement)]
+    body = [statement for statement in init.body if not is_docstring(statement)]
     if len(body) != 1 or not isinstance(body[0], ast.Expr):
         return False
     call = body[0].value
     if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
         return False
     outer = call.func.value
-    if call.func.attr != "__init__" or not _super_of(owner, outer, spec.args[0].arg):
+    if call.func.attr != "__init__" or not is_super_of(owner, outer, spec.args[0].arg):
         return False
     star = call.args[0] if len(call.args) == 1 else None
     double = call.keywords[0] if len(call.keywords) == 1 else None
@@ -148,13 +151,6 @@ def _forwards(owner: ast.ClassDef, init: ast.FunctionDef) -> bool:
         and isinstance(double.value, ast.Name)
         and double.value.id == spec.kwarg.arg
     )
-
-
-def _super_of(owner: ast.ClassDef, node: ast.expr, self_name: str) -> bool:
-    """``super()`` or ``super(Owner, self)``."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        return False
-    return node.func.id == "super" and super_arguments(node, owner.name, self_name)
 
 
 def _shadows(name: str) -> bool:
@@ -176,14 +172,6 @@ def _leaves_the_update(method: ast.FunctionDef) -> bool:
         if on_self and node.attr in _SELF_CALLS:
             return False
     return True
-
-
-def _is_docstring(statement: ast.stmt) -> bool:
-    return (
-        isinstance(statement, ast.Expr)
-        and isinstance(statement.value, ast.Constant)
-        and isinstance(statement.value.value, str)
-    )
 
 
 def _scope(index: ModuleIndex, node: ast.AST) -> ast.AST:

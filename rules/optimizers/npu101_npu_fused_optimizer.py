@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache, partial
 
 from migrator.analysis.calls import Argument, arguments
+from migrator.analysis.clipping import class_of
 from migrator.analysis.effects import CallNames
 from migrator.callargs import (
     add_keyword_only,
@@ -339,6 +340,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         threaded: set[int] = set()
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
+            given = class_of(self.view, rewrite.call)
+            if given is not rewrite.call.func:
+                edits.append(self._given_class_edit(given, rewrite))
             adding: set[int] = set()
             if rewrite.func_at is not None:
                 edits.append(self._base_edit(rewrite.func_at, rewrite.func_code))
@@ -506,9 +510,11 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
 
     def _shift(self, rewrite: Rewrite) -> int:
         """How many characters longer the callee gets (what follows it on its line moves)."""
-        func = rewrite.call.func
+        func = class_of(self.view, rewrite.call)
         if rewrite.func_style == "alias" or rewrite.func_at is not None:
             return 0
+        if func is not rewrite.call.func and func.end_lineno != rewrite.call.func.end_lineno:
+            return 0  # the class is on a line of the wrapper's call above the parenthesis
         if rewrite.func_style == "lookup":
             assert rewrite.func_code is not None
             return len(rewrite.func_code) - len(self.view.written(func))
@@ -531,6 +537,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             rewrite.callee,
         )
         func_code, func_at = rewrite.func_code, rewrite.func_at
+        # The class given to a gradient-clipping wrapper (see class_of) is edited on its own.
+        wrapped = class_of(self.view, rewrite.call) is not rewrite.call.func
         to_keyword = dict(rewrite.edits.to_keyword)
         pinned = dict(rewrite.edits.pinned)
         dropped = sorted(rewrite.edits.dropped)
@@ -550,13 +558,27 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             for name, value in added:
                 call = append_arg(call, keyword(name, cst.parse_expression(value)))
             call = _realign(call, realign, shift)
-            if func_at is not None:
+            if func_at is not None or wrapped:
                 return call  # the mapping goes to the base of the class the call builds
             if func_code is not None:
                 return call.with_changes(func=expression_as_written(func_code))
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
 
         return self.replace(rewrite.call, cst.Call, edit)
+
+    def _given_class_edit(self, given: ast.expr, rewrite: Rewrite) -> NodeEdit:
+        """The class a gradient-clipping wrapper is given,
+        ``maybe_add_gradient_clipping(cfg, torch.optim.SGD)(params)``, becomes the new class."""
+        style, target, callee = rewrite.func_style, rewrite.target, rewrite.callee
+        kind = cst.Name if isinstance(given, ast.Name) else cst.Attribute
+
+        def edit(node: cst.BaseExpression) -> cst.BaseExpression:
+            new = _new_func(node, style, target, callee)
+            if isinstance(new, cst.IfExp):  # an argument needs no parentheses of its own
+                return new.with_changes(lpar=(), rpar=())
+            return new
+
+        return self.replace(given, kind, edit)
 
     def _base_edit(self, base: ast.Name, code: str | None) -> NodeEdit:
         """The base of a thin subclass, ``class CustomOptimizer(optimizer_class):``, becomes the

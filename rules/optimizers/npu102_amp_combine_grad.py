@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
+from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.callargs import append_arg, keyword
 from migrator.callargs import argument as find_argument
@@ -380,9 +381,10 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         or another package's that has no NPU fused version (Hugging Face's ``AdamW``)."""
         if self._no_fused_version(call):
             return True
-        if not self.may_name(call.func, NPU1_ROOTS):
+        func = class_of(self.view, call)
+        if not self.may_name(func, NPU1_ROOTS):
             return False
-        return isinstance(self.qualified_name_in(call.func, KNOWN_OPTIMIZERS), str)
+        return isinstance(self.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
 
     def _no_fused_version(self, origin: ast.expr) -> bool:
         """``origin`` builds another package's optimizer that has no NPU fused version."""
