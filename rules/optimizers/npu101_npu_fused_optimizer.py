@@ -159,6 +159,12 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     forwards every argument, no name an optimizer defines, no read of its groups, state or
     gradients, built once) gets the mapping as its base. A function returning such a call, or
     a lookup, has its callers in other files followed as a factory's are.
+    A class handed to a gradient-clipping wrapper and called, `maybe_add_full_model_gradient_
+    clipping(torch.optim.SGD)(params, ...)` (DETR; a function of the module that returns the
+    class, or a class it derives from it whose one method, `step`, clips the gradients in place
+    and then runs the class's) or detectron2's `maybe_add_gradient_clipping(cfg,
+    torch.optim.SGD)(...)`, is that class's construction: the class is rewritten where it is
+    written (the clipping scales the gradients in place, which the flat buffer sees).
     Reported for manual migration, never rewritten: arguments that change the update and have no
     NPU equivalent (`maximize`, `differentiable`, `amsgrad=True`, FusedAdam
     `bias_correction=False`, FusedSGD `wd_after_momentum=True`), also inside a forwarded dict,
