@@ -274,3 +274,29 @@ def test_a_moved_optimizer_class_of_the_repository_trains_identically(tmp_path: 
     migrated = migrate_two_modules(tmp_path / "original", WITH_OPTIMIZER_CLASS, helpers)
     assert migrated.index("param_groups.MomentumSGD(") < migrated.index("if args.distributed:")
     assert_trains_identically(tmp_path, migrated, helpers)
+
+
+def test_sync_batchnorm_conversion_keeps_the_parameters_an_optimizer_holds() -> None:
+    """What NPU203 relies on to move an optimizer above `convert_sync_batchnorm` (MoCo v3's,
+    SimSiam's shape): the converted model has the given model's Parameter objects, in the same
+    order, so an optimizer built before the conversion holds what one built after it holds.
+    (DDP refuses SyncBatchNorm on CPU modules, so this is checked on torch itself, not run.)"""
+    import torch
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4, affine=True)),
+    )
+    before = torch.optim.SGD(model.parameters(), lr=0.1)
+    converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    after = torch.optim.SGD(converted.parameters(), lr=0.1)
+    assert isinstance(converted[1], torch.nn.SyncBatchNorm)
+    held_before = before.param_groups[0]["params"]
+    held_after = after.param_groups[0]["params"]
+    assert len(held_before) == len(held_after) == 8
+    assert all(a is b for a, b in zip(held_before, held_after, strict=True))
+    # A BatchNorm given alone comes back as a new module, with the same Parameter objects.
+    alone = torch.nn.BatchNorm1d(3)
+    new = torch.nn.SyncBatchNorm.convert_sync_batchnorm(alone)
+    assert new is not alone and new.weight is alone.weight and new.bias is alone.bias

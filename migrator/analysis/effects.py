@@ -71,6 +71,14 @@ READ_ONLY_METHODS = frozenset(
 DEVICE_METHODS = frozenset(
     {"cuda", "npu", "to", "cpu", "half", "float", "bfloat16", "double", "train", "eval"}
 )
+# Functions that return a module with the Parameter objects of the module they are given
+# (torch's `convert_sync_batchnorm`; apex's `convert_syncbn_model` copies them, so is not one).
+KEEPING_CONVERSIONS = frozenset(
+    {
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+        "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm",
+    }
+)
 # Methods a moved statement may call on its own lists and dicts.
 BUILDING_METHODS = frozenset({"append", "extend", "update", "insert", ADD_PARAM_GROUP})
 # Functions without side effects that moved statements may call.
@@ -386,6 +394,14 @@ class EffectsCollector:
             self.effects.device_moves.add(identity)
             self.visit(node.value)
             return
+        converted = self.converted(node)
+        if converted is not None:
+            path, others = converted
+            self.effects.device_moves.add(path)
+            self.read(path)
+            for other in others:
+                self.visit(other)
+            return
         if self.calls.is_amp_initialize(node.value):
             self.effects.amp_models |= self.amp_rebound_models(node)
         for target in node.targets:
@@ -420,6 +436,26 @@ class EffectsCollector:
         if isinstance(func, ast.Attribute) and func.attr in DEVICE_METHODS:
             return target if dotted_path(func.value) == target else None
         return None
+
+    def converted(self, node: ast.Assign) -> tuple[Path, list[ast.expr]] | None:
+        """``model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model, group)``: the module
+        it returns (the same one, or a SyncBatchNorm in place of a BatchNorm given alone) has
+        the given module's Parameter objects, in the same order (each new layer is handed the
+        old layer's ``weight`` and ``bias``), as after a device move. The path, and the other
+        arguments (read)."""
+        call = node.value
+        if len(node.targets) != 1 or not isinstance(call, ast.Call):
+            return None
+        if self.calls.view.qualified_name(call.func) not in KEEPING_CONVERSIONS:
+            return None
+        target = dotted_path(node.targets[0])
+        given = arguments(call)
+        module = next((a for a in given if a.keyword == "module"), None)
+        if module is None and given and given[0].keyword is None and not given[0].star:
+            module = given[0]
+        if target is None or module is None or dotted_path(module.value) != target:
+            return None
+        return target, [a.value for a in given if a is not module]
 
     @staticmethod
     def amp_rebound_models(node: ast.Assign) -> set[str]:

@@ -291,15 +291,17 @@ class MoveProof:
                 if len(write) == 1 and self.keeps_module(index, write[0]):
                     continue  # `model_without_ddp = model.module` after the wrap, see there
                 if not effect.replaces(write):
-                    if write in effect.wrap_targets:
-                        continue  # its uses were checked by wrapped_use_problem
-                    if write in effect.device_moves and not has_amp:
-                        continue  # same Parameter objects after a device move
-                    if write in effect.device_moves:
+                    # amp.initialize needs the model on the device: a device move in the block
+                    # of the wrap counts too (`model.cuda()` before `model = DDP(model)`).
+                    if write in effect.device_moves and has_amp:
                         return (
                             f"`amp.initialize` must stay after line {self.line(index)}, which "
                             f"moves `{show(write)}` to the device"
                         )
+                    if write in effect.wrap_targets:
+                        continue  # its uses were checked by wrapped_use_problem
+                    if write in effect.device_moves:
+                        continue  # same Parameter objects after a device move
                 return f"it reads `{show(read)}`, which line {self.line(index)} changes before it"
         return None
 
