@@ -47,6 +47,11 @@ _CLIPS = frozenset(
         "torch.nn.utils.clip_grad.clip_grad_value_",
     }
 )
+# Tensor methods that change a gradient's values in place, keeping its storage (never `set_`,
+# `resize_`: those would leave an NPU fused optimizer's flat gradient buffer).
+_IN_PLACE = frozenset(
+    {"mul_", "div_", "add_", "sub_", "neg_", "clamp_", "clamp_min_", "clamp_max_", "nan_to_num_"}
+)
 _GATHERING = frozenset(
     {"itertools.chain", "itertools.chain.from_iterable", "builtins.list", "builtins.tuple"}
 )
@@ -225,6 +230,8 @@ def _clips(view: FileView, statement: ast.stmt, self_name: str) -> bool:
         value: ast.expr = statement.value
     elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         value = statement.value
+        if _changes_a_gradient_in_place(view, value):
+            return True
         if view.qualified_name(value.func) not in _CLIPS:
             return False
     else:
@@ -259,6 +266,36 @@ def _gathers(view: FileView, value: ast.expr, self_name: str) -> bool:
             if not stored_by_comprehension:
                 return False
     return True
+
+
+def _changes_a_gradient_in_place(view: FileView, call: ast.Call) -> bool:
+    """``p.grad.clamp_(-1.0, 1.0)``, ``torch.nan_to_num(p.grad, nan=0.0, out=p.grad)``
+    (OneFormer's): arithmetic on a parameter's gradient, written into the same tensor, with
+    plain values (literals and names) besides."""
+    func = call.func
+    given = [*call.args, *(keyword.value for keyword in call.keywords)]
+    if isinstance(func, ast.Attribute) and func.attr in _IN_PLACE and _is_grad(func.value):
+        others = given
+    elif view.qualified_name(func) == "torch.nan_to_num" and call.args and _is_grad(call.args[0]):
+        out = [keyword.value for keyword in call.keywords if keyword.arg == "out"]
+        if len(out) != 1 or ast.dump(out[0]) != ast.dump(call.args[0]):
+            return False
+        others = [value for value in given if value is not call.args[0] and value is not out[0]]
+    else:
+        return False
+    return all(_plain(value) for value in others)
+
+
+def _is_grad(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.value, ast.Name)
+    )
+
+
+def _plain(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp):
+        return _plain(node.operand)
+    return isinstance(node, ast.Constant | ast.Name)
 
 
 def _comprehension_target(value: ast.expr, name: ast.Name) -> bool:

@@ -30,6 +30,7 @@ from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimize
 from migrator.analysis.clipping import class_of
 from migrator.analysis.functions import (
     MODEL_NAME_METHODS,
+    WEIGHT_DECAY_GROUPS,
     FunctionSummary,
     ModuleFunctions,
     linked_builder,
@@ -89,7 +90,7 @@ PURE_FUNCTIONS = frozenset(
         "float", "int", "bool", "str", "min", "max", "sum", "zip", "enumerate", "any", "all",
         "range", "isinstance", "getattr", "hasattr", "abs", "round",
     ]
-) | frozenset({"itertools.chain"})  # fmt: skip
+) | frozenset({"itertools.chain"}) | WEIGHT_DECAY_GROUPS  # fmt: skip
 PURE_MODULES = ("math.",)
 # Functions that only read their arguments, in the statements that are skipped over.
 READING_FUNCTIONS = PURE_FUNCTIONS | {"builtins.print", "builtins.repr", "builtins.type"}

@@ -93,8 +93,19 @@ _REFUSED = (
 # Calls that create a new container: a local bound only to one of them (or to a literal) is the
 # function's own, and only such a local may be changed.
 _NEW_CONTAINERS = frozenset({"list", "dict", "set", "sorted"})
+# timm's grouping of a model's parameters for weight decay (MAE's and ConvNeXt-V2's
+# `optim_factory.add_weight_decay(model_without_ddp, args.weight_decay)`): they read
+# `model.named_parameters()` and return new lists of the parameters in new dicts, nothing else.
+WEIGHT_DECAY_GROUPS = frozenset(
+    {
+        "timm.optim.optim_factory.add_weight_decay",
+        "timm.optim.optim_factory.param_groups_weight_decay",
+        "timm.optim.param_groups_weight_decay",
+        "timm.optim._param_groups.param_groups_weight_decay",
+    }
+)
 # Library functions without side effects (by qualified name).
-_PURE_LIBRARY = frozenset(
+_PURE_LIBRARY = WEIGHT_DECAY_GROUPS | frozenset(
     {
         "json.dumps", "math.sqrt", "math.log", "torch.cuda.is_available", "torch.npu.is_available",
         "itertools.chain",
