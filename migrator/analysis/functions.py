@@ -87,9 +87,14 @@ _READ_ONLY_METHODS = frozenset(
 _LOCAL_BUILDING_METHODS = frozenset({"append", "extend", "update", "insert", "pop", "setdefault"})
 _REFUSED = (
     ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await, ast.FunctionDef,
-    ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.AsyncWith, ast.Try, ast.TryStar,
+    ast.AsyncFunctionDef, ast.ClassDef, ast.With, ast.AsyncWith, ast.TryStar,
     ast.Delete, ast.Import, ast.ImportFrom, ast.While, ast.Match,
 )  # fmt: skip
+# What a `try` of a pure function may catch: the built-in exceptions a read raises (IDEA's DINO:
+# `try: param_dict_type = args.param_dict_type` / `except: param_dict_type = 'default'`).
+_CAUGHT = frozenset(
+    {"Exception", "AttributeError", "KeyError", "IndexError", "TypeError", "ValueError"}
+)
 # Calls that create a new container: a local bound only to one of them (or to a literal) is the
 # function's own, and only such a local may be changed.
 _NEW_CONTAINERS = frozenset({"list", "dict", "set", "sorted"})
@@ -390,6 +395,8 @@ class _Summarizer:
     def _is_pure(self) -> bool:
         for node in self._walk():
             if isinstance(node, _REFUSED):
+                return False
+            if isinstance(node, ast.Try) and not _catches_reads(node):
                 return False
             if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -695,6 +702,19 @@ class _Summarizer:
         if node.id not in self.locals and not self.functions.is_constant(node.id):
             return None
         return _strings(ast.Tuple(elts=values[0].elts))
+
+
+def _catches_reads(statement: ast.Try) -> bool:
+    """A `try` whose handlers catch nothing but built-in exceptions (or all, bare) and that has
+    no `finally`: its statements are checked like any other of the function."""
+    if statement.finalbody:
+        return False
+    for handler in statement.handlers:
+        caught = handler.type
+        names = caught.elts if isinstance(caught, ast.Tuple) else [caught] if caught else []
+        if not all(isinstance(name, ast.Name) and name.id in _CAUGHT for name in names):
+            return False
+    return True
 
 
 def model_method_assumption(written: str) -> str:
