@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migrator.analysis import names
 from migrator.analysis.calls import literal_value
 from migrator.analysis.index import ModuleIndex, line_of
 
@@ -208,7 +209,7 @@ def hazards(index: ModuleIndex) -> list[Hazard]:
     hook = names.get(HOOK_KEY)
     hook_dict = config_dict(index, hook.value) if hook is not None else None
     if hook is not None and hook_dict is not None:
-        kind = _type_name(hook_dict)
+        kind = _type_name(index, hook_dict)
         if kind is not None and kind not in SAFE_HOOKS:
             found.append(
                 Hazard(
@@ -222,22 +223,32 @@ def hazards(index: ModuleIndex) -> list[Hazard]:
     wrapper = names.get(WRAPPER_KEY)
     wrapper_dict = config_dict(index, wrapper.value) if wrapper is not None else None
     if wrapper is not None and wrapper_dict is not None:
-        problem = _wrapper_problem(wrapper_dict)
+        problem = _wrapper_problem(index, wrapper_dict)
         if problem is not None:
             found.append(Hazard(line_of(wrapper), problem, mmcv=False))
     return found
 
 
-def _type_name(config: ConfigDict) -> str | None:
+def _type_name(index: ModuleIndex, config: ConfigDict) -> str | None:
+    """The registry name in `type`, or the name of mmengine's class that a lazy-import config
+    puts there (`type=AmpOptimWrapper` after `from mmengine.optim import AmpOptimWrapper`)."""
     entry = config.get("type")
     if entry is None:
         return None
     value = literal_value(entry.value)
-    return value if isinstance(value, str) else "<computed>"
+    if isinstance(value, str):
+        return value
+    try:
+        qualified = names.resolve(index, entry.value)
+    except RecursionError:  # a pathological alias chain names no wrapper npu-migrate knows
+        qualified = None
+    if isinstance(qualified, str) and qualified.startswith(("mmengine.", "mmcv.")):
+        return qualified.rpartition(".")[2]
+    return "<computed>"
 
 
-def _wrapper_problem(wrapper: ConfigDict) -> str | None:
-    kind = _type_name(wrapper)
+def _wrapper_problem(index: ModuleIndex, wrapper: ConfigDict) -> str | None:
+    kind = _type_name(index, wrapper)
     if kind is None or kind in SAFE_WRAPPERS:
         return None
     if kind == APEX_WRAPPER:
@@ -258,7 +269,7 @@ def _wrapper_problem(wrapper: ConfigDict) -> str | None:
 
 
 def wants_summary(source: bytes) -> bool:
-    return b"_base_" in source or REGISTRY_CALL.search(source) is not None
+    return b"_base_" in source or b"read_base" in source or REGISTRY_CALL.search(source) is not None
 
 
 def summarize(index: ModuleIndex, path: str) -> dict[str, Any] | None:
@@ -284,7 +295,110 @@ def summarize(index: ModuleIndex, path: str) -> dict[str, Any] | None:
         found = hazards(index)
         if found:
             facts["hazards"] = [[hazard.line, hazard.text, hazard.mmcv] for hazard in found]
+    relative, absolute = _read_bases(index, path)
+    if relative or absolute:  # mmengine's lazy-import configs inherit through `read_base()`
+        facts["bases"] = [*facts.get("bases", ()), *relative]
+        facts["module_bases"] = absolute
+        facts["own_type"] = (
+            facts.get("own_type", False)
+            or any(config.get("type") is not None for _, config in optimizer_dicts(index))
+            or _updates_type(index)
+        )
+        found = hazards(index) + _update_hazards(index)
+        if found:
+            facts["hazards"] = [[hazard.line, hazard.text, hazard.mmcv] for hazard in found]
     return facts or None
+
+
+def _read_bases(index: ModuleIndex, path: str) -> tuple[list[str], list[str]]:
+    """The configs a lazy-import config inherits: the modules it imports under
+    ``with read_base():``, as paths for relative imports (``from .._base_.schedules.x import
+    *``) and as dotted names for absolute ones."""
+    relative: list[str] = []
+    absolute: list[str] = []
+    for statement in index.tree.body:
+        if not isinstance(statement, ast.With) or not any(
+            isinstance(item.context_expr, ast.Call)
+            and isinstance(item.context_expr.func, ast.Name)
+            and item.context_expr.func.id == "read_base"
+            for item in statement.items
+        ):
+            continue
+        for inner in statement.body:
+            if not isinstance(inner, ast.ImportFrom) or inner.module is None:
+                continue
+            if inner.level:
+                folder = os.path.dirname(path)
+                for _ in range(inner.level - 1):
+                    folder = os.path.dirname(folder)
+                relative.append(
+                    os.path.normpath(os.path.join(folder, *inner.module.split("."))) + ".py"
+                )
+            else:
+                absolute.append(inner.module)
+    return relative, absolute
+
+
+# What a lazy-import config may change in the optimizer it inherits, with
+# `optim_wrapper.update(optimizer=dict(lr=4e-3))`, without npu-migrate looking further.
+_UPDATABLE = frozenset(
+    {"lr", "weight_decay", "momentum", "betas", "eps", "nesterov", "dampening", "alpha", "rho"}
+)
+
+
+def _wrapper_updates(index: ModuleIndex) -> Iterator[tuple[ast.stmt, ast.Call]]:
+    """The top-level ``optim_wrapper.update(...)`` calls of a lazy-import config."""
+    for statement in index.tree.body:
+        call = statement.value if isinstance(statement, ast.Expr) else None
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+            continue
+        receiver = call.func.value
+        named = isinstance(receiver, ast.Name) and receiver.id == WRAPPER_KEY
+        if call.func.attr == "update" and named:
+            yield statement, call
+
+
+def _updates_type(index: ModuleIndex) -> bool:
+    """``optim_wrapper.update(optimizer=dict(type=AdamW, ...))``: an optimizer of its own."""
+    for _, call in _wrapper_updates(index):
+        for keyword in call.keywords:
+            inner = config_dict(index, keyword.value) if keyword.arg == OPTIMIZER_KEY else None
+            if inner is not None and inner.get("type") is not None:
+                return True
+    return False
+
+
+def _update_hazards(index: ModuleIndex) -> list[Hazard]:
+    """What a lazy-import config's ``optim_wrapper.update(...)`` changes that may keep the
+    optimizer it inherits from becoming NPU fused: another wrapper type, or an optimizer key
+    other than a hyper-parameter (``amsgrad=True``, ``maximize``...)."""
+    found: list[Hazard] = []
+    for statement, call in _wrapper_updates(index):
+        given = ConfigDict(
+            call,
+            tuple(Entry(kw.arg, kw, kw.value) for kw in call.keywords if kw.arg is not None),
+            any(kw.arg is None for kw in call.keywords) or bool(call.args),
+        )
+        line = line_of(statement)
+        problem = _wrapper_problem(index, given) if given.get("type") is not None else None
+        if given.splat:
+            problem = "`optim_wrapper.update(...)` is given a dict npu-migrate cannot read"
+        optimizer = given.get(OPTIMIZER_KEY)
+        inner = config_dict(index, optimizer.value) if optimizer is not None else None
+        if inner is not None and inner.get("type") is not None:
+            inner = None  # its own optimizer (`update(optimizer=dict(type=AdamW, ...))`)
+        elif optimizer is not None and (inner is None or inner.splat):
+            problem = problem or "`optim_wrapper.update(optimizer=...)` cannot be read"
+        elif inner is not None:
+            keys = sorted(e.key for e in inner.entries if e.key not in _UPDATABLE)
+            if keys:
+                problem = problem or (
+                    f"`optim_wrapper.update(optimizer=dict(...))` sets `{keys[0]}`, which "
+                    "npu-migrate does not check there"
+                )
+        if problem is not None:
+            found.append(Hazard(line, problem, mmcv=False))
+    return found
 
 
 def _registry_line(index: ModuleIndex) -> int | None:
@@ -315,6 +429,15 @@ def descendants(path: str, summaries: Mapping[str, Mapping[str, Any]]) -> list[s
     for other, facts in summaries.items():
         for base in facts.get("bases", ()):
             children.setdefault(base, []).append(other)
+        for module in facts.get("module_bases", ()):
+            # `from mmpretrain.configs._base_.schedules.x import *`: any summarised config
+            # whose path ends as that module's would is taken for it
+            tail = os.path.join(*module.split(".")) + ".py"
+            for candidate in summaries:
+                if os.path.normpath(candidate).endswith(os.sep + tail):
+                    children.setdefault(os.path.normpath(candidate), []).append(other)
+            if target.endswith(os.sep + tail):
+                children.setdefault(target, []).append(other)
     found: list[str] = []
     stack = [target]
     seen = {target}

@@ -321,6 +321,7 @@ def plan_fused(
     lightning: str | None = default_lightning_doubt(),
     elsewhere: Mapping[str, Any] | None = None,
     after_ddp: Callable[[], Mapping[int, str]] | None = None,
+    config_types: Collection[int] = (),
 ) -> FusedDecisions:
     """NPU101's decisions for the file of ``view``.
 
@@ -339,7 +340,9 @@ def plan_fused(
     they cannot; :mod:`~migrator.rules.optimizers._lightning`); ``elsewhere`` the link
     stage's facts about the code of other modules that the file calls
     (:mod:`~migrator.rules.optimizers._handed`); ``after_ddp`` computes the optimizer calls
-    that stay after a DDP wrap of their model, with why (NPU203's plan), when first needed.
+    that stay after a DDP wrap of their model, with why (NPU203's plan), when first needed;
+    ``config_types`` the ids of the classes that the optimizer dicts of an mmengine config
+    name in `type` (NPU107's to rewrite or report, not class values of NPU101's).
     """
     # A module's `zero_grad(set_to_none=False)` is safe when the optimizer that holds all of that
     # module's parameters is fused too: plan assuming every constructor is, then again with only
@@ -369,6 +372,7 @@ def plan_fused(
         planner.assumed_fused = assumed
         planner.known = known
         planner.methods = methods or {}
+        planner.config_types = config_types
         decisions = planner.decide()
         rewritten = {id(rewrite.call) for rewrite in decisions.rewrites}
         if not planner.relied_on <= rewritten:
@@ -498,6 +502,7 @@ class _Planner:
         # keys of a `**mapping` stored apart from all of them never reach those classes.
         self._class_paths: dict[int, list[ast.expr]] = {}
         self.methods: Mapping[str, Any] = {}  # the callers of the module's methods (link stage)
+        self.config_types: Collection[int] = ()  # see plan_fused
         # id(function of the module) -> its parameters that receive an optimizer of Ascend
         # apex's own class, where the optimizer is followed (see _kept_by)
         self._kept_names: dict[int, set[str]] = {}
@@ -651,6 +656,8 @@ class _Planner:
         for node in self._class_value_candidates():
             if self._suppressed(node) or not self._used_as_value(node):
                 continue
+            if id(node) in self.config_types:
+                continue  # `type=SGD` in an mmengine config: NPU107's
             if self._alias_called_here(node) or id(node) in self._mapped_values:
                 continue  # the call of the alias is reported (a value alias is ambiguous)
             name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)

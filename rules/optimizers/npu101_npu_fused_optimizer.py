@@ -26,6 +26,7 @@ from migrator.rules.normalization_parallel._ddp_order import (
     MOVING_CODE,
     plan_ddp_order,
 )
+from migrator.rules.optimizers import _configs
 from migrator.rules.optimizers._factories import (
     PASSED_CONDITION,
     OptimizerFactories,
@@ -334,6 +335,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             lightning=lightning_doubt(self),
             elsewhere=handed_facts(self),
             after_ddp=cache(self._left_after_ddp),  # computed once, where a constructor asks
+            config_types=self._config_types(),
         )
         for finding in decisions.findings:
             self.report(finding.node, finding.message, finding.severity)
@@ -382,6 +384,17 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         self._fix_method_callers()
         self._pass_amp_conditions()
         self._delegate_wrapper_zero_grads()
+
+    def _config_types(self) -> frozenset[int]:
+        """The `type` values of the optimizer dicts of an mmcv / mmengine config (NPU107's)."""
+        if not _configs.is_config(self.index, self.context.path):
+            return frozenset()
+        found = set()
+        for _, config in _configs.optimizer_dicts(self.index):
+            entry = config.get("type")
+            if entry is not None:
+                found.add(id(entry.value))
+        return frozenset(found)
 
     def _left_after_ddp(self) -> Mapping[int, str]:
         """The optimizer calls of the file built after their model's DDP wrap that stay after

@@ -6,7 +6,6 @@ import ast
 
 from migrator.analysis.calls import NOT_LITERAL, literal_value, string_literal
 from migrator.analysis.index import ModuleIndex
-from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import Facts, Module
 from migrator.callargs import remove_arg_objects
 from migrator.edits import Edit
@@ -75,9 +74,14 @@ class ConfigOptimizerType(Rule):
     key only configs set (`optimizer_config`, `lr_config`, `runner`, `param_scheduler`,
     `train_cfg`, ...), or lives in a `configs` folder.
 
+    In mmengine's lazy-import configs, where `type` is the class itself (`type=SGD` after
+    `from torch.optim import SGD`), the class becomes the NPU fused one imported from
+    `torch_npu.optim` (`type=NpuFusedSGD` after `from torch_npu.optim import NpuFusedSGD`; the
+    old import goes when nothing else uses it): the builder takes a class as it is given, so no
+    registry is involved.
+
     Reported, not rewritten: a key that changes the update (`maximize=True`, `amsgrad=True`...),
-    a key the optimizer does not take, `**` in the dict, a type computed at run time or given
-    as a class (mmengine's lazy configs: `type=SGD` after `from torch.optim import SGD`);
+    a key the optimizer does not take, `**` in the dict, a type computed at run time;
     settings that break a fused optimizer, in the config or in a config of the run that
     inherits its optimizer through `_base_`: `fp16 = dict(...)` with mmcv 1.x
     (`Fp16OptimizerHook` calls `runner.model.zero_grad()`, which with torch >= 2.0 detaches the
@@ -122,8 +126,9 @@ class ConfigOptimizerType(Rule):
     SUMMARY = "torch optimizer named by `type=` in an mmcv / mmengine config"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ("optimizer",)
-    # Derived configs (`_base_`) and copies of mmcv's optimizer registry elsewhere in the run.
-    PROJECT_TRIGGER = ("_base_", "Registry(")
+    # Derived configs (`_base_`, lazy-import `read_base()`) and copies of mmcv's optimizer
+    # registry elsewhere in the run.
+    PROJECT_TRIGGER = ("_base_", "read_base", "Registry(")
 
     @classmethod
     def wants_summary(cls, source: bytes) -> bool:
@@ -137,8 +142,9 @@ class ConfigOptimizerType(Rule):
         if not _configs.is_config(self.index, self.context.path):
             return
         blockers = self._blockers()
+        registry = self._registry_blocker()
         for where, config in _configs.optimizer_dicts(self.index):
-            self._examine(where, config, blockers)
+            self._examine(where, config, blockers, registry)
 
     # -- what the config and its run say ---------------------------------------------------------
 
@@ -156,33 +162,45 @@ class ConfigOptimizerType(Rule):
                 found.append(
                     (hazard, f"{child} inherits this optimizer, and there {text} (line {line})")
                 )
+        return found
+
+    def _registry_blocker(self) -> str | None:
+        """A registry of the repository's own that a name in `type` may be looked up in (a class
+        in `type`, a lazy-import config's, is built without one)."""
+        summaries = self.project.summaries(self.CODE)
         registries = [
             f"{path}:{facts['registry']}"
             for path, facts in sorted(summaries.items())
             if "registry" in facts
         ]
-        if registries:
-            text = (
-                f"the repository defines its own optimizer registry ({', '.join(registries)}), "
-                "which may be the one this config is built through: register the "
-                "`torch_npu.optim` class there (as Ascend's mmcv fork registers the NPU fused "
-                "optimizers in its builder), then change `type` by hand"
-            )
-            found.append((_configs.Hazard(0, text, mmcv=True), text))
-            found.append((_configs.Hazard(0, text, mmcv=False), text))
-        return found
+        if not registries:
+            return None
+        return (
+            f"the repository defines its own optimizer registry ({', '.join(registries)}), "
+            "which may be the one this config is built through: register the "
+            "`torch_npu.optim` class there (as Ascend's mmcv fork registers the NPU fused "
+            "optimizers in its builder), then change `type` by hand"
+        )
 
     # -- one optimizer dict ----------------------------------------------------------------------
 
     def _examine(
-        self, where: str, config: ConfigDict, hazards: list[tuple[_configs.Hazard, str]]
+        self,
+        where: str,
+        config: ConfigDict,
+        hazards: list[tuple[_configs.Hazard, str]],
+        registry: str | None,
     ) -> None:
         entry = config.get("type")
         assert entry is not None
         name = literal_value(entry.value)
-        if not isinstance(name, str):
+        lazy = None if isinstance(name, str) else self._lazy_class(entry)
+        if lazy is not None:
+            name = lazy.rpartition(".")[2]
+        elif not isinstance(name, str):
             self._report_computed(where, entry)
             return
+        assert isinstance(name, str)
         target = TARGETS.get(name)
         if target is None:
             return  # already NPU fused, or an optimizer without an NPU fused version
@@ -190,8 +208,21 @@ class ConfigOptimizerType(Rule):
             return
         problems = self._problems(name, config)
         blockers = [text for hazard, text in hazards if hazard.concerns(where)]
+        if registry is not None and lazy is None:
+            blockers.append(registry)  # a class is built without a registry lookup
+        if lazy is not None:
+            clash = self._name_clash(target)
+            if clash is not None:
+                problems.append(clash)
         if problems or blockers:
             reason = "; ".join(problems) if problems else blockers[0]
+            if lazy is not None:
+                self.report(
+                    entry.value,
+                    f"`{where}` type is the class `{lazy}` (a lazy-import config), not changed "
+                    f"to `torch_npu.optim.{target}`: {reason}",
+                )
+                return
             self.report(
                 entry.value,
                 f"`{where}` type {name!r} is not changed to {target!r}: {reason}. "
@@ -210,31 +241,65 @@ class ConfigOptimizerType(Rule):
                 "`paramwise_cfg` puts every parameter in a group of its own, and the fused "
                 "optimizer fuses group by group: little is fused (the update is the same)"
             )
-        edits = [self._type_edit(entry, target)]
+        if lazy is not None:
+            edits = [self._class_edit(entry, target)]
+            message = (
+                f"`{where}` type `{self.view.written(entry.value)}` (the class `{lazy}`, a "
+                f"lazy-import config) -> `{target}` from `torch_npu.optim`: the builder takes the "
+                "class as it is given, no registry involved (it needs no apex amp)"
+            )
+        else:
+            edits = [self._type_edit(entry, target)]
+            message = f"`{where}` type {name!r} -> {target!r}: " + _REGISTERED.format(target=target)
         if dropped:
             edits.append(self._drop_edit(config, dropped))
-        message = (
-            f"`{where}` type {name!r} -> {target!r}: "
-            + _REGISTERED.format(target=target)
-            + "".join(f"; {note}" for note in notes)
-        )
-        self.fix(entry.value, message, *edits)
+        message += "".join(f"; {note}" for note in notes)
+        if not self.fix(entry.value, message, *edits) or lazy is None:
+            return
+        self.add_import("torch_npu.optim", name=target)
+        binding = self._from_import(entry.value)
+        if binding is not None:
+            self.remove_import_if_unused(*binding)
+
+    def _lazy_class(self, entry: Entry) -> str | None:
+        """The torch.optim class that `type` holds as a class (mmengine's lazy-import configs:
+        `type=SGD` after `from torch.optim import SGD`), written as a name or a dotted name."""
+        if not isinstance(entry.value, ast.Name | ast.Attribute):
+            return None
+        qualified = self.qualified_name(entry.value)
+        if not isinstance(qualified, str) or not qualified.startswith("torch.optim."):
+            return None
+        return qualified if qualified.rpartition(".")[2] in TARGETS else None
+
+    def _name_clash(self, target: str) -> str | None:
+        """`NpuFusedSGD` already names something else in the config."""
+        for name in self.index.names(target):
+            if self.qualified_name(name) != f"torch_npu.optim.{target}":
+                return f"`{target}` already names something else in this config"
+        return None
+
+    def _from_import(self, node: ast.expr) -> tuple[str, str, str | None] | None:
+        """The `from m import x [as y]` that binds the name ``node`` (to release it)."""
+        if not isinstance(node, ast.Name):
+            return None
+        for binding in self.index.bindings_of(node):
+            statement = binding.node
+            if isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
+                for alias in statement.names:
+                    if (alias.asname or alias.name) == node.id:
+                        return statement.module, alias.name, alias.asname
+        return None
+
+    def _class_edit(self, entry: Entry, target: str) -> Edit:
+        kind = cst.Name if isinstance(entry.value, ast.Name) else cst.Attribute
+        return self.replace(entry.value, kind, lambda node: cst.Name(target))
 
     def _report_computed(self, where: str, entry: Entry) -> None:
         value = entry.value
         written = self.view.written(value)
-        qualified = self.qualified_name(value)
-        if isinstance(qualified, Ambiguous):
-            qualified = None
-        last = qualified.rpartition(".")[2] if isinstance(qualified, str) else None
-        if isinstance(qualified, str) and qualified.startswith("torch.optim.") and last in TARGETS:
-            self.report(
-                value,
-                f"`{where}` type is the class `{qualified}` (a lazy-import config): use "
-                f"`from torch_npu.optim import {TARGETS[last]}` and `type={TARGETS[last]}`, "
-                "which needs no apex amp",
-            )
-        elif not isinstance(value, ast.Constant):
+        if isinstance(self.qualified_name(value), str):
+            return  # a class imported by a lazy-import config: not one with an NPU fused version
+        if not isinstance(value, ast.Constant):
             self.report(
                 value,
                 f"`{where}` type `{written}` is computed, so npu-migrate cannot tell which "
