@@ -123,8 +123,8 @@ def _class_parameter(view: FileView, function: ast.FunctionDef) -> str | None:
                 given.add(base.id)
             else:
                 return None
-    if len(given) != 1:
-        return None
+    if len(given) != 1 or not given <= parameters:
+        return None  # (a class derived from something else than the parameter)
     [parameter] = given
     allowed = {id(value) for statement in returns for value in _choices(statement.value)}
     allowed |= {id(owner.bases[0]) for owner in classes.values() if owner.bases}
