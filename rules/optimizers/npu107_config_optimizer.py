@@ -192,7 +192,8 @@ class ConfigOptimizerType(Rule):
         registry: str | None,
     ) -> None:
         entry = config.get("type")
-        assert entry is not None
+        if entry is None:
+            return  # `optim_wrapper = dict(optimizer=dict(lr=4e-3))`: the type is inherited
         name = literal_value(entry.value)
         lazy = None if isinstance(name, str) else self._lazy_class(entry)
         if lazy is not None:
