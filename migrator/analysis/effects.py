@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrator.analysis.calls import arguments
+from migrator.analysis.calls import argument, arguments
 from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimizer_class
 from migrator.analysis.clipping import class_of
 from migrator.analysis.functions import (
@@ -414,11 +414,11 @@ class EffectsCollector:
         self.effects.wraps.append(wrap)
         if wrap.source is not None:
             self.effects.wrap_sources.add(wrap.source)
-        for argument in arguments(wrap.call)[1:]:
-            self.visit(argument.value)
+        for given in arguments(wrap.call)[1:]:
+            self.visit(given.value)
         if wrap.moved is not None:  # the wrapper keeps the module's Parameter objects
-            for argument in arguments(wrap.moved):
-                self.visit(argument.value)
+            for given in arguments(wrap.moved):
+                self.visit(given.value)
             self.effects.device_moves.add(wrap.target)
         self.effects.wrap_targets.add(wrap.target)
         if len(wrap.target) == 1:
@@ -450,13 +450,10 @@ class EffectsCollector:
         if self.calls.view.qualified_name(call.func) not in KEEPING_CONVERSIONS:
             return None
         target = dotted_path(node.targets[0])
-        given = arguments(call)
-        module = next((a for a in given if a.keyword == "module"), None)
-        if module is None and given and given[0].keyword is None and not given[0].star:
-            module = given[0]
+        module = argument(call, "module", 0)
         if target is None or module is None or dotted_path(module.value) != target:
             return None
-        return target, [a.value for a in given if a is not module]
+        return target, [a.value for a in arguments(call) if a.node is not module.node]
 
     @staticmethod
     def amp_rebound_models(node: ast.Assign) -> set[str]:
