@@ -335,6 +335,8 @@ class Effects:
     mutates: set[Path] = field(default_factory=set)  # attribute/item assignment, unknown calls
     wrap_targets: set[Path] = field(default_factory=set)  # bound to a DDP/DP wrapper
     device_moves: set[Path] = field(default_factory=set)  # x.cuda(), x = x.to(device)
+    # Of those, the SyncBatchNorm conversions (`x = SyncBatchNorm.convert_sync_batchnorm(x)`).
+    conversions: set[Path] = field(default_factory=set)
     wraps: list[Wrap] = field(default_factory=list)
     wrap_sources: set[Path] = field(default_factory=set)  # read only as the value DDP wraps
     unknown_calls: list[ast.Call] = field(default_factory=list)
@@ -399,6 +401,7 @@ class EffectsCollector:
         if converted is not None:
             path, others = converted
             self.effects.device_moves.add(path)
+            self.effects.conversions.add(path)
             self.read(path)
             for other in others:
                 self.visit(other)

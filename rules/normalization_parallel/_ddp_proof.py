@@ -294,9 +294,15 @@ class MoveProof:
                     # amp.initialize needs the model on the device: a device move in the block
                     # of the wrap counts too (`model.cuda()` before `model = DDP(model)`).
                     if write in effect.device_moves and has_amp:
+                        done = (
+                            "converts the BatchNorm layers of"
+                            if write in effect.conversions
+                            else "moves"
+                        )
+                        where = "" if write in effect.conversions else " to the device"
                         return (
                             f"`amp.initialize` must stay after line {self.line(index)}, which "
-                            f"moves `{show(write)}` to the device"
+                            f"{done} `{show(write)}`{where}"
                         )
                     if write in effect.wrap_targets:
                         continue  # its uses were checked by wrapped_use_problem
