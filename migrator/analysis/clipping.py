@@ -211,8 +211,9 @@ def _steps_the_base(owner: ast.ClassDef, statement: ast.stmt, names: list[str]) 
 
 def _clips(view: FileView, statement: ast.stmt, self_name: str) -> bool:
     """A statement that only gathers parameters from ``self.param_groups`` into names and
-    clips their gradients in place: the calls it makes are clips or gatherings, the attributes
-    it reads are ``self.param_groups`` and those calls' own names, and it stores names only."""
+    clips or changes their gradients in place: the calls it makes are clips, gatherings or
+    in-place arithmetic on a gradient, the attributes it reads are ``self.param_groups`` and
+    those calls' own names, and it stores names only (a `for` loop: its target)."""
     if isinstance(statement, ast.For):
         # `for group in self.param_groups: clip_grad_value_(group["params"], value)`
         if statement.orelse or not all(

@@ -295,14 +295,13 @@ class MoveProof:
                     # of the wrap counts too (`model.cuda()` before `model = DDP(model)`).
                     if write in effect.device_moves and has_amp:
                         done = (
-                            "converts the BatchNorm layers of"
+                            f"converts the BatchNorm layers of `{show(write)}`"
                             if write in effect.conversions
-                            else "moves"
+                            else f"moves `{show(write)}` to the device"
                         )
-                        where = "" if write in effect.conversions else " to the device"
                         return (
                             f"`amp.initialize` must stay after line {self.line(index)}, which "
-                            f"{done} `{show(write)}`{where}"
+                            f"{done}"
                         )
                     if write in effect.wrap_targets:
                         continue  # its uses were checked by wrapped_use_problem

@@ -278,35 +278,28 @@ def summarize(index: ModuleIndex, path: str) -> dict[str, Any] | None:
     registry = _registry_line(index)
     if registry is not None:
         facts["registry"] = registry
-    names = top_level(index)
-    base = names.get(BASE_KEY)
-    if base is not None:
-        bases = literal_value(base.value)
-        listed = [bases] if isinstance(bases, str) else bases
-        if isinstance(listed, (list, tuple)):
-            facts["bases"] = [
-                os.path.normpath(os.path.join(os.path.dirname(path), item))
-                for item in listed
-                if isinstance(item, str) and "::" not in item and not item.startswith("{{")
-            ]
-        facts["own_type"] = any(
-            config.get("type") is not None for _, config in optimizer_dicts(index)
-        )
-        found = hazards(index)
-        if found:
-            facts["hazards"] = [[hazard.line, hazard.text, hazard.mmcv] for hazard in found]
+    base = top_level(index).get(BASE_KEY)
+    # mmengine's lazy-import configs inherit through `with read_base():` imports instead
     relative, absolute = _read_bases(index, path)
-    if relative or absolute:  # mmengine's lazy-import configs inherit through `read_base()`
-        facts["bases"] = [*facts.get("bases", ()), *relative]
+    lazy = bool(relative or absolute)
+    if base is None and not lazy:
+        return facts or None
+    listed = literal_value(base.value) if base is not None else ()
+    listed = [listed] if isinstance(listed, str) else listed
+    if isinstance(listed, (list, tuple)) or lazy:
+        facts["bases"] = [
+            os.path.normpath(os.path.join(os.path.dirname(path), item))
+            for item in (listed if isinstance(listed, (list, tuple)) else ())
+            if isinstance(item, str) and "::" not in item and not item.startswith("{{")
+        ] + relative
+    if lazy:
         facts["module_bases"] = absolute
-        facts["own_type"] = (
-            facts.get("own_type", False)
-            or any(config.get("type") is not None for _, config in optimizer_dicts(index))
-            or _updates_type(index)
-        )
-        found = hazards(index) + _update_hazards(index)
-        if found:
-            facts["hazards"] = [[hazard.line, hazard.text, hazard.mmcv] for hazard in found]
+    facts["own_type"] = any(
+        config.get("type") is not None for _, config in optimizer_dicts(index)
+    ) or (lazy and _updates_type(index))
+    found = hazards(index) + (_update_hazards(index) if lazy else [])
+    if found:
+        facts["hazards"] = [[hazard.line, hazard.text, hazard.mmcv] for hazard in found]
     return facts or None
 
 

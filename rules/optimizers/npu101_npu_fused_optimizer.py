@@ -578,7 +578,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 call = append_arg(call, keyword(name, cst.parse_expression(value)))
             call = _realign(call, realign, shift)
             if func_at is not None or wrapped:
-                return call  # the mapping goes to the base of the class the call builds
+                return call  # the class is edited where it is written: a base, an argument
             if func_code is not None:
                 return call.with_changes(func=expression_as_written(func_code))
             return call.with_changes(func=_new_func(node.func, style, target, qualified_target))
