@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -59,6 +59,8 @@ _LIBRARIES = frozenset(
 )
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _INIT = "__init__"
+# A keyword argument that a function takes in its `**kwargs`, as a bound parameter.
+_KEYWORD = "**{}"
 
 # What a reset does to an NPU fused optimizer, by kind (see _hazards for the mechanism).
 DROPS = (
@@ -125,6 +127,7 @@ class _Unit:
             "line": self.node.lineno,
             "parameters": _parameters(self.node),
             "positional": len(arguments.posonlyargs) + len(arguments.args),
+            "keywords": arguments.kwarg is not None,  # takes `**kwargs`
             "resets": self.resets,
             "calls": self.calls,
         }
@@ -320,7 +323,9 @@ def _amp_initialize(call: ast.Call, parameters: list[str]) -> dict[str, Any]:
 def _receiver(index: ModuleIndex, receiver: ast.expr, parameters: list[str]) -> str | None:
     """What a ``zero_grad`` call's receiver is, as :func:`_spelled` writes it; the loop
     variable of ``for op in self.optimizers: op.zero_grad()`` is each of ``self.optimizers``
-    (an optimizer held among others zeroes its own gradients there)."""
+    (an optimizer held among others zeroes its own gradients there); a name bound once, by
+    unpacking a parameter or taking an element of it, is that element: ``optims[1]`` for
+    VITS's ``optim_g, optim_d = optims`` (see :func:`_element_of`)."""
     if isinstance(receiver, ast.Name) and receiver.id not in parameters:
         for ancestor in index.ancestors(receiver):
             if isinstance(ancestor, _FUNCTIONS):
@@ -331,7 +336,69 @@ def _receiver(index: ModuleIndex, receiver: ast.expr, parameters: list[str]) -> 
                 and ancestor.target.id == receiver.id
             ):
                 return _spelled(ancestor.iter, parameters)
+        element = _element_of(index, receiver, parameters)
+        if element is not None:
+            return element
     return _spelled(receiver, parameters)
+
+
+def _element_of(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> str | None:
+    """``p[i]`` where ``name``'s one binding is ``..., name, ... = p`` (a flat tuple or list
+    target) or ``name = p[i]`` with ``p`` a parameter and ``i`` a literal index; else None.
+    The caller side (:func:`elements_held`) says which element of a list it passes holds an
+    optimizer."""
+    bindings = index.bindings_of(name)
+    if len(bindings) != 1 or bindings[0].kind is not BindingKind.ASSIGN:
+        return None
+    binding = bindings[0]
+    if binding.statement is not None:
+        value = binding.statement.value
+        if (
+            isinstance(value, ast.Subscript)
+            and isinstance(value.value, ast.Name)
+            and _is_parameter(index, value.value, parameters)
+            and isinstance(value.slice, ast.Constant)
+            and type(value.slice.value) is int
+            and value.slice.value >= 0
+        ):
+            return f"{value.value.id}[{value.slice.value}]"
+        return None
+    target = index.parent(binding.node) if binding.node is not None else None
+    statement = index.parent(target) if target is not None else None
+    if (
+        isinstance(target, ast.Tuple | ast.List)
+        and isinstance(statement, ast.Assign)
+        and statement.targets == [target]
+        and isinstance(statement.value, ast.Name)
+        and _is_parameter(index, statement.value, parameters)
+        and not any(isinstance(e, ast.Starred) for e in target.elts)
+    ):
+        return f"{statement.value.id}[{target.elts.index(binding.node)}]"
+    return None
+
+
+def _is_parameter(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> bool:
+    """``name`` reads a parameter of its function that the function never binds again."""
+    bindings = index.bindings_of(name)
+    return (
+        name.id in parameters
+        and len(bindings) == 1
+        and bindings[0].kind is BindingKind.PARAM
+    )
+
+
+def elements_held(bound: list[tuple[str, ast.expr]], holds: Callable[[ast.expr], bool]) -> set[str]:
+    """``p[i]`` for each element ``i`` of a list or tuple written in the call and bound to the
+    parameter ``p`` that ``holds`` (``[optim_g, optim_d]`` passed to VITS's ``optims``)."""
+    found: set[str] = set()
+    for parameter, value in bound:
+        if isinstance(value, ast.List | ast.Tuple):
+            for position, element in enumerate(value.elts):
+                if isinstance(element, ast.Starred):
+                    break
+                if holds(element):
+                    found.add(f"{parameter}[{position}]")
+    return found
 
 
 def _call_facts(call: ast.Call, callee: str) -> dict[str, Any]:
@@ -364,19 +431,48 @@ def _stored_in_self(
     method: ast.FunctionDef | ast.AsyncFunctionDef,
 ) -> Iterator[tuple[str, str | None]]:
     """``self.a = p`` in ``method`` (also ``self.a, self.b = p, q``): (``a``, ``p`` when it is
-    a parameter of the method, else None), for each attribute of ``self`` that ``statement``
-    stores."""
+    a parameter of the method, ``**k`` for ``kwargs["k"]`` or ``kwargs.get("k")`` of its
+    ``**kwargs`` (SimCLR's ``self.optimizer = kwargs['optimizer']``), else None), for each
+    attribute of ``self`` that ``statement`` stores."""
     targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
     parameters = _parameters(method)
+    keywords = method.args.kwarg.arg if method.args.kwarg is not None else None
     for target in targets:
         for element, value in _paired(target, statement.value):
-            if isinstance(element, ast.Attribute) and _is_self(element.value):
-                plain = (
-                    not isinstance(statement, ast.AugAssign)
-                    and isinstance(value, ast.Name)
-                    and value.id in parameters
-                )
-                yield element.attr, value.id if plain and isinstance(value, ast.Name) else None
+            if not isinstance(element, ast.Attribute) or not _is_self(element.value):
+                continue
+            source = None
+            if isinstance(statement, ast.AugAssign) or value is None:
+                pass
+            elif isinstance(value, ast.Name) and value.id in parameters:
+                source = value.id
+            elif keywords is not None and (key := _keyword_read(value, keywords)) is not None:
+                source = _KEYWORD.format(key)
+            yield element.attr, source
+
+
+def _keyword_read(value: ast.expr, keywords: str) -> str | None:
+    """``k`` for ``kwargs["k"]`` or ``kwargs.get("k")``, ``kwargs`` being ``keywords``."""
+    if isinstance(value, ast.Subscript):
+        mapping, key = value.value, value.slice
+    elif (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "get"
+        and len(value.args) == 1
+        and not value.keywords
+    ):
+        mapping, key = value.func.value, value.args[0]
+    else:
+        return None
+    if (
+        isinstance(mapping, ast.Name)
+        and mapping.id == keywords
+        and isinstance(key, ast.Constant)
+        and isinstance(key.value, str)
+    ):
+        return key.value
+    return None
 
 
 def _paired(target: ast.expr, value: ast.expr | None) -> Iterator[tuple[ast.expr, ast.expr | None]]:
@@ -681,7 +777,11 @@ class Callee:
                 break
             if position + offset < facts["positional"]:
                 bound.append((parameters[position + offset], value))
-        bound += [(k.arg, k.value) for k in call.keywords if k.arg and k.arg in parameters]
+        for keyword in call.keywords:
+            if keyword.arg in parameters:
+                bound.append((keyword.arg, keyword.value))
+            elif keyword.arg is not None and facts.get("keywords"):
+                bound.append((_KEYWORD.format(keyword.arg), keyword.value))
         return bound
 
     def shown(self) -> str:

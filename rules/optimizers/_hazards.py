@@ -55,6 +55,7 @@ from migrator.rules.optimizers._handed import (
     Callee,
     HandedCode,
     Reset,
+    elements_held,
 )
 from migrator.rules.optimizers._subclass import subclass_base
 from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
@@ -392,8 +393,11 @@ class FusionHazards:
             if not given and (unit is self.index.tree or id(unit) not in units):
                 continue  # not given the optimizer, and not run where it is stepped
             assert self.elsewhere is not None
-            # The parameters given any optimizer zero their own with `zero_grad()`: not a reset.
+            # The parameters given any optimizer zero their own with `zero_grad()`: not a reset;
+            # so do the elements of a list of optimizers unpacked there (`optim_g, optim_d =
+            # optims`).
             holding = given | self._given_optimizers(bound)
+            holding |= elements_held(bound, lambda element: bool(self._optimizers_held(element)))
             built_with: set[str] = set()
             built_with_it: set[str] = set()  # ... with this optimizer itself
             for instance in built:
