@@ -183,14 +183,14 @@ class CallNames:
         self._optimizer_classes: dict[int, OptimizerClass | None] = {}
 
     def function_summary(self, call: ast.Call) -> FunctionSummary | None:
-        """The summary of the pure function that ``call`` calls: one of this module, or one
-        of another module of the run per the project facts (see
+        """The summary of the pure function (or record class) that ``call`` calls: one of this
+        module, or one of another module of the run per the project facts (see
         :mod:`migrator.analysis.functions`); else None."""
         func = call.func
         if isinstance(func, ast.Name):
             if self._functions is None:
                 self._functions = ModuleFunctions(self.view.index)
-            if func.id in self._functions.definitions:
+            if func.id in self._functions.definitions or func.id in self._functions.records:
                 return self._functions.summary_of_call(call)
         if id(call) not in self._linked:
             self._linked[id(call)] = self.linked_summary(func)

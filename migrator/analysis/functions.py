@@ -60,7 +60,12 @@ from functools import cached_property
 from typing import Any
 
 from migrator.analysis import names
-from migrator.analysis.classes import ModuleClasses, OptimizerClass, is_optimizer_class
+from migrator.analysis.classes import (
+    ModuleClasses,
+    OptimizerClass,
+    is_docstring,
+    is_optimizer_class,
+)
 from migrator.analysis.classes import summary_from_facts as class_from_facts
 from migrator.analysis.index import ModuleIndex, full_name, resolution_base
 from migrator.analysis.project import Facts, ProjectFiles, Resolved
@@ -240,15 +245,30 @@ class ModuleFunctions:
             )
         )
 
+    @cached_property
+    def records(self) -> dict[str, FunctionSummary]:
+        """The module's record classes (see :func:`record_summary`), by name."""
+        found: dict[str, FunctionSummary] = {}
+        for statement in self.index.tree.body:
+            if isinstance(statement, ast.ClassDef):
+                summary = record_summary(statement, lambda node: _resolve(self.index, node))
+                if summary is not None:
+                    found[statement.name] = summary
+        return found
+
     def summary_of_call(self, call: ast.Call) -> FunctionSummary | None:
-        """The summary of the function ``call`` calls, when it is a pure function of the module
-        that the name at the call can only mean."""
+        """The summary of the function ``call`` calls, when it is a pure function or a record
+        class of the module that the name at the call can only mean."""
         func = call.func
-        if not isinstance(func, ast.Name) or func.id not in self.definitions:
+        if not isinstance(func, ast.Name):
             return None
         bindings = self.index.bindings_of(func)
-        definition = self.definitions[func.id]
-        if len(bindings) != 1 or bindings[0].kind is not BindingKind.FUNCTION:
+        if len(bindings) != 1:
+            return None
+        if bindings[0].kind is BindingKind.CLASS and func.id in self.records:
+            return self.records[func.id] if bindings[0].node in self.index.tree.body else None
+        definition = self.definitions.get(func.id)
+        if definition is None or bindings[0].kind is not BindingKind.FUNCTION:
             return None
         if bindings[0].node is not definition:
             return None
@@ -704,6 +724,128 @@ class _Summarizer:
         return _strings(ast.Tuple(elts=values[0].elts))
 
 
+# What a record class may derive from: its construction is then the base's, which only builds
+# the new object from what it is given.
+_RECORD_BASES = frozenset({"builtins.dict", "builtins.object"})
+_KEEPS = "the new object keeps what it is given"
+
+
+def record_summary(
+    definition: ast.ClassDef, resolve: Callable[[ast.expr], object]
+) -> FunctionSummary | None:
+    """A *record class* summarised as the pure function its construction is, or None.
+
+    ALBEF's ``utils.AttrDict(config['optimizer'])`` sits between the DDP wrap and the optimizer
+    it configures. Constructing such a class changes nothing but the new object when the class
+    derives from ``dict`` or ``object`` only (``resolve`` says what a base names), has no
+    decorator, metaclass, ``__new__``, ``__setattr__`` or ``__setitem__`` of its own (class
+    attributes that alias ``dict``'s or ``object``'s methods, ``__getattr__ = dict.get``, are
+    fine), and its ``__init__``, if any, only passes its own parameters on to the base's
+    ``__init__`` (``super().__init__(*args, **kwargs)``, ``super(AttrDict, self).__init__(...)``,
+    ``dict.__init__(self, ...)``) and stores its parameters, or the object itself
+    (``self.__dict__ = self``), in attributes of ``self``. The summary reads only what the call
+    passes; every parameter is kept in the new object, so none is invariant under a DDP wrap."""
+    if definition.decorator_list or definition.keywords:
+        return None
+    for base in definition.bases:
+        if resolve(base) not in _RECORD_BASES:
+            return None
+    init: ast.FunctionDef | None = None
+    for statement in definition.body:
+        if isinstance(statement, ast.FunctionDef):
+            if statement.name in ("__new__", "__setattr__", "__setitem__"):
+                return None
+            if statement.name == "__init__":
+                init = statement
+        elif isinstance(statement, ast.Assign):
+            if not all(isinstance(t, ast.Name) for t in statement.targets):
+                return None
+            if not _names_base_member(statement.value, resolve):
+                return None
+        elif not (isinstance(statement, ast.Pass) or is_docstring(statement)):
+            return None
+    parameters: tuple[str, ...] = ()
+    if init is not None:
+        if init.decorator_list or not _record_init(definition.name, init, resolve):
+            return None
+        arguments = init.args
+        parameters = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args][1:])
+    return FunctionSummary(
+        definition.name,
+        parameters,
+        frozenset(),
+        invariance={parameter: Invariance(_KEEPS) for parameter in parameters},
+    )
+
+
+def _names_base_member(value: ast.expr, resolve: Callable[[ast.expr], object]) -> bool:
+    """``dict.get`` or ``object.__setattr__``: a method of a record's base, by attribute."""
+    return isinstance(value, ast.Attribute) and resolve(value.value) in _RECORD_BASES
+
+
+def _record_init(name: str, init: ast.FunctionDef, resolve: Callable[[ast.expr], object]) -> bool:
+    """``__init__`` only hands its parameters to the base's and stores them, or ``self``, in
+    attributes of ``self`` (see :func:`record_summary`)."""
+    arguments = init.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    if not every:
+        return False
+    self_name, given = every[0].arg, {a.arg for a in every[1:]}
+
+    def plain(value: ast.expr) -> bool:
+        inner = value.value if isinstance(value, ast.Starred) else value
+        return isinstance(inner, ast.Name) and inner.id in given | {self_name}
+
+    for statement in init.body:
+        if is_docstring(statement) or isinstance(statement, ast.Pass):
+            continue
+        if isinstance(statement, ast.Assign):
+            if not (isinstance(statement.value, ast.Name) and plain(statement.value)):
+                return False
+            for target in statement.targets:
+                if not (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == self_name
+                ):
+                    return False
+            continue
+        if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+            return False
+        call = statement.value
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr != "__init__":
+            return False
+        passed = [*call.args, *(k.value for k in call.keywords)]
+        if _is_super(func.value, name, self_name):
+            if not all(plain(value) and not _is_name(value, self_name) for value in passed):
+                return False
+        elif resolve(func.value) in _RECORD_BASES:
+            if not (call.args and _is_name(call.args[0], self_name)):
+                return False  # `dict.__init__(self, ...)`
+            if not all(plain(value) for value in passed[1:]):
+                return False
+        else:
+            return False
+    return True
+
+
+def _is_super(node: ast.expr, name: str, self_name: str) -> bool:
+    """``super()`` or ``super(Name, self)``."""
+    if not (isinstance(node, ast.Call) and _is_name(node.func, "super") and not node.keywords):
+        return False
+    if not node.args:
+        return True
+    return (
+        len(node.args) == 2 and _is_name(node.args[0], name) and _is_name(node.args[1], self_name)
+    )
+
+
+def _is_name(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
 def _catches_reads(statement: ast.Try) -> bool:
     """A `try` whose handlers catch nothing but built-in exceptions (or all, bare) and that has
     no `finally`: its statements are checked like any other of the function."""
@@ -898,10 +1040,28 @@ def link(summaries: Mapping[str, Facts], files: ProjectFiles) -> Mapping[str, Fa
             facts.setdefault(home, {})["functions"] = {
                 name: verdict(functions, name) for name in sorted(function_names)
             }
-        classes = _class_verdicts(index, by_kind.get(BindingKind.CLASS, set()))
+        class_names = by_kind.get(BindingKind.CLASS, set())
+        classes = _class_verdicts(index, class_names)
         if classes:
             facts.setdefault(home, {})["classes"] = classes
+        records = _record_verdicts(index, class_names)
+        if records:
+            # A record class is called like a pure function: its verdict is kept as one.
+            facts.setdefault(home, {}).setdefault("functions", {}).update(records)
     return facts or None
+
+
+def _record_verdicts(index: ModuleIndex, class_names: set[str]) -> dict[str, Facts]:
+    """The :func:`verdict` of the construction of each record class among ``class_names``."""
+    if not class_names:
+        return {}
+    found: dict[str, Facts] = {}
+    for statement in index.tree.body:
+        if isinstance(statement, ast.ClassDef) and statement.name in class_names:
+            summary = record_summary(statement, lambda node: _resolve(index, node))
+            if summary is not None:
+                found[statement.name] = _facts_of(summary, statement.lineno, builds=False)
+    return found
 
 
 def _class_verdicts(index: ModuleIndex, class_names: set[str]) -> dict[str, Facts]:
@@ -961,8 +1121,12 @@ def verdict(functions: ModuleFunctions, name: str) -> Facts:
     builds = _builds_optimizer(functions, name, set())
     if summary is None:
         return {"line": definition.lineno, "pure": False, "builds": builds}
+    return _facts_of(summary, definition.lineno, builds)
+
+
+def _facts_of(summary: FunctionSummary, line: int, builds: bool) -> Facts:
     return {
-        "line": definition.lineno,
+        "line": line,
         "pure": True,
         "builds": builds,
         "parameters": list(summary.parameters),

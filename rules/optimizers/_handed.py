@@ -363,7 +363,10 @@ def _element_of(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> st
         ):
             return f"{value.value.id}[{value.slice.value}]"
         return None
-    target = index.parent(binding.node) if binding.node is not None else None
+    node = binding.node
+    if not isinstance(node, ast.Name):
+        return None
+    target = index.parent(node)
     statement = index.parent(target) if target is not None else None
     if (
         isinstance(target, ast.Tuple | ast.List)
@@ -373,18 +376,14 @@ def _element_of(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> st
         and _is_parameter(index, statement.value, parameters)
         and not any(isinstance(e, ast.Starred) for e in target.elts)
     ):
-        return f"{statement.value.id}[{target.elts.index(binding.node)}]"
+        return f"{statement.value.id}[{target.elts.index(node)}]"
     return None
 
 
 def _is_parameter(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> bool:
     """``name`` reads a parameter of its function that the function never binds again."""
     bindings = index.bindings_of(name)
-    return (
-        name.id in parameters
-        and len(bindings) == 1
-        and bindings[0].kind is BindingKind.PARAM
-    )
+    return name.id in parameters and len(bindings) == 1 and bindings[0].kind is BindingKind.PARAM
 
 
 def elements_held(bound: list[tuple[str, ast.expr]], holds: Callable[[ast.expr], bool]) -> set[str]:
