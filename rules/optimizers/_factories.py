@@ -1123,7 +1123,16 @@ def _verdict(
             npu_fused_name(view, class_of(view, origin)) if isinstance(origin, ast.Call) else None
         )
         plan = plans.get(id(origin))
-        if written is not None:
+        if plan is not None and plan.func_style == "lookup":
+            # A mapping at the call: a class it leaves unmapped stays torch's (as NPU102 says
+            # of a lookup in its own module).
+            problem = (
+                f"`{code}` ({where}), whose class NPU101 maps to an NPU fused one at run time "
+                "(`{...}.get(...)`): a class the mapping leaves out stays unfused"
+            )
+            problems["planned"].append(problem)
+            problems["written"].append(problem)
+        elif written is not None:
             fused["planned"].append(f"`{written}` ({where})")
             fused["written"].append(f"`{written}` ({where})")
             if written.startswith(TORCH_NPU_HOME + "."):

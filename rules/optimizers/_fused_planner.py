@@ -226,6 +226,9 @@ class Rewrite:
     key_drops: tuple[KeyDrop, ...] = ()
     # The callee's new code, for the "lookup" style.
     func_code: str | None = None
+    # That code keys its mapping by torch's classes (`{torch.optim.SGD: ...}`): it needs
+    # `import torch`, which a module that imports only `from torch.optim import SGD` lacks.
+    keyed_by_class: bool = False
     # Where ``func_code`` goes instead of the callee: the base of a thin subclass that the call
     # builds (`class CustomOptimizer(<func_code>):`).
     func_at: ast.Name | None = None
@@ -2270,14 +2273,18 @@ class _Planner:
         return parent.targets[0]
 
     def _torch_bound(self) -> bool:
-        """``torch`` names the torch package everywhere in the module (a module-level
-        ``import torch``, never rebound), so ``torch.optim.SGD`` can be written."""
+        """``torch`` names the torch package everywhere in the module, so ``torch.optim.SGD``
+        can be written: nothing binds the name to anything else, and the module imports it
+        (``import torch``) or has no star import that could bind it (NPU101 then adds
+        ``import torch``: UNITER's ``from torch.optim import Adam, Adamax``)."""
+        if any(_rebinds_torch(node) for node in ast.walk(self.index.tree)):
+            return False
         imported = any(
             isinstance(statement, ast.Import)
             and any(alias.name == "torch" and alias.asname is None for alias in statement.names)
             for statement in self.index.tree.body
         )
-        return imported and not any(_rebinds_torch(node) for node in ast.walk(self.index.tree))
+        return imported or not self.index.star_imports
 
     def _fitting_sources(
         self,
@@ -2487,6 +2494,7 @@ class _Planner:
                     ),
                     key_drops=tuple(drops),
                     func_code=draft.lookup.code(draft.home) if draft.lookup is not None else None,
+                    keyed_by_class=draft.lookup is not None and draft.lookup.by_class,
                     func_at=draft.lookup.at if draft.lookup is not None else None,
                     amp_parameter=self._first_parameter(draft.amp_parameter, carried_parameters),
                     kept=draft.kept,

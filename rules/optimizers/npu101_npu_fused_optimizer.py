@@ -365,6 +365,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 continue
             threaded |= adding
             if rewrite.func_style == "lookup":
+                if rewrite.keyed_by_class:
+                    self.add_import("torch")
                 self._add_home_import(rewrite.home)
                 if rewrite.choice is not None:  # both homes are named
                     self._add_home_import(TORCH_NPU_HOME)
@@ -536,6 +538,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             return 0  # the class is on a line of the wrapper's call above the parenthesis
         if rewrite.func_style == "lookup":
             assert rewrite.func_code is not None
+            # The mapping spans lines: the parenthesis follows its last line, `    }.get(...)`.
+            last_line = rewrite.func_code.rsplit("\n", 1)[-1]
+            if last_line != rewrite.func_code:
+                return len(last_line) - self.source.end_position(func)[1]
             return len(rewrite.func_code) - len(self.view.written(func))
         if rewrite.func_style == "attr" and isinstance(func, ast.Attribute):
             return len(rewrite.target) - len(func.attr)
