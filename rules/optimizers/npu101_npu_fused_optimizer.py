@@ -153,7 +153,8 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     A name holding one of several classes when called (`Optimizer = torch.optim.SGD` or
     `torch.optim.AdamW`, `cls = O.AdamW if c else O.SGD`, `{"adamw": AdamW, ...}[name]`) is
     mapped by identity at the call, `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD,
-    ...}.get(cls, cls)(...)`; any other value is called as before. A key of a `**mapping` stored
+    ...}.get(cls, cls)(...)` (with `import torch` added where only `from torch.optim import ...`
+    names the classes); any other value is called as before. A key of a `**mapping` stored
     in one arm of an `if` chain does not count against the class another arm picks (EDSR's
     `kwargs["betas"]` beside `optimizer_class = optim.Adam`). A class statement that only adds
     methods to such a name (EDSR's `class CustomOptimizer(optimizer_class)`: an `__init__` that
@@ -185,8 +186,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     at its own line); an optimizer whose surrounding code breaks a fused one
     (`p.grad = None`, bf16 casts of its model, sparse embeddings, `model.zero_grad()` that cannot
     be fixed, also in the code of another module of the run that the optimizer is handed to:
-    `mp_trainer.optimize(opt)`, or another optimizer built beside it from the same model's
-    parameters; where these are looked for: docs/rules-optimizers.md); an
+    `mp_trainer.optimize(opt)`, where the optimizer's own `zero_grad()` is no hazard, reached
+    through a parameter, an attribute, a list written in the call and unpacked there
+    (`optim_g, optim_d = optims`) or `**kwargs`), or another optimizer built beside it from
+    the same model's parameters; where these are looked for: docs/rules-optimizers.md); an
     optimizer whose parameters are re-allocated while it is in use, which breaks the contract
     of every NPU fused optimizer (the line that breaks it is named): a move away from the
     device or a cast of its model or of a submodule (`.cpu()`, `.to("cpu")`, `.to(<dtype>)`,
