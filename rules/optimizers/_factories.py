@@ -1123,12 +1123,12 @@ def _verdict(
             npu_fused_name(view, class_of(view, origin)) if isinstance(origin, ast.Call) else None
         )
         plan = plans.get(id(origin))
-        if plan is not None and plan.func_style == "lookup":
-            # A mapping at the call: a class it leaves unmapped stays torch's (as NPU102 says
-            # of a lookup in its own module).
+        if plan is not None and plan.func_style == "lookup" and not plan.mapped_on_every_path:
+            # A mapping at the call that may leave a class unmapped: that one stays torch's (as
+            # NPU102 says of a lookup in its own module).
             problem = (
                 f"`{code}` ({where}), whose class NPU101 maps to an NPU fused one at run time "
-                "(`{...}.get(...)`): a class the mapping leaves out stays unfused"
+                "(`{...}.get(...)`), and a class the mapping leaves out stays unfused"
             )
             problems["planned"].append(problem)
             problems["written"].append(problem)

@@ -229,6 +229,8 @@ class Rewrite:
     # That code keys its mapping by torch's classes (`{torch.optim.SGD: ...}`): it needs
     # `import torch`, which a module that imports only `from torch.optim import SGD` lacks.
     keyed_by_class: bool = False
+    # The mapping maps every class the callee may hold: NPU fused on every path.
+    mapped_on_every_path: bool = False
     # Where ``func_code`` goes instead of the callee: the base of a thin subclass that the call
     # builds (`class CustomOptimizer(<func_code>):`).
     func_at: ast.Name | None = None
@@ -2125,7 +2127,14 @@ class _Planner:
         if not fitting:
             return False
         before, reported = len(self.drafts), len(self.findings)
-        self._class_paths[id(call)] = [o for s in fitting for o in giving[s.display]]
+        mapped = [o for s in fitting for o in giving[s.display]]
+        self._class_paths[id(call)] = mapped
+        # NPU fused on every path: each value is mapped or is an NPU fused class already (EDSR's
+        # `optimizer_class = NpuFusedAdam` beside `optim.SGD` and `optim.RMSprop`).
+        complete = all(
+            any(origin is m for m in mapped) or npu_fused_name(self.view, origin) is not None
+            for origin in self.flow.origins(callee)
+        )
         self._plan(call, fitting[0], keep=False)
         self._restate(reported, callee, fitting[0])
         if len(self.drafts) > before:
@@ -2140,6 +2149,7 @@ class _Planner:
                 self._indentation(callee),
                 draft.choice,
                 at=base,
+                complete=complete,
             )
         return True
 
@@ -2495,6 +2505,7 @@ class _Planner:
                     key_drops=tuple(drops),
                     func_code=draft.lookup.code(draft.home) if draft.lookup is not None else None,
                     keyed_by_class=draft.lookup is not None and draft.lookup.by_class,
+                    mapped_on_every_path=draft.lookup is not None and draft.lookup.complete,
                     func_at=draft.lookup.at if draft.lookup is not None else None,
                     amp_parameter=self._first_parameter(draft.amp_parameter, carried_parameters),
                     kept=draft.kept,
@@ -2534,6 +2545,9 @@ class _Lookup:
     indent: str  # of the line where the lookup starts
     choice: tuple[str, bool] | None = None  # each class picked by amp's condition (Rewrite.choice)
     at: ast.Name | None = None  # where the mapping goes when not at the callee (Rewrite.func_at)
+    # Every value the name may hold is a class the mapping maps (a class value's, never a
+    # lookup by name's: any other name falls back to torch's class).
+    complete: bool = False
 
     @property
     def by_class(self) -> bool:
