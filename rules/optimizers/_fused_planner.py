@@ -1821,6 +1821,8 @@ class _Planner:
         found = []
         for other in self._in_units_of(call, model, filter(self._may_hold_parameters, given)):
             params = self._params_of(other)
+            if _is_text(params):
+                continue  # `logger.info("{:.2f}M".format(sum(p.numel() for p in ...)))`
             origins = self.flow.origins(params)
             if any(isinstance(o, ast.Call) and self._may_construct(o) for o in origins):
                 continue  # given an optimizer (`scaler.unscale_(optimizer)`), not parameters
@@ -2584,6 +2586,22 @@ def _lookup_parts(lookup: ast.Call | ast.Subscript) -> tuple[ast.expr, ast.expr 
     args = arguments(lookup)
     name = args[1] if len(args) > 1 and args[1].keyword is None and not args[1].star else None
     return args[0].value, name.value if name is not None else None
+
+
+def _is_text(node: ast.expr | None) -> bool:
+    """``node`` builds a string (an f-string, ``"...".format(...)``, ``"..." % ...``), which
+    holds no parameter whatever it reads."""
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        node = node.left
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+    ):
+        node = node.func.value
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def _rebinds_torch(node: ast.AST) -> bool:
