@@ -728,6 +728,8 @@ class _Summarizer:
 # the new object from what it is given.
 _RECORD_BASES = frozenset({"builtins.dict", "builtins.object"})
 _KEEPS = "the new object keeps what it is given"
+# Methods that run code of the class's own while it is built.
+_RECORD_BREAKERS = frozenset({"__new__", "__setattr__", "__setitem__"})
 
 
 def record_summary(
@@ -738,7 +740,8 @@ def record_summary(
     ALBEF's ``utils.AttrDict(config['optimizer'])`` sits between the DDP wrap and the optimizer
     it configures. Constructing such a class changes nothing but the new object when the class
     derives from ``dict`` or ``object`` only (``resolve`` says what a base names), has no
-    decorator, metaclass, ``__new__``, ``__setattr__`` or ``__setitem__`` of its own (class
+    decorator, metaclass, decorated method (a property's setter), ``__new__``, ``__setattr__``
+    or ``__setitem__`` of its own (class
     attributes that alias ``dict``'s or ``object``'s methods, ``__getattr__ = dict.get``, are
     fine), and its ``__init__``, if any, only passes its own parameters on to the base's
     ``__init__`` (``super().__init__(*args, **kwargs)``, ``super(AttrDict, self).__init__(...)``,
@@ -753,7 +756,8 @@ def record_summary(
     init: ast.FunctionDef | None = None
     for statement in definition.body:
         if isinstance(statement, ast.FunctionDef):
-            if statement.name in ("__new__", "__setattr__", "__setitem__"):
+            # A decorated method may be a property whose setter an attribute store runs.
+            if statement.decorator_list or statement.name in _RECORD_BREAKERS:
                 return None
             if statement.name == "__init__":
                 init = statement

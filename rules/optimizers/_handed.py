@@ -381,9 +381,24 @@ def _element_of(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> st
 
 
 def _is_parameter(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> bool:
-    """``name`` reads a parameter of its function that the function never binds again."""
+    """``name`` reads a parameter of its function that the function never binds again, nor
+    changes through a subscript (``optims[1] = model``) or a method (``optims.insert(...)``):
+    its elements are what the caller wrote."""
     bindings = index.bindings_of(name)
-    return name.id in parameters and len(bindings) == 1 and bindings[0].kind is BindingKind.PARAM
+    if name.id not in parameters or len(bindings) != 1:
+        return False
+    binding = bindings[0]
+    if binding.kind is not BindingKind.PARAM:
+        return False
+    for read in index.names(name.id):
+        if index.bindings_of(read) != [binding]:
+            continue  # the same name in another function
+        parent = index.parent(read)
+        if isinstance(parent, ast.Subscript) and not isinstance(parent.ctx, ast.Load):
+            return False
+        if isinstance(parent, ast.Attribute) and isinstance(index.parent(parent), ast.Call):
+            return False
+    return True
 
 
 def elements_held(bound: list[tuple[str, ast.expr]], holds: Callable[[ast.expr], bool]) -> set[str]:
