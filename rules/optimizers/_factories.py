@@ -48,6 +48,7 @@ from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES, CallNames
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
+from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.normalization_parallel._ddp_order import (
@@ -198,6 +199,103 @@ def _workers(reader: FileView) -> list[dict[str, Any]]:
                 if worker not in found:
                     found.append(worker)
     return found
+
+
+_ZEROES = b".zero_grad("
+
+
+def zero_grad_helpers(index: ModuleIndex) -> list[str]:
+    """The module's top-level functions that call ``zero_grad`` on one of their parameters
+    (FixMatch's ``def train(args, ..., model, optimizer, ...)`` with ``model.zero_grad()``):
+    whether every call of them is in the module decides whether the planner may follow the
+    parameter to them (``own_zero_grad_helpers``, see :func:`_own_helpers`)."""
+    found: set[str] = set()
+    for attribute in index.attributes("zero_grad"):
+        receiver = attribute.value
+        if not isinstance(receiver, ast.Name):
+            continue
+        bindings = index.bindings_of(receiver)
+        if len(bindings) != 1 or bindings[0].kind is not BindingKind.PARAM:
+            continue
+        parameter = bindings[0].node
+        if isinstance(parameter, ast.arg):
+            arguments = index.parent(parameter)
+            function = index.parent(arguments) if arguments is not None else None
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                function is statement for statement in index.tree.body
+            ):
+                found.add(function.name)
+    return sorted(found)
+
+
+def _own_helpers(linking: Linking, key: str, facts: dict[str, dict[str, Any]]) -> None:
+    """``own_<key>``: the names among each file's ``key`` summary that no other file of the
+    run contains, so that every call of them is in their own module."""
+    helpers = {
+        path: summary[key]
+        for path, summary in linking.project.summaries(KEY).items()
+        if summary.get(key)
+    }
+    if not helpers:
+        return
+    named = linking.files.containing(sorted({name for names in helpers.values() for name in names}))
+    for path, names in helpers.items():
+        own = [name for name in names if all(other == path for other in named[name])]
+        if own:
+            facts.setdefault(path, {})[f"own_{key}"] = own
+
+
+def _unimported_helpers(linking: Linking, key: str, facts: dict[str, dict[str, Any]]) -> None:
+    """``own_<key>``: the names among each file's ``key`` summary that no other file of the
+    run that names them imports the file's module in (an import that resolves to it, or may:
+    ambiguous), so that every call of them is in their own module. A name as common as
+    ``train`` is in many files; only those that can import the module are read."""
+    helpers = {
+        path: summary[key]
+        for path, summary in linking.project.summaries(KEY).items()
+        if summary.get(key)
+    }
+    if not helpers:
+        return
+    named = linking.files.containing(sorted({name for names in helpers.values() for name in names}))
+    importing: dict[tuple[str, str], bool] = {}
+    for path, names in helpers.items():
+        own = []
+        for name in names:
+            others = [o for o in named[name] if o != path and linking.files.sees(o, path)]
+            if not any(_imports(linking, other, path, importing) for other in others):
+                own.append(name)
+        if own:
+            facts.setdefault(path, {})[f"own_{key}"] = own
+
+
+def _imports(linking: Linking, importer: str, path: str, seen: dict[tuple[str, str], bool]) -> bool:
+    """Whether an import of ``importer`` may bring in the module of ``path`` (or a name of
+    it); True where ``importer`` cannot be read."""
+    key = (importer, path)
+    if key not in seen:
+        seen[key] = _imports_module(linking, importer, path)
+    return seen[key]
+
+
+def _imports_module(linking: Linking, importer: str, path: str) -> bool:
+    index = linking.files.index(importer)
+    if index is None:
+        return True
+    for statement in index.imports():
+        if isinstance(statement, ast.Import):
+            dotted = [alias.name for alias in statement.names]
+        else:
+            module = "." * statement.level + (statement.module or "")
+            separator = "." if statement.module else ""
+            dotted = [module, *(f"{module}{separator}{a.name}" for a in statement.names)]
+        for name in dotted:
+            target = linking.files.resolve(name, importer)
+            if isinstance(target, AmbiguousModule):
+                return True
+            if target is not None and target.module.path == path:
+                return True
+    return False
 
 
 def amp_helpers(view: FileView, flow: OptimizerFlow) -> set[str]:
@@ -370,20 +468,8 @@ def link(
             else:
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
-    helpers = {
-        path: summary["amp_helpers"]
-        for path, summary in linking.project.summaries(KEY).items()
-        if summary.get("amp_helpers")
-    }
-    if helpers:
-        named = linking.files.containing(
-            sorted({name for names in helpers.values() for name in names})
-        )
-        for path, names in helpers.items():
-            # Named in no other file of the run: every call of it is in its own module.
-            own = [name for name in names if all(other == path for other in named[name])]
-            if own:
-                state.facts.setdefault(path, {})["own_amp_helpers"] = own
+    _own_helpers(linking, "amp_helpers", state.facts)
+    _unimported_helpers(linking, "zero_grad_helpers", state.facts)
     summaries = linking.project.summaries(KEY)
     # The files whose `amp.initialize` may take an optimizer built out of their sight.
     open_amp = [amp for amp in state.amp_files if summaries[amp].get("amp_open")]
@@ -1293,6 +1379,7 @@ class OptimizerFactories:
     def wants_summary(cls, source: bytes) -> bool:
         return (
             wants_summary(source)
+            or _ZEROES in source
             or method_callers.wants_summary(source)
             or lightning.mentions_lightning(source)
             or _names_a_class(source)
@@ -1302,6 +1389,10 @@ class OptimizerFactories:
     def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
         source = index.source.text.encode()
         facts = dict(summarize(index, module) or {}) if wants_summary(source) else {}
+        if _ZEROES in source:
+            helpers = zero_grad_helpers(index)
+            if helpers:
+                facts["zero_grad_helpers"] = helpers
         if method_callers.wants_summary(source):
             methods = method_callers.summarize(index)
             if methods:

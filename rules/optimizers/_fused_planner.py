@@ -488,6 +488,11 @@ class _Planner:
         # A file of the run with apex's `amp.initialize` that this file sees (link stage; only
         # for a file whose functions returning an optimizer are used as values).
         self.amp_seen: str | None = (elsewhere or {}).get("amp_seen")
+        # The module's functions that zero a parameter's gradients and that no other file of
+        # the run names: their calls are all here (link stage; see _followed_risk).
+        self.own_zeroing: frozenset[str] = frozenset(
+            (elsewhere or {}).get("own_zero_grad_helpers", ())
+        )
         self.findings: list[Finding] = []
         self.drafts: list[_Draft] = []
         self.import_rewrites: dict[int, _ImportDraft] = {}  # id(ImportFrom) -> its rewrite
@@ -1726,7 +1731,16 @@ class _Planner:
         model = fix.receiver
         if model is None or fix.wrapper is not None:
             return None, False  # the wrapper zeroes this optimizer's own parameters
-        candidates = self._sharing_names(fix.call, model)
+        return self._risk_at(fix.call, fix.call, model, constructor, follow=True)
+
+    def _risk_at(
+        self, zero_grad: ast.Call, at: ast.Call, model: str, constructor: ast.Call, follow: bool
+    ) -> tuple[str | None, bool]:
+        """:meth:`_grad_fix_risk` of ``zero_grad`` for ``model`` as named at ``at`` (the call
+        itself, or a call of its function); ``follow``: where ``model`` is a parameter of the
+        function and no optimizer of the function holds it, what the calls of the function pass
+        there (:meth:`_followed_risk`)."""
+        candidates = self._sharing_names(at, model)
         owners = [c for c in candidates if model in whole_models(self.view, self._params_of(c))]
         # One owner at a time will do: one on each path (`if args.optimizer == "adam": ...
         # elif ...: ...`), or each replacing the one before (vit's `optimizer = SGD(...)` again
@@ -1735,6 +1749,10 @@ class _Planner:
             self.hazards.alternatives(first, second) for first, second in combinations(owners, 2)
         )
         if not owners:
+            if follow and not candidates and not self._parameter_takers(at, model):
+                followed = self._followed_risk(zero_grad, at, model, constructor)
+                if followed is not None:
+                    return followed
             return (
                 f"no single optimizer holds all of `{model}.parameters()` where `{model}` is in "
                 "scope, so some of its parameters may be in an optimizer that skips None "
@@ -1755,7 +1773,7 @@ class _Planner:
                     f"the optimizer at line {line_of(other)} may also hold parameters of "
                     f"`{model}`, and it would see zeros where it skipped None gradients"
                 ), False
-        takers = self._parameter_takers(fix.call, model)
+        takers = self._parameter_takers(at, model)
         if takers:
             other = takers[0]
             return (
@@ -1769,11 +1787,63 @@ class _Planner:
             if npu_fused_name(self.view, class_of(self.view, owner)) is not None:
                 continue  # an NPU fused class as written (Tacotron2's under `if args.amp:`)
             if self._fails_on_ascend(owner):  # that path raises before any step
-                self.excused.setdefault(id(owner), []).append(fix.call)
+                self.excused.setdefault(id(owner), []).append(zero_grad)
                 continue
             if self.assumed_fused is not None and id(owner) not in self.assumed_fused:
                 return f"the optimizer of `{model}` (line {line_of(owner)}) stays unfused", True
             self.relied_on.add(id(owner))
+        return None, False
+
+    def _followed_risk(
+        self, zero_grad: ast.Call, at: ast.Call, model: str, constructor: ast.Call
+    ) -> tuple[str | None, bool] | None:
+        """FixMatch's ``model.zero_grad()`` in ``train(args, ..., model, optimizer, ...)``,
+        which ``main`` calls with the model it built the optimizer over: where ``model`` is a
+        parameter of a top-level function that no other file of the run names (the link
+        stage), bound once, and every use of the function's name in the module is a direct call
+        passing a plain name there, the risk is that of each call with that name (one level:
+        the caller's own parameters are not followed again). None where that does not hold."""
+        if "." in model:
+            return None
+        function = self.hazards.unit_of(at)
+        if (
+            not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            or function.name not in self.own_zeroing
+            or not any(function is statement for statement in self.index.tree.body)
+        ):
+            return None
+        parameter = next((a for a in _plain_parameters(function) if a.arg == model), None)
+        if parameter is None:
+            return None
+        uses = [
+            name
+            for name in self.index.names(function.name)
+            if isinstance(name.ctx, ast.Load)
+            and [b.node for b in self.index.bindings_of(name)] == [function]
+        ]
+        sites: list[tuple[ast.Call, str]] = []
+        passed = {id(value): value for value in self.flow.passed_to(parameter)}
+        for use in uses:
+            call = self.index.parent(use)
+            if not isinstance(call, ast.Call) or call.func is not use:
+                return None  # handed on as a value: its calls are not all here
+            value = next(
+                (v for v in [*call.args, *(k.value for k in call.keywords)] if id(v) in passed),
+                None,
+            )
+            if (
+                not isinstance(value, ast.Name)
+                or any(isinstance(a, ast.Starred) for a in call.args)
+                or any(k.arg is None for k in call.keywords)
+            ):
+                return None
+            sites.append((call, value.id))
+        if not sites:
+            return None
+        for call, name in sites:
+            risk, only_unfused = self._risk_at(zero_grad, call, name, constructor, follow=False)
+            if risk is not None:
+                return f"`{model}` is `{name}` at line {line_of(call)}: {risk}", only_unfused
         return None, False
 
     def _fails_on_ascend(self, call: ast.Call) -> bool:
@@ -2586,6 +2656,11 @@ def _lookup_parts(lookup: ast.Call | ast.Subscript) -> tuple[ast.expr, ast.expr 
     args = arguments(lookup)
     name = args[1] if len(args) > 1 and args[1].keyword is None and not args[1].star else None
     return args[0].value, name.value if name is not None else None
+
+
+def _plain_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+    arguments = function.args
+    return [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
 
 
 def _is_text(node: ast.expr | None) -> bool:
