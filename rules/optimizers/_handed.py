@@ -382,8 +382,8 @@ def _element_of(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> st
 
 def _is_parameter(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> bool:
     """``name`` reads a parameter of its function that the function never binds again, nor
-    changes through a subscript (``optims[1] = model``) or a method (``optims.insert(...)``):
-    its elements are what the caller wrote."""
+    changes through a subscript (``optims[1] = model``) or a method (``optims.insert(...)``),
+    nor hands to a call but ``len``: its elements are what the caller wrote."""
     bindings = index.bindings_of(name)
     if name.id not in parameters or len(bindings) != 1:
         return False
@@ -398,6 +398,12 @@ def _is_parameter(index: ModuleIndex, name: ast.Name, parameters: list[str]) -> 
             return False
         if isinstance(parent, ast.Attribute) and isinstance(index.parent(parent), ast.Call):
             return False
+        if isinstance(parent, ast.keyword) or (
+            isinstance(parent, ast.Call)
+            and parent.func is not read
+            and not (isinstance(parent.func, ast.Name) and parent.func.id == "len")
+        ):
+            return False  # handed to code that may change it (`random.shuffle(optims)`)
     return True
 
 
