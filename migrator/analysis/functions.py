@@ -741,9 +741,9 @@ def record_summary(
     it configures. Constructing such a class changes nothing but the new object when the class
     derives from ``dict`` or ``object`` only (``resolve`` says what a base names), has no
     decorator, metaclass, decorated method (a property's setter), ``__new__``, ``__setattr__``
-    or ``__setitem__`` of its own (class
-    attributes that alias ``dict``'s or ``object``'s methods, ``__getattr__ = dict.get``, are
-    fine), and its ``__init__``, if any, only passes its own parameters on to the base's
+    or ``__setitem__`` of its own (class attributes that alias ``dict``'s or ``object``'s
+    methods, ``__getattr__ = dict.get``, are fine), and its ``__init__``, if any, only passes
+    its own parameters on to the base's
     ``__init__`` (``super().__init__(*args, **kwargs)``, ``super(AttrDict, self).__init__(...)``,
     ``dict.__init__(self, ...)``) and stores its parameters, or the object itself
     (``self.__dict__ = self``), in attributes of ``self``. The summary reads only what the call
@@ -770,7 +770,7 @@ def record_summary(
             return None
     parameters: tuple[str, ...] = ()
     if init is not None:
-        if init.decorator_list or not _record_init(definition.name, init, resolve):
+        if not _record_init(definition.name, init, resolve):
             return None
         arguments = init.args
         parameters = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args][1:])

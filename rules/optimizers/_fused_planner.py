@@ -1799,11 +1799,16 @@ class _Planner:
     ) -> tuple[str | None, bool] | None:
         """FixMatch's ``model.zero_grad()`` in ``train(args, ..., model, optimizer, ...)``,
         which ``main`` calls with the model it built the optimizer over: where ``model`` is a
-        parameter of a top-level function that no other file of the run names (the link
-        stage), bound once, and every use of the function's name in the module is a direct call
-        passing a plain name there, the risk is that of each call with that name (one level:
-        the caller's own parameters are not followed again). None where that does not hold."""
-        if "." in model:
+        parameter of a top-level function, never bound again, whose module no other file of the
+        run that names the function imports (the link stage), and every use of the function's
+        name in the module is a direct call passing a plain name there, the risk is that of each
+        call with that name (one level: the caller's own parameters are not followed again).
+        None where that does not hold."""
+        receiver = zero_grad.func.value if isinstance(zero_grad.func, ast.Attribute) else None
+        if not isinstance(receiver, ast.Name) or receiver.id != model:
+            return None
+        bindings = self.index.bindings_of(receiver)
+        if len(bindings) != 1 or bindings[0].kind is not BindingKind.PARAM:
             return None
         function = self.hazards.unit_of(at)
         if (
@@ -1812,8 +1817,10 @@ class _Planner:
             or not any(function is statement for statement in self.index.tree.body)
         ):
             return None
-        parameter = next((a for a in _plain_parameters(function) if a.arg == model), None)
-        if parameter is None:
+        parameter = bindings[0].node
+        if not isinstance(parameter, ast.arg) or all(
+            parameter is not a for a in _plain_parameters(function)
+        ):
             return None
         uses = [
             name
