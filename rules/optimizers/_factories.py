@@ -228,28 +228,14 @@ def zero_grad_helpers(index: ModuleIndex) -> list[str]:
     return sorted(found)
 
 
-def _own_helpers(linking: Linking, key: str, facts: dict[str, dict[str, Any]]) -> None:
-    """``own_<key>``: the names among each file's ``key`` summary that no other file of the
-    run contains, so that every call of them is in their own module."""
-    helpers = {
-        path: summary[key]
-        for path, summary in linking.project.summaries(KEY).items()
-        if summary.get(key)
-    }
-    if not helpers:
-        return
-    named = linking.files.containing(sorted({name for names in helpers.values() for name in names}))
-    for path, names in helpers.items():
-        own = [name for name in names if all(other == path for other in named[name])]
-        if own:
-            facts.setdefault(path, {})[f"own_{key}"] = own
-
-
-def _unimported_helpers(linking: Linking, key: str, facts: dict[str, dict[str, Any]]) -> None:
-    """``own_<key>``: the names among each file's ``key`` summary that no other file of the
-    run that names them imports the file's module in (an import that resolves to it, or may:
-    ambiguous), so that every call of them is in their own module. A name as common as
-    ``train`` is in many files; only those that can import the module are read."""
+def _own_helpers(
+    linking: Linking, key: str, facts: dict[str, dict[str, Any]], *, by_import: bool = False
+) -> None:
+    """``own_<key>``: the names among each file's ``key`` summary whose calls are all in their
+    own module: no other file of the run contains the name, or (``by_import``) none that
+    contains it imports the file's module (an import that resolves to it, or may: ambiguous).
+    A name as common as ``train`` is in many files; only those that can import the module are
+    read."""
     helpers = {
         path: summary[key]
         for path, summary in linking.project.summaries(KEY).items()
@@ -262,8 +248,14 @@ def _unimported_helpers(linking: Linking, key: str, facts: dict[str, dict[str, A
     for path, names in helpers.items():
         own = []
         for name in names:
-            others = [o for o in named[name] if o != path and linking.files.sees(o, path)]
-            if not any(_imports(linking, other, path, importing) for other in others):
+            others = [other for other in named[name] if other != path]
+            if by_import:
+                others = [
+                    other
+                    for other in others
+                    if linking.files.sees(other, path) and _imports(linking, other, path, importing)
+                ]
+            if not others:
                 own.append(name)
         if own:
             facts.setdefault(path, {})[f"own_{key}"] = own
@@ -469,7 +461,7 @@ def link(
                 entry = _verdict_entry(False, found, False, found)
                 state.of(path, "origins")[key] = {**entry, "code": use["code"]}
     _own_helpers(linking, "amp_helpers", state.facts)
-    _unimported_helpers(linking, "zero_grad_helpers", state.facts)
+    _own_helpers(linking, "zero_grad_helpers", state.facts, by_import=True)
     summaries = linking.project.summaries(KEY)
     # The files whose `amp.initialize` may take an optimizer built out of their sight.
     open_amp = [amp for amp in state.amp_files if summaries[amp].get("amp_open")]
