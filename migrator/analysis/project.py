@@ -485,6 +485,10 @@ class ProjectFiles:
         if index is not None and sys.getrefcount(index) <= 2:
             index.release()
 
+    def read(self, path: str) -> bytes | None:
+        """The bytes of a file of the run, read again (None: unreadable)."""
+        return self._read(path)
+
     def containing(self, words: Collection[str]) -> dict[str, list[str]]:
         """For each word, the files whose text contains it; the files are read once for all
         the words not asked about before."""

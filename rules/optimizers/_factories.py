@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -206,9 +207,13 @@ _ZEROES = b".zero_grad("
 
 def zero_grad_helpers(index: ModuleIndex) -> list[str]:
     """The module's top-level functions that call ``zero_grad`` on one of their parameters
-    (FixMatch's ``def train(args, ..., model, optimizer, ...)`` with ``model.zero_grad()``):
-    whether every call of them is in the module decides whether the planner may follow the
-    parameter to them (``own_zero_grad_helpers``, see :func:`_own_helpers`)."""
+    and that the module calls itself (FixMatch's ``def train(args, ..., model, optimizer, ...)``
+    with ``model.zero_grad()``, called from ``main``): whether every call of them is in the
+    module decides whether the planner may follow the parameter to them
+    (``own_zero_grad_helpers``, see :func:`_own_helpers`). Only in a module that may build an
+    optimizer (its text names ``optim``): elsewhere nothing of the module's is followed."""
+    if "optim" not in index.source.text:
+        return []
     found: set[str] = set()
     for attribute in index.attributes("zero_grad"):
         receiver = attribute.value
@@ -221,11 +226,21 @@ def zero_grad_helpers(index: ModuleIndex) -> list[str]:
         if isinstance(parameter, ast.arg):
             arguments = index.parent(parameter)
             function = index.parent(arguments) if arguments is not None else None
-            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-                function is statement for statement in index.tree.body
+            if (
+                isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+                and any(function is statement for statement in index.tree.body)
+                and _called_here(index, function)
             ):
                 found.add(function.name)
     return sorted(found)
+
+
+def _called_here(index: ModuleIndex, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(
+        isinstance(call := index.parent(name), ast.Call) and call.func is name
+        for name in index.names(function.name)
+        if isinstance(name.ctx, ast.Load)
+    )
 
 
 def _own_helpers(
@@ -245,20 +260,70 @@ def _own_helpers(
         return
     named = linking.files.containing(sorted({name for names in helpers.values() for name in names}))
     importing: dict[tuple[str, str], bool] = {}
+    seeing: dict[tuple[str, str], bool] = {}  # (importer's folder, path): its imports may reach it
+    words: dict[str, frozenset[bytes] | None] = {}  # importer -> the words of its imports
     for path, names in helpers.items():
         own = []
         for name in names:
             others = [other for other in named[name] if other != path]
             if by_import:
+                stem = _module_stem(path).encode()
                 others = [
                     other
                     for other in others
-                    if linking.files.sees(other, path) and _imports(linking, other, path, importing)
+                    if stem in (_import_words(linking, other, words) or {stem})
+                    and _sees(linking, other, path, seeing)
                 ]
+                if len(others) > _MAX_IMPORTERS_READ:
+                    continue  # too many files to read for one name: not known to be its own
+                others = [other for other in others if _imports(linking, other, path, importing)]
             if not others:
                 own.append(name)
         if own:
             facts.setdefault(path, {})[f"own_{key}"] = own
+
+
+# The most files that name a helper and may import its module that are read to tell whether
+# one does: a name as common as `train` in a large monorepo folder is not worth the parsing.
+_MAX_IMPORTERS_READ = 32
+
+
+def _sees(linking: Linking, importer: str, path: str, seen: dict[tuple[str, str], bool]) -> bool:
+    """:meth:`ProjectFiles.sees`, once per folder of importers (it depends on the folder)."""
+    key = (os.path.dirname(importer), path)
+    if key not in seen:
+        seen[key] = linking.files.sees(importer, path)
+    return seen[key]
+
+
+def _module_stem(path: str) -> str:
+    """The last part of the module name of ``path`` (its package's for an ``__init__.py``)."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem
+
+
+# An import statement's text: its line, with a parenthesised list or backslash continuations.
+_IMPORT_TEXT = re.compile(rb"(?m)^[ \t]*(?:from|import)\b(?:[^\n(\\]|\\\n)*(?:\([^)]*\))?")
+_WORD = re.compile(rb"\w+")
+
+
+def _import_words(
+    linking: Linking, importer: str, cache: dict[str, frozenset[bytes] | None]
+) -> frozenset[bytes] | None:
+    """The words of ``importer``'s import statements, read before any parsing (None: the file
+    cannot be read); once per file."""
+    if importer not in cache:
+        data = linking.files.read(importer)
+        cache[importer] = (
+            None
+            if data is None
+            else frozenset(
+                word
+                for statement in _IMPORT_TEXT.findall(data)
+                for word in _WORD.findall(statement)
+            )
+        )
+    return cache[importer]
 
 
 def _imports(linking: Linking, importer: str, path: str, seen: dict[tuple[str, str], bool]) -> bool:
@@ -271,6 +336,9 @@ def _imports(linking: Linking, importer: str, path: str, seen: dict[tuple[str, s
 
 
 def _imports_module(linking: Linking, importer: str, path: str) -> bool:
+    # Only an import that spells the module's name can reach it (`import train`, `from .train
+    # import x`, `from pkg import train`): the others are not resolved.
+    stem = _module_stem(path)
     index = linking.files.index(importer)
     if index is None:
         return True
@@ -282,6 +350,8 @@ def _imports_module(linking: Linking, importer: str, path: str) -> bool:
             separator = "." if statement.module else ""
             dotted = [module, *(f"{module}{separator}{a.name}" for a in statement.names)]
         for name in dotted:
+            if stem not in name.split("."):
+                continue
             target = linking.files.resolve(name, importer)
             if isinstance(target, AmbiguousModule):
                 return True
