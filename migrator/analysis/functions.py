@@ -65,6 +65,7 @@ from migrator.analysis.classes import (
     OptimizerClass,
     is_docstring,
     is_optimizer_class,
+    is_super_of,
 )
 from migrator.analysis.classes import summary_from_facts as class_from_facts
 from migrator.analysis.index import ModuleIndex, full_name, resolution_base
@@ -770,7 +771,7 @@ def record_summary(
             return None
     parameters: tuple[str, ...] = ()
     if init is not None:
-        if not _record_init(definition.name, init, resolve):
+        if not _record_init(definition, init, resolve):
             return None
         arguments = init.args
         parameters = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args][1:])
@@ -787,7 +788,9 @@ def _names_base_member(value: ast.expr, resolve: Callable[[ast.expr], object]) -
     return isinstance(value, ast.Attribute) and resolve(value.value) in _RECORD_BASES
 
 
-def _record_init(name: str, init: ast.FunctionDef, resolve: Callable[[ast.expr], object]) -> bool:
+def _record_init(
+    owner: ast.ClassDef, init: ast.FunctionDef, resolve: Callable[[ast.expr], object]
+) -> bool:
     """``__init__`` only hands its parameters to the base's and stores them, or ``self``, in
     attributes of ``self`` (see :func:`record_summary`)."""
     arguments = init.args
@@ -822,7 +825,7 @@ def _record_init(name: str, init: ast.FunctionDef, resolve: Callable[[ast.expr],
         if not isinstance(func, ast.Attribute) or func.attr != "__init__":
             return False
         passed = [*call.args, *(k.value for k in call.keywords)]
-        if _is_super(func.value, name, self_name):
+        if is_super_of(owner, func.value, self_name):
             if not all(plain(value) and not _is_name(value, self_name) for value in passed):
                 return False
         elif resolve(func.value) in _RECORD_BASES:
@@ -833,17 +836,6 @@ def _record_init(name: str, init: ast.FunctionDef, resolve: Callable[[ast.expr],
         else:
             return False
     return True
-
-
-def _is_super(node: ast.expr, name: str, self_name: str) -> bool:
-    """``super()`` or ``super(Name, self)``."""
-    if not (isinstance(node, ast.Call) and _is_name(node.func, "super") and not node.keywords):
-        return False
-    if not node.args:
-        return True
-    return (
-        len(node.args) == 2 and _is_name(node.args[0], name) and _is_name(node.args[1], self_name)
-    )
 
 
 def _is_name(node: ast.expr, name: str) -> bool:

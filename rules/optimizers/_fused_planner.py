@@ -1829,7 +1829,7 @@ class _Planner:
             and [b.node for b in self.index.bindings_of(name)] == [function]
         ]
         sites: list[tuple[ast.Call, str]] = []
-        passed = {id(value): value for value in self.flow.passed_to(parameter)}
+        passed = {id(value) for value in self.flow.passed_to(parameter)}
         for use in uses:
             call = self.index.parent(use)
             if not isinstance(call, ast.Call) or call.func is not use:
