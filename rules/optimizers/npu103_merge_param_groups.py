@@ -37,6 +37,10 @@ _PURE_NODES = (
 # `params` values that may be a single tensor, which `list(...)` would split into rows.
 _MAYBE_ONE_TENSOR = (ast.Name, ast.Attribute, ast.Subscript)
 _LIST_MUTATORS = frozenset({"append", "extend", "insert"})
+# Calls that copy an iterable of parameters into a list or tuple of the same parameters.
+_COPIES = frozenset({"builtins.list", "builtins.tuple"})
+# How many names and wrappers deep `_holds_parameters` follows a value.
+_PARAMETERS_DEPTH = 6
 # Parts of the names of functions that build parameter groups (`get_params_groups`,
 # `param_groups_weight_decay`, timm's `add_weight_decay`): their result is reported, not read.
 _GROUP_BUILDERS = ("group", "weight_decay")
@@ -83,7 +87,9 @@ class MergeParamGroups(Rule):
     attributes, constants, arithmetic, subscripts of names); a group containing a call or
     anything else is never merged. The merged group takes the place of its first member and its
     params become `list(a) + list(b) + ...`. Groups built in loops or comprehensions, extended
-    lists and `add_param_group` calls with equal options are reported instead; groups that
+    lists and `add_param_group` calls with equal options are reported instead; a list built the
+    same ways from a model's parameters themselves (`[p for p in params if p.requires_grad]`,
+    `params += list(net.parameters())`) is one group and says nothing; groups that
     cannot be compared, and groups returned by a helper whose name says it builds them
     (`get_params_groups(student)`), get an info diagnostic.
 
@@ -200,7 +206,8 @@ class MergeParamGroups(Rule):
         if isinstance(params, ast.List):
             return params if _has_dict_groups(params) else None
         if isinstance(params, ast.ListComp):
-            self.report(params, _RUNTIME_GROUPS.format(how="are built by a comprehension"))
+            if not self._holds_parameters(params):
+                self.report(params, _RUNTIME_GROUPS.format(how="are built by a comprehension"))
             return None
         if not isinstance(params, ast.Name):
             return None
@@ -209,7 +216,8 @@ class MergeParamGroups(Rule):
             return None
         binding, value = bound
         if isinstance(value, ast.ListComp):
-            self.report(params, _RUNTIME_GROUPS.format(how="are built by a comprehension"))
+            if not self._holds_parameters(value):
+                self.report(params, _RUNTIME_GROUPS.format(how="are built by a comprehension"))
             return None
         if not isinstance(value, ast.List):
             return None
@@ -219,7 +227,7 @@ class MergeParamGroups(Rule):
         )
         mutation = next((node for node in others if self._mutates(node)), None)
         if mutation is not None and all(
-            self._adds_a_parameter(node) for node in others if self._mutates(node)
+            self._adds_parameters(node) for node in others if self._mutates(node)
         ):
             return None  # a list of parameters: one group, nothing to merge
         if mutation is not None:
@@ -251,6 +259,7 @@ class MergeParamGroups(Rule):
                 if binding.kind is BindingKind.ASSIGN
                 and isinstance(binding.node, ast.Name)
                 and isinstance(self.index.parent(binding.node), ast.AugAssign)
+                and not self._adds_parameters(binding.node)
             ),
             key=start_of,
         )
@@ -270,53 +279,156 @@ class MergeParamGroups(Rule):
             return None
         return binding, statement.value
 
-    def _adds_a_parameter(self, name: ast.AST) -> bool:
-        """``params.append(p)`` in a loop over a model's parameters: ``for p in
-        model.parameters()`` (or ``filter(<test>, model.parameters())``), ``for n, p in
-        model.named_parameters()`` (deep-text-recognition-benchmark's ``filtered_parameters``):
-        what it adds is a tensor, never a group."""
-        attribute = self.index.parent(name)
-        call = self.index.parent(attribute) if attribute is not None else None
+    def _adds_parameters(self, name: ast.AST, depth: int = 0) -> bool:
+        """``params.append(p)``, ``params += [value]`` for a parameter a loop takes from a model
+        (see :meth:`_loop_parameter`), and ``params += list(net.parameters())``,
+        ``params.extend(net.parameters())`` (pix2pixHD's and vid2vid's ``params``): what they
+        add are tensors, never a group."""
+        parent = self.index.parent(name)
+        if isinstance(parent, ast.AugAssign):
+            return (
+                parent.target is name
+                and isinstance(parent.op, ast.Add)
+                and self._holds_parameters(parent.value, depth)
+            )
+        call = self.index.parent(parent) if parent is not None else None
         if not (
-            isinstance(attribute, ast.Attribute)
-            and attribute.attr == "append"
+            isinstance(parent, ast.Attribute)
             and isinstance(call, ast.Call)
-            and call.func is attribute
+            and call.func is parent
             and len(call.args) == 1
-            and isinstance(call.args[0], ast.Name)
+            and not call.keywords
         ):
             return False
-        added = call.args[0].id
-        loop = next((a for a in self.index.ancestors(call) if isinstance(a, ast.For)), None)
+        if parent.attr == "append":
+            return self._loop_parameter(call.args[0], depth)
+        return parent.attr == "extend" and self._holds_parameters(call.args[0], depth)
+
+    def _holds_parameters(self, node: ast.expr, depth: int = 0) -> bool:
+        """Whether ``node`` is an iterable of a model's parameters, never of groups:
+        ``model.parameters()``, ``list``/``tuple``/``filter(<test>, ...)``/``itertools.chain``
+        of such and their sums, a display of parameters loops take from a model
+        (``[value]``), a comprehension that keeps them (``[p for p in params if
+        p.requires_grad]``, ``[v for n, v in model.named_parameters()]``), or a name bound
+        once, in its scope, to one of these and changed only by adding parameters."""
+        if depth > _PARAMETERS_DEPTH:
+            return False
+        depth += 1
+        if isinstance(node, ast.Name):
+            value = self._only_value(node, depth)
+            return value is not None and self._holds_parameters(value, depth)
+        if isinstance(node, ast.BinOp):
+            return (
+                isinstance(node.op, ast.Add)
+                and self._holds_parameters(node.left, depth)
+                and self._holds_parameters(node.right, depth)
+            )
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return bool(node.elts) and all(self._loop_parameter(e, depth) for e in node.elts)
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+            return self._comprehension_keeps(node, depth)
+        if not isinstance(node, ast.Call) or node.keywords:
+            return False
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "parameters":
+            return True
+        callee = self.view.qualified_name(node.func)
+        if callee in _COPIES and len(node.args) == 1:
+            return self._holds_parameters(node.args[0], depth)
+        if callee == "builtins.filter" and len(node.args) == 2:
+            return self._holds_parameters(node.args[1], depth)
+        if callee == "itertools.chain" and node.args:
+            return all(self._holds_parameters(arg, depth) for arg in node.args)
+        return False
+
+    def _holds_named_parameters(self, node: ast.expr, depth: int) -> bool:
+        """``model.named_parameters()``, ``list``/``filter`` of it, ``d.items()`` where ``d``
+        is ``dict(model.named_parameters())``, or a name bound once to one of these: pairs
+        whose second element is a parameter."""
+        if depth > _PARAMETERS_DEPTH:
+            return False
+        depth += 1
+        if isinstance(node, ast.Name):
+            value = self._only_value(node, depth)
+            return value is not None and self._holds_named_parameters(value, depth)
+        if not isinstance(node, ast.Call) or node.keywords:
+            return False
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "named_parameters":
+            return True
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "items" and not node.args:
+            mapping = node.func.value
+            value = self._only_value(mapping, depth) if isinstance(mapping, ast.Name) else None
+            return (
+                isinstance(value, ast.Call)
+                and self.view.qualified_name(value.func) == "builtins.dict"
+                and len(value.args) == 1
+                and not value.keywords
+                and self._holds_named_parameters(value.args[0], depth)
+            )
+        callee = self.view.qualified_name(node.func)
+        if callee in _COPIES and len(node.args) == 1:
+            return self._holds_named_parameters(node.args[0], depth)
+        if callee == "builtins.filter" and len(node.args) == 2:
+            return self._holds_named_parameters(node.args[1], depth)
+        return False
+
+    def _comprehension_keeps(self, node: ast.ListComp | ast.GeneratorExp, depth: int) -> bool:
+        """``[p for p in <parameters> if ...]`` or ``[p for n, p in <named parameters> if
+        ...]``: any test keeps a subset of the parameters."""
+        if len(node.generators) != 1 or not isinstance(node.elt, ast.Name):
+            return False
+        loop = node.generators[0]
+        if loop.is_async:
+            return False
+        held = _held(loop.target, node.elt.id)
+        if held == "parameter":
+            return self._holds_parameters(loop.iter, depth)
+        return held == "named" and self._holds_named_parameters(loop.iter, depth)
+
+    def _loop_parameter(self, node: ast.expr, depth: int) -> bool:
+        """A name a ``for`` loop around it binds to a parameter of a model and its body does
+        not bind again: ``p`` of ``for p in model.parameters()`` (or ``filter(<test>, ...)``),
+        ``value`` of ``for key, value in model.named_parameters()`` (or of
+        ``dict(model.named_parameters()).items()``, pix2pixHD's ``params_dict``)."""
+        if not isinstance(node, ast.Name):
+            return False
+        loop = next((a for a in self.index.ancestors(node) if isinstance(a, ast.For)), None)
         if loop is None:
             return False
-        iterated = loop.iter
-        if (
-            isinstance(iterated, ast.Call)
-            and self.view.qualified_name(iterated.func) == "builtins.filter"
-            and len(iterated.args) == 2
-        ):
-            iterated = iterated.args[1]
-        if not (
-            isinstance(iterated, ast.Call)
-            and isinstance(iterated.func, ast.Attribute)
-            and not iterated.args
-        ):
-            return False
-        target, method = loop.target, iterated.func.attr
-        held: ast.expr | None = None
-        if method == "parameters":
-            held = target
-        elif method == "named_parameters" and isinstance(target, ast.Tuple):
-            held = target.elts[-1] if len(target.elts) == 2 else None
+        held = _held(loop.target, node.id)
+        if held == "parameter":
+            holds = self._holds_parameters(loop.iter, depth)
+        elif held == "named":
+            holds = self._holds_named_parameters(loop.iter, depth)
         else:
             return False
         rebound = any(
-            isinstance(node, ast.Name) and node.id == added and isinstance(node.ctx, ast.Store)
+            isinstance(name, ast.Name) and name.id == node.id and isinstance(name.ctx, ast.Store)
             for statement in loop.body
-            for node in ast.walk(statement)
+            for name in ast.walk(statement)
         )
-        return isinstance(held, ast.Name) and held.id == added and not rebound
+        return holds and not rebound
+
+    def _only_value(self, name: ast.Name, depth: int) -> ast.expr | None:
+        """The value of ``name = <value>``, its one binding in the scope where it is read, when
+        every other use of it reads it or adds parameters to it."""
+        bindings = self.index.bindings_of(name)
+        if len(bindings) != 1:
+            return None
+        binding = bindings[0]
+        if binding.kind is not BindingKind.ASSIGN or not isinstance(binding.node, ast.Name):
+            return None
+        if binding.scope is not self.index.scope_of(name):
+            return None
+        statement = self.index.parent(binding.node)
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+            return None
+        if any(
+            self._mutates(node) and not self._adds_parameters(node, depth)
+            for node in self.index.references(binding)
+            if node is not name
+        ):
+            return None
+        return statement.value
 
     def _mutates(self, name: ast.AST) -> bool:
         """``groups.append(...)``, ``groups += ...``, ``groups[i] = ...`` and the like."""
@@ -613,6 +725,22 @@ def _with_params(
     entries = list(element.value.elements)
     entries[position] = _dict_entry(element, position).with_changes(value=params)
     return element.with_changes(value=element.value.with_changes(elements=entries))
+
+
+def _held(target: ast.expr, name: str) -> str | None:
+    """What a loop's ``target`` makes of ``name``: ``"parameter"`` for ``for name in ...``,
+    ``"named"`` for ``for key, name in ...`` (the second of a pair), else None."""
+    if isinstance(target, ast.Name):
+        return "parameter" if target.id == name else None
+    if (
+        isinstance(target, ast.Tuple)
+        and len(target.elts) == 2
+        and isinstance(target.elts[1], ast.Name)
+        and target.elts[1].id == name
+        and not (isinstance(target.elts[0], ast.Name) and target.elts[0].id == name)
+    ):
+        return "named"
+    return None
 
 
 def _has_dict_groups(groups: ast.List) -> bool:
