@@ -66,11 +66,18 @@ Edit = NodeEdit | BlockEdit
 @dataclass(frozen=True)
 class ImportRequest:
     """``import module`` (or, with ``name``, ``from module import name``) to add at module
-    level, right after the first import of ``after``."""
+    level, right after the first import of ``after``.
+
+    ``optional``: only some runs of the module use ``module`` (Ascend's apex, for the runs with
+    apex amp), so its absence must not stop the others: the import goes into a module-level
+    ``try`` that already imports from ``module`` (just before that import, which would fail the
+    same way), or into a ``try: import module / except ImportError: pass`` of its own; where the
+    module imports from ``module`` outside any ``try``, it is a plain import."""
 
     module: str
     after: str | None = None
     name: str | None = None
+    optional: bool = False
 
 
 @dataclass(frozen=True)

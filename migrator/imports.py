@@ -43,6 +43,19 @@ def apply_import_edits(
         module = drop_imports(module, unused_imports(index, removals))
     inserted: dict[str, cst.BaseStatement] = {}  # module -> the `import module` added for it
     for request in additions:
+        if request.optional:
+            placement = _optional_placement(ast.parse(module.code), request, additions)
+            if placement.kind == _INSIDE:
+                module = _inserted_in_try(module, placement, request.module)
+                continue
+            if placement.kind == _GUARDED:
+                body = list(module.body)
+                body.insert(_insertion_index(body, request.after), _guarded_import(request.module))
+                module = module.with_changes(body=body)
+                continue
+            if placement.kind == _BOUND:
+                continue
+            request = ImportRequest(request.module, request.after)  # a plain import
         before = module
         next_to = inserted.get(request.after) if request.after is not None else None
         module = ensure_import(
@@ -372,6 +385,7 @@ class _Line:
     # (module, name) of its `from module import name` imports (no alias), after the removals
     from_binds: list[tuple[str, str]] = field(default_factory=list)
     imported: str | None = None  # an inserted line's `from modules[0] import <imported>`
+    guarded: bool = False  # an inserted `try: import modules[0] / except ImportError: pass`
 
 
 def addition_edits(
@@ -388,18 +402,29 @@ def addition_edits(
         if additions:
             raise SliceError("no statement left to put an import next to")
         return []
+    edits: list[NodeEdit] = []
     for request in additions:
+        guarded = False
+        if request.optional:
+            placement = _optional_placement(tree, request, additions)
+            if placement.kind == _BOUND:
+                continue
+            if placement.kind == _INSIDE:
+                assert placement.anchor is not None
+                edits.append(_before(source, placement.anchor, _import_line(request.module)))
+                continue
+            guarded = placement.kind == _GUARDED
         if request.name is None and any(request.module in line.binds for line in lines):
             continue
         if request.name is None:
-            new = _Line(None, [request.module], [request.module])
+            new = _Line(None, [request.module], [request.module], guarded=guarded)
         else:
             wanted = (request.module, request.name)
             if any(wanted in line.from_binds for line in lines):
                 continue
             new = _Line(None, [request.module], [], from_binds=[wanted], imported=request.name)
         lines.insert(_line_insertion_index(lines, request.after), new)
-    return _insertions(source, lines)
+    return edits + _insertions(source, lines)
 
 
 def _line(group: list[ast.stmt], dropped: dict[int, set[int]]) -> _Line | None:
@@ -476,11 +501,13 @@ def _insertions(source: Source, lines: list[_Line]) -> list[NodeEdit]:
     """One edit per original line that gets new lines next to it: those inserted before it
     (up to the previous original line), and after the last original line those that follow."""
     edits: list[NodeEdit] = []
-    pending: list[cst.SimpleStatementLine] = []
+    pending: list[cst.BaseStatement] = []
     last: _Line | None = None
     for line in lines:
         if line.statements is None:
-            if not pending and last is not None and _is_docstring_line(last):
+            if line.guarded:
+                pending.append(_guarded_import(line.modules[0]))
+            elif not pending and last is not None and _is_docstring_line(last):
                 # Right after the module's docstring (where a removed import line was, maybe):
                 # a blank line between them, as PEP 8 has it.
                 pending.append(_import_line(line.modules[0], line.imported, blank_before=True))
@@ -514,8 +541,8 @@ def _import_line(
 def _next_to(
     source: Source,
     line: _Line,
-    before: Sequence[cst.SimpleStatementLine] = (),
-    after: Sequence[cst.SimpleStatementLine] = (),
+    before: Sequence[cst.BaseStatement] = (),
+    after: Sequence[cst.BaseStatement] = (),
 ) -> NodeEdit:
     assert line.statements is not None
     anchor = line.statements[0]
@@ -524,6 +551,96 @@ def _next_to(
         return cst.FlattenSentinel([*before, node, *after])
 
     return NodeEdit(statement_kind(anchor), source.span(anchor), insert)
+
+
+# -- optional imports (ImportRequest.optional) ---------------------------------------------------
+
+_BOUND, _PLAIN, _INSIDE, _GUARDED = "bound", "plain", "inside", "guarded"
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where an optional import goes: nowhere (``bound``: a plain request for the module, or a
+    ``try`` that imports the module itself), as a plain import (``plain``: the module imports
+    from it outside any ``try``), ``inside`` a module-level ``try`` just before ``anchor`` (the
+    first statement line of its body that imports from the module; ``ordinal``: which
+    module-level ``try`` it is, ``line``: which line of its body), or in a ``guarded`` block of
+    its own."""
+
+    kind: str
+    anchor: ast.stmt | None = None
+    ordinal: int = 0
+    line: int = 0
+
+
+def _optional_placement(
+    tree: ast.Module, request: ImportRequest, requests: Sequence[ImportRequest]
+) -> _Placement:
+    module = request.module
+    plain = [r for r in requests if r.module == module and not r.optional]
+    if any(r.name is None for r in plain):
+        return _Placement(_BOUND)  # the plain request adds it
+    if plain or any(_imports_from(statement, module) for statement in tree.body):
+        return _Placement(_PLAIN)  # every run imports from the module anyway
+    tries = [s for s in tree.body if isinstance(s, ast.Try | ast.TryStar)]
+    for ordinal, statement in enumerate(tries):
+        lines = statement_lines(statement.body)
+        first = next(
+            (i for i, line in enumerate(lines) if any(_imports_from(s, module) for s in line)),
+            None,
+        )
+        if first is None:
+            continue
+        if any(_binds(alias) and module in _binds(alias) for alias in _aliases(statement.body)):
+            return _Placement(_BOUND)
+        return _Placement(_INSIDE, lines[first][0], ordinal, first)
+    return _Placement(_GUARDED)
+
+
+def _imports_from(statement: ast.stmt, module: str) -> bool:
+    """``import module``, ``import module.sub``, ``from module(.sub) import ...``."""
+    if isinstance(statement, ast.Import):
+        names = [alias.name for alias in statement.names]
+    elif isinstance(statement, ast.ImportFrom) and not statement.level and statement.module:
+        names = [statement.module]
+    else:
+        return False
+    return any(name == module or name.startswith(module + ".") for name in names)
+
+
+def _aliases(body: list[ast.stmt]) -> Iterable[ast.alias]:
+    """The aliases of the plain ``import`` statements of ``body``."""
+    for statement in body:
+        if isinstance(statement, ast.Import):
+            yield from statement.names
+
+
+def _before(source: Source, anchor: ast.stmt, line: cst.SimpleStatementLine) -> NodeEdit:
+    """``line`` inserted just before the statement line ``anchor`` starts."""
+
+    def insert(node: cst.CSTNode) -> cst.FlattenSentinel[cst.CSTNode]:
+        return cst.FlattenSentinel([line, node])
+
+    return NodeEdit(statement_kind(anchor), source.span(anchor), insert)
+
+
+def _guarded_import(module: str) -> cst.SimpleStatementLine | cst.BaseCompoundStatement:
+    return cst.parse_statement(
+        f"try:\n    import {module}\nexcept ImportError:  # only the runs that use it need it\n"
+        "    pass\n"
+    )
+
+
+def _inserted_in_try(module: cst.Module, placement: _Placement, name: str) -> cst.Module:
+    """``import name`` just before the line ``placement`` names in a module-level ``try``."""
+    tries = [s for s in module.body if isinstance(s, cst.Try | cst.TryStar)]
+    statement = tries[placement.ordinal]
+    assert isinstance(statement.body, cst.IndentedBlock)
+    lines = list(statement.body.body)
+    lines.insert(placement.line, _import_line(name))
+    block = statement.body.with_changes(body=lines)
+    body = [s if s is not statement else s.with_changes(body=block) for s in module.body]
+    return module.with_changes(body=body)
 
 
 def _binds_module(statement: cst.BaseStatement, name: str) -> bool:

@@ -400,10 +400,17 @@ class Rule:
 
     # -- imports ---------------------------------------------------------------------------------
 
-    def add_import(self, module: str, *, after: str | None = None, name: str | None = None) -> None:
+    def add_import(
+        self,
+        module: str,
+        *,
+        after: str | None = None,
+        name: str | None = None,
+        optional: bool = False,
+    ) -> None:
         """Queue ``import module`` (added once, after the first import of ``after`` if given);
-        with ``name``, ``from module import name``."""
-        request = ImportRequest(module, after, name)
+        with ``name``, ``from module import name``; ``optional``: see ``ImportRequest``."""
+        request = ImportRequest(module, after, name, optional)
         if request not in self.context.imports:
             self.context.imports.append(request)
 

@@ -21,16 +21,23 @@ its options read from a dict as UNet++ does), the class is picked by `config["am
 branches compute what the original computes. A factory that returns its optimizer with its
 schedule, unpacked by the caller (fixtures/e2e/tuple_factory, NVIDIA/semantic-segmentation's
 `optim, scheduler = get_optimizer(args, net)` under `--fp16`), gets the same keyword.
+
+Where apex is optional (fixtures/e2e/optional_apex, timm's old train.py: `from apex import amp`
+in a `try`, fp32 where apex is missing), the `import apex` that the picked class needs goes into
+that `try`, so the migrated script still runs, and trains the same, on a machine without apex.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from _cli import run_npu_migrate, start_npu_migrate
+
+from apex.testing import npu_shim_env
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
@@ -39,6 +46,17 @@ FACTORY = REPO / "fixtures" / "e2e" / "factory_amp"
 OWN_FACTORY = REPO / "fixtures" / "e2e" / "own_factory"
 ARMS = REPO / "fixtures" / "e2e" / "amp_arms"
 TUPLE_FACTORY = REPO / "fixtures" / "e2e" / "tuple_factory"
+OPTIONAL_APEX = REPO / "fixtures" / "e2e" / "optional_apex"
+# Runs a script (argv[1], its arguments after it) as on a machine without apex: the backing of
+# the CPU torch_npu stand-in (apex.optimizers.standalone) is loaded first, then every import of
+# `apex` fails the way a missing package does.
+WITHOUT_APEX = """
+import runpy, sys
+import apex.optimizers.standalone
+sys.modules["apex"] = None
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 TIMEOUT_S = 180
 VERIFY_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -214,3 +232,33 @@ def test_a_factory_returning_a_tuple_is_followed_through_the_unpacking(tmp_path:
         code, output = finish(process)
         assert code == 0, f"{name}: verify exited {code}\n{output}"
         assert "same: 6 step(s) agree" in output, output
+
+
+def test_a_script_that_runs_without_apex_still_runs_without_it_once_migrated(
+    tmp_path: Path,
+) -> None:
+    migrated = migrated_copy(tmp_path, "optional", program=OPTIONAL_APEX)
+    text = migrated.read_text()
+    assert "try:\n    import apex\n    from apex import amp\n" in text
+    assert "\nimport apex\n" not in text  # no import of apex outside the `try`
+    assert "(apex.optimizers.NpuFusedSGD if use_amp else torch_npu.optim.NpuFusedSGD)(" in text
+    original = OPTIONAL_APEX / "train.py"
+    runs = {
+        "fp32": start_verify(original, migrated),
+        "amp": start_verify(original, migrated, "--amp"),
+    }
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
+    for flags in ([], ["--amp"]):
+        result = subprocess.run(
+            [sys.executable, "-c", WITHOUT_APEX, str(migrated), *flags, "--steps", "2"],
+            env=npu_shim_env(),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "step 1 loss" in result.stdout, result.stdout
+        assert ("apex is not installed" in result.stdout) == bool(flags), result.stdout

@@ -213,3 +213,58 @@ def test_an_import_placed_after_a_module_added_with_it_goes_next_to_that_additio
     expected = "from torch import optim as optim\nimport torch_npu\nimport torch\nimport timm\n"
     assert apply_import_edits(cst.parse_module(source), requests, []).code == expected
     assert apply_import_edits_to_text(source, requests, []).text == expected
+
+
+OPTIONAL_CASES = [
+    # (source, expected): an optional `import apex` (only the runs with apex amp use it)
+    # a `try` that imports from apex: just before that import, which would fail the same way
+    (
+        "import torch\ntry:\n    import timm\n    from apex import amp\n    has_apex = True\n"
+        "except ImportError:\n    has_apex = False\nx = 1\n",
+        "import torch\ntry:\n    import timm\n    import apex\n    from apex import amp\n"
+        "    has_apex = True\nexcept ImportError:\n    has_apex = False\nx = 1\n",
+    ),
+    # a `try` that imports apex itself already binds it
+    (
+        "try:\n    import apex.amp\nexcept ImportError:\n    pass\nx = 1\n",
+        "try:\n    import apex.amp\nexcept ImportError:\n    pass\nx = 1\n",
+    ),
+    # apex imported outside any `try`: every run needs it anyway, a plain import
+    (
+        "import torch\nfrom apex import amp\nx = 1\n",
+        "import torch\nfrom apex import amp\nimport apex\nx = 1\n",
+    ),
+    # apex imported only inside a function: a guarded import of its own
+    (
+        "import torch\n\n\ndef main(args):\n    from apex import amp\n",
+        "import torch\ntry:\n    import apex\n"
+        "except ImportError:  # only the runs that use it need it\n    pass\n\n\n"
+        "def main(args):\n    from apex import amp\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), OPTIONAL_CASES)
+def test_an_optional_import_never_stops_a_run_that_does_not_use_it(
+    source: str, expected: str
+) -> None:
+    request = ImportRequest("apex", "apex", optional=True)
+    assert apply_import_edits(cst.parse_module(source), [request], []).code == expected
+    assert apply_import_edits_to_text(source, [request], []).text == expected
+
+
+@pytest.mark.parametrize(
+    "other", [ImportRequest("apex", "apex"), ImportRequest("apex", None, "amp")]
+)
+def test_an_optional_import_is_plain_where_another_rule_imports_the_module(
+    other: ImportRequest,
+) -> None:
+    """Another rule of the run imports from apex outside any `try` (NPU105's `from apex import
+    amp`): every run needs apex then, and one plain `import apex` is added."""
+    source = "import torch\ntry:\n    from apex import amp\nexcept ImportError:\n    pass\nx = 1\n"
+    requests = [ImportRequest("apex", "apex", optional=True), other]
+    result = apply_import_edits_to_text(source, requests, []).text
+    assert result == apply_import_edits(cst.parse_module(source), requests, []).code
+    assert "\nimport apex\n" in result  # at module level, once
+    assert result.count("import apex\n") == 1
+    assert "try:\n    from apex import amp\n" in result  # the `try` as it was

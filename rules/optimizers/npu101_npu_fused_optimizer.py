@@ -349,6 +349,10 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         # The functions given the amp parameter, and the calls passing it on, by an applied fix:
         # SimMIM's `build_optimizer` forwards to two factories, each threaded on its own.
         threaded: set[int] = set()
+        # Which runs use `apex` as the edits write it: every run (an optimizer that reaches
+        # amp.initialize on every path), or only some (`apex.optimizers.X if args.amp else
+        # torch_npu.optim.X`), whose import must not stop the others where apex is missing.
+        apex_runs: set[str] = set()
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
             given = class_of(self.view, rewrite.call)
@@ -370,20 +374,21 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             if rewrite.func_style == "lookup":
                 if rewrite.keyed_by_class:
                     self.add_import("torch")
-                self._add_home_import(rewrite.home)
-                if rewrite.choice is not None:  # both homes are named
-                    self._add_home_import(TORCH_NPU_HOME)
+                apex_runs |= _apex_runs(rewrite)
+                if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
+                    self.add_import("torch_npu", after="torch")
                 continue  # the class depends on a name at run time: nothing to publish
             if rewrite.kept is not None and rewrite.kept.replaces is not None:
                 self.add_import("torch")  # `(torch.optim.SGD if ... else ...)`
             if rewrite.func_style == "dotted":
                 if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
                     self.add_import("torch_npu", after="torch")
-                if rewrite.home != TORCH_NPU_HOME:
-                    self.add_import("apex", after="apex")  # next to the file's other apex imports
+                apex_runs |= _apex_runs(rewrite)
             if rewrite.kept is None:  # fused on some paths only: the other rules leave it be
                 published[id(rewrite.call)] = self._published(rewrite)
             dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
+        if apex_runs:  # next to the file's other apex imports
+            self.add_import("apex", after="apex", optional=apex_runs == {"some"})
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))
         self._fix_method_callers()
@@ -483,12 +488,6 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 edits.append(self.replace(own_call, cst.Call, partial(_appended, argument=passed)))
                 adding.add(id(own_call))
         return edits, adding
-
-    def _add_home_import(self, home: str) -> None:
-        if home == TORCH_NPU_HOME:
-            self.add_import("torch_npu", after="torch")
-        else:
-            self.add_import("apex", after="apex")
 
     # -- edits -----------------------------------------------------------------------------------
 
@@ -696,6 +695,14 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             shift,
             frozenset(realigned),
         )
+
+
+def _apex_runs(rewrite: Rewrite) -> set[str]:
+    """Which runs use ``apex`` as ``rewrite`` writes its class: ``{"every"}`` (Ascend apex's
+    class), ``{"some"}`` (the class picked by amp's condition), or none (torch_npu's)."""
+    if rewrite.choice is not None:
+        return {"some"}
+    return {"every"} if rewrite.home != TORCH_NPU_HOME else set()
 
 
 def _new_func(
