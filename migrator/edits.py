@@ -72,7 +72,8 @@ class ImportRequest:
     apex amp), so its absence must not stop the others: the import goes into a module-level
     ``try`` that already imports from ``module`` (just before that import, which would fail the
     same way), or into a ``try: import module / except ImportError: pass`` of its own; where the
-    module imports from ``module`` outside any ``try``, it is a plain import."""
+    module still imports from ``module`` outside any ``try`` once the removals are done, or
+    another request imports from it, it is a plain import."""
 
     module: str
     after: str | None = None

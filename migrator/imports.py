@@ -44,7 +44,7 @@ def apply_import_edits(
     inserted: dict[str, cst.BaseStatement] = {}  # module -> the `import module` added for it
     for request in additions:
         if request.optional:
-            placement = _optional_placement(ast.parse(module.code), request, additions)
+            placement = _optional_placement(ast.parse(module.code), request, additions, {})
             if placement.kind == _INSIDE:
                 module = _inserted_in_try(module, placement, request.module)
                 continue
@@ -406,7 +406,7 @@ def addition_edits(
     for request in additions:
         guarded = False
         if request.optional:
-            placement = _optional_placement(tree, request, additions)
+            placement = _optional_placement(tree, request, additions, dropped)
             if placement.kind == _BOUND:
                 continue
             if placement.kind == _INSIDE:
@@ -574,45 +574,57 @@ class _Placement:
 
 
 def _optional_placement(
-    tree: ast.Module, request: ImportRequest, requests: Sequence[ImportRequest]
+    tree: ast.Module,
+    request: ImportRequest,
+    requests: Sequence[ImportRequest],
+    dropped: dict[int, set[int]],
 ) -> _Placement:
+    """Where ``request`` (optional) goes in ``tree``, once the aliases ``dropped`` maps an
+    import statement's ``id`` to are removed."""
     module = request.module
     plain = [r for r in requests if r.module == module and not r.optional]
     if any(r.name is None for r in plain):
         return _Placement(_BOUND)  # the plain request adds it
-    if plain or any(_imports_from(statement, module) for statement in tree.body):
+    if plain or any(_imports_from(s, module, dropped) for s in tree.body):
         return _Placement(_PLAIN)  # every run imports from the module anyway
     tries = [s for s in tree.body if isinstance(s, ast.Try | ast.TryStar)]
     for ordinal, statement in enumerate(tries):
         lines = statement_lines(statement.body)
         first = next(
-            (i for i, line in enumerate(lines) if any(_imports_from(s, module) for s in line)),
+            (
+                i
+                for i, line in enumerate(lines)
+                if any(_imports_from(s, module, dropped) for s in line)
+            ),
             None,
         )
         if first is None:
             continue
-        if any(_binds(alias) and module in _binds(alias) for alias in _aliases(statement.body)):
+        if any(module in _binds(alias) for alias in _kept_aliases(statement.body, dropped)):
             return _Placement(_BOUND)
         return _Placement(_INSIDE, lines[first][0], ordinal, first)
     return _Placement(_GUARDED)
 
 
-def _imports_from(statement: ast.stmt, module: str) -> bool:
-    """``import module``, ``import module.sub``, ``from module(.sub) import ...``."""
+def _imports_from(statement: ast.stmt, module: str, dropped: dict[int, set[int]]) -> bool:
+    """``import module``, ``import module.sub``, ``from module(.sub) import ...``, with an
+    alias the removals leave."""
+    gone = dropped.get(id(statement), set())
     if isinstance(statement, ast.Import):
-        names = [alias.name for alias in statement.names]
+        names = [a.name for i, a in enumerate(statement.names) if i not in gone]
     elif isinstance(statement, ast.ImportFrom) and not statement.level and statement.module:
-        names = [statement.module]
+        names = [statement.module] if len(gone) < len(statement.names) else []
     else:
         return False
     return any(name == module or name.startswith(module + ".") for name in names)
 
 
-def _aliases(body: list[ast.stmt]) -> Iterable[ast.alias]:
-    """The aliases of the plain ``import`` statements of ``body``."""
+def _kept_aliases(body: list[ast.stmt], dropped: dict[int, set[int]]) -> Iterable[ast.alias]:
+    """The aliases of the plain ``import`` statements of ``body`` that the removals leave."""
     for statement in body:
         if isinstance(statement, ast.Import):
-            yield from statement.names
+            gone = dropped.get(id(statement), set())
+            yield from (a for i, a in enumerate(statement.names) if i not in gone)
 
 
 def _before(source: Source, anchor: ast.stmt, line: cst.SimpleStatementLine) -> NodeEdit:

@@ -268,3 +268,39 @@ def test_an_optional_import_is_plain_where_another_rule_imports_the_module(
     assert "\nimport apex\n" in result  # at module level, once
     assert result.count("import apex\n") == 1
     assert "try:\n    from apex import amp\n" in result  # the `try` as it was
+
+
+REMOVED_FUSED_ADAM = ImportRemoval("apex.optimizers", "FusedAdam")
+OPTIONAL_AFTER_REMOVAL_CASES = [
+    # (source, expected): the placement is decided on the imports the removals leave
+    # the first apex import of the `try` goes: before the next one
+    (
+        "try:\n    from apex.optimizers import FusedAdam\n    from apex import amp\n"
+        "except ImportError:\n    amp = None\nx = amp\n",
+        "try:\n    import apex\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
+        "x = amp\n",
+    ),
+    # it loses an alias only: before it
+    (
+        "try:\n    from apex.optimizers import FusedAdam, FusedSGD\nexcept ImportError:\n"
+        "    pass\nx = FusedSGD\n",
+        "try:\n    import apex\n    from apex.optimizers import FusedSGD\nexcept ImportError:\n"
+        "    pass\nx = FusedSGD\n",
+    ),
+    # the module's only apex import, outside any `try`, goes: nothing requires apex any more
+    (
+        "import torch\nfrom apex.optimizers import FusedAdam\nx = 1\n",
+        "import torch\ntry:\n    import apex\n"
+        "except ImportError:  # only the runs that use it need it\n    pass\nx = 1\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), OPTIONAL_AFTER_REMOVAL_CASES)
+def test_an_optional_import_is_placed_among_the_imports_the_removals_leave(
+    source: str, expected: str
+) -> None:
+    requests = [ImportRequest("apex", "apex", optional=True)]
+    removals = [REMOVED_FUSED_ADAM]
+    assert apply_import_edits(cst.parse_module(source), requests, removals).code == expected
+    assert apply_import_edits_to_text(source, requests, removals).text == expected
