@@ -242,6 +242,8 @@ def test_a_script_that_runs_without_apex_still_runs_without_it_once_migrated(
     assert "try:\n    import apex\n    from apex import amp\n" in text
     assert "\nimport apex\n" not in text  # no import of apex outside the `try`
     assert "(apex.optimizers.NpuFusedSGD if use_amp else torch_npu.optim.NpuFusedSGD)(" in text
+    check = run_npu_migrate("--check", "--no-cache", "-q", migrated, timeout=TIMEOUT_S)
+    assert check.returncode == 0, check.stdout + check.stderr  # nothing left: idempotent
     original = OPTIONAL_APEX / "train.py"
     runs = {
         "fp32": start_verify(original, migrated),
