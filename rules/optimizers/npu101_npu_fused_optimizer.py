@@ -349,10 +349,9 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         # The functions given the amp parameter, and the calls passing it on, by an applied fix:
         # SimMIM's `build_optimizer` forwards to two factories, each threaded on its own.
         threaded: set[int] = set()
-        # Which runs use `apex` as the edits write it: every run (an optimizer that reaches
-        # amp.initialize on every path), or only some (`apex.optimizers.X if args.amp else
-        # torch_npu.optim.X`), whose import must not stop the others where apex is missing.
-        apex_runs: set[str] = set()
+        # Whether the edits spell `apex` (`apex.optimizers.X`, on the runs with apex amp only):
+        # its import must not stop the others where Ascend's apex is not installed.
+        spells_apex = False
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
             given = class_of(self.view, rewrite.call)
@@ -374,7 +373,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             if rewrite.func_style == "lookup":
                 if rewrite.keyed_by_class:
                     self.add_import("torch")
-                apex_runs |= _apex_runs(rewrite)
+                spells_apex |= rewrite.home != TORCH_NPU_HOME
                 if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
                     self.add_import("torch_npu", after="torch")
                 continue  # the class depends on a name at run time: nothing to publish
@@ -383,12 +382,12 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             if rewrite.func_style == "dotted":
                 if rewrite.home == TORCH_NPU_HOME or rewrite.choice is not None:
                     self.add_import("torch_npu", after="torch")
-                apex_runs |= _apex_runs(rewrite)
+                spells_apex |= rewrite.home != TORCH_NPU_HOME
             if rewrite.kept is None:  # fused on some paths only: the other rules leave it be
                 published[id(rewrite.call)] = self._published(rewrite)
             dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
-        if apex_runs:  # next to the file's other apex imports
-            self.add_import("apex", after="apex", optional=apex_runs == {"some"})
+        if spells_apex:  # next to the file's other apex imports, guarded as they are
+            self.add_import("apex", after="apex", optional=True)
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))
         self._fix_method_callers()
@@ -695,14 +694,6 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             shift,
             frozenset(realigned),
         )
-
-
-def _apex_runs(rewrite: Rewrite) -> set[str]:
-    """Which runs use ``apex`` as ``rewrite`` writes its class: ``{"every"}`` (Ascend apex's
-    class), ``{"some"}`` (the class picked by amp's condition), or none (torch_npu's)."""
-    if rewrite.choice is not None:
-        return {"some"}
-    return {"every"} if rewrite.home != TORCH_NPU_HOME else set()
 
 
 def _new_func(
