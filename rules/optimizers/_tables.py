@@ -215,8 +215,11 @@ _HF_ADAMW = (
 NO_FUSED_VERSION: dict[str, str] = {
     "transformers.AdamW": _HF_ADAMW,
     "transformers.optimization.AdamW": _HF_ADAMW,
+    # transformers' name until its 2.0 release (2019): the same class (BERT-NER scripts)
+    "pytorch_transformers.AdamW": _HF_ADAMW,
+    "pytorch_transformers.optimization.AdamW": _HF_ADAMW,
 }
-NO_FUSED_ROOTS = frozenset({"transformers"})
+NO_FUSED_ROOTS = frozenset({"transformers", "pytorch_transformers"})
 
 # Ascend apex's own fused classes that torch_npu also has, with the same signature and update:
 # only their home changes (`apex.optimizers.NpuFusedSGD` -> `torch_npu.optim.NpuFusedSGD`).
