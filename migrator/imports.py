@@ -562,7 +562,8 @@ _BOUND, _PLAIN, _INSIDE, _GUARDED = "bound", "plain", "inside", "guarded"
 class _Placement:
     """Where an optional import goes: nowhere (``bound``: a plain request for the module, or a
     ``try`` that imports the module itself), as a plain import (``plain``: the module imports
-    from it outside any ``try``), ``inside`` a module-level ``try`` just before ``anchor`` (the
+    from it outside any ``try``, or another request does), ``inside`` a module-level ``try``
+    whose body has lines of its own, just before ``anchor`` (the
     first statement line of its body that imports from the module; ``ordinal``: which
     module-level ``try`` it is, ``line``: which line of its body), or in a ``guarded`` block of
     its own."""
@@ -589,6 +590,8 @@ def _optional_placement(
         return _Placement(_PLAIN)  # every run imports from the module anyway
     tries = [s for s in tree.body if isinstance(s, ast.Try | ast.TryStar)]
     for ordinal, statement in enumerate(tries):
+        if statement.body[0].lineno == statement.lineno:
+            continue  # `try: from apex import amp` on one line: no line to put the import on
         lines = statement_lines(statement.body)
         first = next(
             (

@@ -234,6 +234,12 @@ OPTIONAL_CASES = [
         "import torch\nfrom apex import amp\nx = 1\n",
         "import torch\nfrom apex import amp\nimport apex\nx = 1\n",
     ),
+    # a `try` on one line has no line to put the import on: a guarded import of its own
+    (
+        "try: from apex import amp\nexcept ImportError: amp = None\nx = 1\n",
+        "try:\n    import apex\nexcept ImportError:  # only the runs that use it need it\n"
+        "    pass\ntry: from apex import amp\nexcept ImportError: amp = None\nx = 1\n",
+    ),
     # apex imported only inside a function: a guarded import of its own
     (
         "import torch\n\n\ndef main(args):\n    from apex import amp\n",
