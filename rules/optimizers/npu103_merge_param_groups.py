@@ -267,6 +267,13 @@ class MergeParamGroups(Rule):
             how = f"are added to `{name.id}` at line {line_of(augmented[0])}"
             self.report(name, _RUNTIME_GROUPS.format(how=how))
             return None
+        return self._assigned_once(name, bindings)
+
+    def _assigned_once(
+        self, name: ast.Name, bindings: list[Binding]
+    ) -> tuple[Binding, ast.expr] | None:
+        """``name = <value>`` when ``bindings`` (``name``'s) are that one assignment, in the
+        scope where ``name`` is read."""
         if len(bindings) != 1:
             return None
         binding = bindings[0]
@@ -411,24 +418,17 @@ class MergeParamGroups(Rule):
     def _only_value(self, name: ast.Name, depth: int) -> ast.expr | None:
         """The value of ``name = <value>``, its one binding in the scope where it is read, when
         every other use of it reads it or adds parameters to it."""
-        bindings = self.index.bindings_of(name)
-        if len(bindings) != 1:
+        assigned = self._assigned_once(name, self.index.bindings_of(name))
+        if assigned is None:
             return None
-        binding = bindings[0]
-        if binding.kind is not BindingKind.ASSIGN or not isinstance(binding.node, ast.Name):
-            return None
-        if binding.scope is not self.index.scope_of(name):
-            return None
-        statement = self.index.parent(binding.node)
-        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
-            return None
+        binding, value = assigned
         if any(
             self._mutates(node) and not self._adds_parameters(node, depth)
             for node in self.index.references(binding)
             if node is not name
         ):
             return None
-        return statement.value
+        return value
 
     def _mutates(self, name: ast.AST) -> bool:
         """``groups.append(...)``, ``groups += ...``, ``groups[i] = ...`` and the like."""
