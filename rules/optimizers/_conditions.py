@@ -32,7 +32,11 @@ _PLAIN_TEST_NODES = (
 )  # fmt: skip
 
 
-_REBINDING_CALLS = frozenset({"setattr", "delattr", "exec", "vars"})
+# Calls that may assign any name (``exec``; ``vars()``, ``globals()`` and ``locals()`` give a
+# namespace's own dict at module level), and calls that may assign any attribute of what they
+# are given (``setattr(args, name, value)``, ``vars(args)``: the instance's ``__dict__``).
+_REBINDING_CALLS = frozenset({"exec", "vars", "globals", "locals"})
+_ATTRIBUTE_CALLS = frozenset({"setattr", "delattr", "vars"})
 
 
 def amp_runs_when(guards: Sequence[tuple[str, bool]], enabled_code: str | None) -> str | None:
@@ -427,10 +431,10 @@ def _reassigned(scope: ast.AST, first: int, last: int, expression: ast.expr) -> 
     lines ``first`` to ``last``; ``"*"`` when a `setattr`, `exec` or `vars` call there may change
     anything; None when nothing it reads changes there."""
     stored = _stored_between(scope, first, last)
-    if "*" in stored:
-        return "*"
     names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
     attributes = {_dotted(node) for node in ast.walk(expression) if isinstance(node, ast.Attribute)}
+    if "*" in stored or ("." in stored and attributes):
+        return "*"
     changed = sorted((names | attributes) & stored)
     return changed[0] if changed else None
 
@@ -600,8 +604,8 @@ def stores_of(scope: ast.AST, name: str, first: int, last: int) -> list[ast.stmt
 
 def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
     """Names and dotted attributes that ``scope`` assigns or deletes on lines ``first`` to
-    ``last``, and every name when something there may rebind anything (``setattr``, ``exec``,
-    ``global``/``nonlocal``)."""
+    ``last``; ``"*"`` when something there may rebind any name (``exec``, ``vars()``), ``"."``
+    when something may set any attribute (``setattr(x, ...)``, ``vars(x)``)."""
     stored: set[str] = set()
     for node in ast.walk(scope):
         line = getattr(node, "lineno", None)
@@ -619,6 +623,11 @@ def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
             stored.add(node.name)
         elif isinstance(node, ast.ExceptHandler):
             stored.add(node.name or "")
-        elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS:
+        elif isinstance(node, ast.Call) and _dotted(node.func) in _ATTRIBUTE_CALLS and node.args:
+            stored.add(".")  # some object's attributes (the object may go by another name)
+        elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS | {
+            "setattr",
+            "delattr",
+        }:
             stored.add("*")
     return stored
