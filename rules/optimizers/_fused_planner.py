@@ -732,20 +732,45 @@ class _Planner:
         return isinstance(name, str) and name in _RPC_OPTIMIZERS
 
     def _alias_called_here(self, node: ast.expr) -> bool:
-        """``Optimizer = torch.optim.SGD`` where this file calls ``Optimizer(...)``."""
+        """``Optimizer = torch.optim.SGD`` where this file calls ``Optimizer(...)`` and every
+        such call is reported as ambiguous or maps the class (``{torch.optim.SGD:
+        ...}.get(Optimizer, Optimizer)(...)``, planned now or written by an earlier run). A
+        mapped call says that it calls any other value as before, which for NVIDIA apex's
+        classes (they do not run on Ascend) is reported where the value is assigned."""
         statement = self.index.parent(node)
         if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is not node:
             return False
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
         if not all(isinstance(target, ast.Name) for target in targets):
             return False
+        mapped = {
+            id(draft.call): {display for display, _ in draft.lookup.mapped}
+            for draft in self.drafts
+            if draft.lookup is not None
+        }
+        name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS)
+        display = SOURCES[name].display if isinstance(name, str) and name in SOURCES else None
+        nvidia = isinstance(name, str) and name.startswith(APEX_HOME + ".")
+        called = False
         for target in targets:
             assert isinstance(target, ast.Name)
             for read in self.index.names(target.id):
                 call = self.index.parent(read)
-                if isinstance(call, ast.Call) and (call.func is read or self._mapped_get(call)):
-                    return True
-        return False
+                if not isinstance(call, ast.Call):
+                    continue
+                if not any(b.node is target for b in self.index.bindings_of(read)):
+                    continue  # another scope's name
+                if call.func is read and id(call) in mapped:
+                    classes = mapped[id(call)]
+                elif self._mapped_get(call):
+                    classes = self._mapping_keys(call)
+                else:
+                    called = called or call.func is read
+                    continue
+                if display not in classes and nvidia:
+                    return False  # left as it is at that call, where it does not run
+                called = True
+        return called
 
     def _mapping_keys(self, call: ast.Call) -> set[str]:
         """The classes a ``{torch.optim.SGD: torch_npu.optim.NpuFusedSGD}.get(...)`` maps."""
@@ -2049,16 +2074,24 @@ class _Planner:
                 "NpuFusedSGD requires `lr`: where none comes through `**`, it raises ValueError "
                 "at construction"
             )
-        elif draft.target == "NpuFusedSGD" and "lr" not in present and torch_sgd:
-            added.append(("lr", TORCH_SGD_DEFAULT_LR))
-            draft.notes.append(
-                f"added `lr={TORCH_SGD_DEFAULT_LR}`, torch's default, which NpuFusedSGD requires"
-            )
         elif draft.target == "NpuFusedSGD" and "lr" not in present:
-            draft.notes.append(
-                "no `lr` added: FusedSGD requires it as NpuFusedSGD does, so every parameter "
-                "group must carry its own `lr`"
-            )
+            if _groups_set(draft.arguments, names, "lr"):
+                draft.notes.append(
+                    "no `lr` added: every parameter group sets its own, so the class's default "
+                    "is never read (NpuFusedSGD requires one; a group added later without `lr` "
+                    "raises ValueError there)"
+                )
+            elif torch_sgd:
+                added.append(("lr", TORCH_SGD_DEFAULT_LR))
+                draft.notes.append(
+                    f"added `lr={TORCH_SGD_DEFAULT_LR}`, torch's default, which NpuFusedSGD "
+                    "requires"
+                )
+            else:
+                draft.notes.append(
+                    "no `lr` added: FusedSGD requires it as NpuFusedSGD does, so every "
+                    "parameter group must carry its own `lr`"
+                )
         if dropped_notes:
             draft.notes.append(f"dropped {', '.join(dropped_notes)} (no effect on the update)")
         draft.edits = ArgumentEdits(frozenset(dropped), to_keyword, tuple(added), pinned)
@@ -2401,6 +2434,7 @@ class _Planner:
                 source.target == "NpuFusedSGD"
                 and "lr" not in names
                 and not any("lr" in keys.in_every_arm for keys in forwarded)
+                and not _groups_set(args, names, "lr")
             ):
                 continue
             target_parameters = TARGET_PARAMETERS[source.target]
@@ -2715,6 +2749,25 @@ _LOOKUP_SOURCES = (
     "torch.optim.Adadelta",
     "torch.optim.RMSprop",
 )
+
+
+def _groups_set(args: list[Argument], names: list[str], key: str) -> bool:
+    """``params`` is written as parameter groups that each set ``key`` themselves
+    (``[{"params": ..., "lr": 0.1 * lr}, {"params": ..., "lr": lr}]``): the class's default for
+    ``key`` is read by no group."""
+    if "params" not in names:
+        return False
+    groups = args[names.index("params")].value
+    return (
+        isinstance(groups, ast.List | ast.Tuple)
+        and bool(groups.elts)
+        and all(
+            isinstance(group, ast.Dict)
+            and None not in group.keys
+            and any(isinstance(k, ast.Constant) and k.value == key for k in group.keys)
+            for group in groups.elts
+        )
+    )
 
 
 def _pure(node: ast.expr) -> bool:
