@@ -698,6 +698,8 @@ def standin_arguments(function: Callable[..., Any]) -> list[Any]:
         value = hyper_parameter(parameter.name)
         if "optim" in parameter.name.lower():
             value = plain_optimizer()  # an optimizer the caller built
+        elif parameter.name in ("params", "parameters"):
+            value = list(StandIn(parameter.name).parameters())  # tensors the caller gathered
         values.append(StandIn(parameter.name) if value is NO_VALUE else value)
     return values
 

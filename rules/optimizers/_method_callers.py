@@ -115,11 +115,49 @@ def summarize(index: ModuleIndex) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for class_def in classes:
         for method in class_def.body:
-            if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-                _is_constructor(view, origin) for origin in _returned(view, flow, method)
-            ):
-                found.append({"class": class_def.name, "name": method.name, "line": method.lineno})
+            if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            constructors = [
+                origin
+                for origin in _returned(view, flow, method)
+                if isinstance(origin, ast.Call) and _is_constructor(view, origin)
+            ]
+            if constructors:
+                entry = {"class": class_def.name, "name": method.name, "line": method.lineno}
+                entry["params"] = _fed_by(method, constructors)
+                found.append(entry)
     return found
+
+
+def _fed_by(
+    method: ast.FunctionDef | ast.AsyncFunctionDef, constructors: list[ast.Call]
+) -> list[Any] | None:
+    """``[position, name]`` of the method's parameter that every optimizer it returns is built
+    from as it is (few-shot-vid2vid's ``get_optimizer(self, params, ...)`` returning
+    ``torch.optim.Adam(params, ...)``), the position counted after ``self`` (None for a
+    keyword-only one); None when they are built from anything else (``self.parameters()``)."""
+    if method.decorator_list:
+        return None  # a static or class method: no `self` to count past
+    positional = [a.arg for a in [*method.args.posonlyargs, *method.args.args]][1:]
+    keywords = [a.arg for a in method.args.kwonlyargs]
+    fed: set[str] = set()
+    for constructor in constructors:
+        given = constructor.args[0] if constructor.args else None
+        if given is None or isinstance(given, ast.Starred):
+            given = next((k.value for k in constructor.keywords if k.arg == "params"), None)
+        if not isinstance(given, ast.Name) or given.id not in positional + keywords:
+            return None
+        fed.add(given.id)
+    if len(fed) != 1:
+        return None
+    [name] = fed
+    stored = any(
+        isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load)
+        for node in ast.walk(method)
+    )
+    if stored:
+        return None  # rebound in the method: not the caller's argument as it is
+    return [positional.index(name) if name in positional else None, name]
 
 
 def _returned(
@@ -155,6 +193,7 @@ class Method:
     class_name: str
     name: str
     line: int
+    params: tuple[int | None, str] | None = None  # see _fed_by
 
     @property
     def key(self) -> str:
@@ -163,6 +202,11 @@ class Method:
     @property
     def shown(self) -> str:
         return f"`{self.key}` ({_display(self.path)}:{self.line})"
+
+
+def _feeding(entry: Mapping[str, Any]) -> tuple[int | None, str] | None:
+    fed = entry.get("params")
+    return None if fed is None else (fed[0], fed[1])
 
 
 _OURS = "ours"
@@ -181,7 +225,7 @@ def link(
     run writes. ``known``: the facts the factories' link found (the planner reads them);
     ``readers``: the files' views the link stage shares."""
     methods = [
-        Method(path, entry["class"], entry["name"], entry["line"])
+        Method(path, entry["class"], entry["name"], entry["line"], _feeding(entry))
         for path, summary in summaries.items()
         for entry in summary.get("methods", [])
     ]
@@ -209,7 +253,7 @@ def link(
             for caller, codes in judged.codes.items():
                 found = facts.setdefault(caller, {}).setdefault("method_calls", {})
                 for key, code in codes.items():
-                    found[key] = {"code": code, "method": method.shown}
+                    found[key] = {"code": code, "method": method.shown, "params": method.params}
     return facts
 
 
@@ -653,7 +697,8 @@ class _Judge:
         """Records the calls of the method in ``path`` and their fixes; why they are unsafe."""
         problems: list[str] = []
         suppressions = Suppressions.scan(view.index.source.text)
-        found = caller_hazards(view, calls, self.known.get(path, {}))
+        fed = {id(call): self.method.params for call in calls}
+        found = caller_hazards(view, calls, self.known.get(path, {}), fed)
         for call in calls:
             where = f"{_display(path)}:{call.lineno}"
             judged.callers.append(where)
@@ -722,11 +767,16 @@ def _reaches_amp(view: FileView, call: ast.Call) -> bool:
 
 
 def caller_hazards(
-    view: FileView, calls: list[ast.Call], elsewhere: Mapping[str, Any]
+    view: FileView,
+    calls: list[ast.Call],
+    elsewhere: Mapping[str, Any],
+    fed: Mapping[int, tuple[int | None, str] | None],
 ) -> dict[int, tuple[list[Hazard], str]]:
     """id(call) -> the hazards around the optimizer each call of a method returns in ``view``,
-    and the parameter-contract breaks of its receiver's parameters (described, "" without);
-    ``elsewhere``: the link stage's facts about the code of other modules ``view`` calls."""
+    and the parameter-contract breaks of its parameters (described, "" without): the argument
+    the call gives the method's parameter that the optimizer is built from (``fed``, by
+    id(call), see :func:`_fed_by`), else the receiver's parameters. ``elsewhere``: the link
+    stage's facts about the code of other modules ``view`` calls."""
     flow = OptimizerFlow.of(view)
     hazards = FusionHazards(
         view,
@@ -738,17 +788,38 @@ def caller_hazards(
     found: dict[int, tuple[list[Hazard], str]] = {}
     for call in calls:
         assert isinstance(call.func, ast.Attribute)
-        # The method builds its optimizer from the receiver's parameters.
-        params = ast.Call(
-            func=ast.Attribute(value=call.func.value, attr="parameters", ctx=ast.Load()),
-            args=[],
-            keywords=[],
-        )
-        ast.copy_location(params, call)
-        ast.copy_location(params.func, call)
+        given = _argument_for(call, fed.get(id(call)))
+        if given is not None:
+            params: ast.expr = given
+        else:  # the method builds its optimizer from the receiver's parameters
+            params = ast.Call(
+                func=ast.Attribute(value=call.func.value, attr="parameters", ctx=ast.Load()),
+                args=[],
+                keywords=[],
+            )
+            ast.copy_location(params, call)
+            ast.copy_location(params.func, call)
         breaks = contract.sharding(call, params) or contract.reallocations(call, params)
         found[id(call)] = (hazards.of(call, params), describe_breaks(breaks) if breaks else "")
     return found
+
+
+def _argument_for(call: ast.Call, fed: tuple[int | None, str] | None) -> ast.expr | None:
+    """What ``call`` passes for the parameter ``fed`` (``[position, name]``); None when that is
+    not known (no such parameter, a ``*args`` or ``**kwargs`` that may hold it, its default)."""
+    if fed is None:
+        return None
+    position, name = fed
+    if any(k.arg is None for k in call.keywords):
+        return None
+    keyword = next((k.value for k in call.keywords if k.arg == name), None)
+    if keyword is not None:
+        return keyword
+    if position is None or position >= len(call.args):
+        return None
+    if any(isinstance(arg, ast.Starred) for arg in call.args[: position + 1]):
+        return None
+    return call.args[position]
 
 
 def _unbound_at_top(view: FileView, expr: ast.expr) -> bool:
@@ -843,7 +914,8 @@ def caller_fixes(rule: Rule, key: str) -> Iterator[tuple[GradFix, str]]:
         and isinstance(call.func, ast.Attribute)
         and wanted[_key(call)]["code"] == rule.view.written(call.func)
     ]
-    found = caller_hazards(rule.view, calls, facts)
+    fed = {id(call): _feeding(wanted[_key(call)]) for call in calls}
+    found = caller_hazards(rule.view, calls, facts, fed)
     for call in calls:
         hazards, _ = found[id(call)]
         for hazard in hazards:
