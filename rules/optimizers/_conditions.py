@@ -625,9 +625,35 @@ def _stored_between(scope: ast.AST, first: int, last: int) -> set[str]:
             stored.add(node.name or "")
         elif isinstance(node, ast.Call) and _dotted(node.func) in _ATTRIBUTE_CALLS and node.args:
             stored.add(".")  # some object's attributes (the object may go by another name)
-        elif isinstance(node, ast.Call) and _dotted(node.func) in _REBINDING_CALLS | {
-            "setattr",
-            "delattr",
-        }:
+        elif (
+            isinstance(node, ast.Call)
+            and _dotted(node.func) in _REBINDING_CALLS | {"setattr", "delattr"}
+            and not _namespace_read(scope, node)
+        ):
             stored.add("*")
     return stored
+
+
+_NAMESPACE_READS = frozenset({"get", "keys", "values", "items", "copy"})
+
+
+def _namespace_read(scope: ast.AST, call: ast.Call) -> bool:
+    """``"ckpt" in locals()``, ``globals().get(name)``, ``vars()[name]``: a namespace's dict
+    read where it is made, which changes nothing."""
+    if call.args or call.keywords or _dotted(call.func) not in {"vars", "globals", "locals"}:
+        return False
+    parent = next(
+        (
+            node
+            for node in ast.walk(scope)
+            if any(child is call for child in ast.iter_child_nodes(node))
+        ),
+        None,
+    )
+    if isinstance(parent, ast.Compare):
+        return any(comparator is call for comparator in parent.comparators) and all(
+            isinstance(op, ast.In | ast.NotIn) for op in parent.ops
+        )
+    if isinstance(parent, ast.Subscript):
+        return isinstance(parent.ctx, ast.Load)
+    return isinstance(parent, ast.Attribute) and parent.attr in _NAMESPACE_READS
