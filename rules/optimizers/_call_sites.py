@@ -210,6 +210,56 @@ def _untraced_amp(view: FileView) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Stored:
+    """Where an optimizer a constructor builds is stored on an object."""
+
+    written: str  # the target as written: `self.optimizer_G`, `setattr(self, ...)`
+    attribute: str  # its attribute name; "*" for a name made at run time
+    line: int
+
+
+def attribute_stores(view: FileView) -> dict[int, Stored]:
+    """id(constructor) -> the first place its optimizer is stored as an attribute of an object
+    (``self.optimizer_G = torch.optim.Adam(...)``, through names too, or ``setattr(self, name,
+    optimizer)``), for the constructors of optimizers npu-migrate knows. Code of other files
+    may read it there (NVIDIA's vid2vid passes ``modelG.optimizer_G`` to apex's
+    ``amp.initialize`` in another module), out of the flow's sight. Computed once per file."""
+    return view.memo("attribute-stores", lambda: _attribute_stores(view))
+
+
+def _attribute_stores(view: FileView) -> dict[int, Stored]:
+    index = view.index
+    stores: list[tuple[ast.expr, Stored]] = []
+    for node in index.nodes(ast.Assign):
+        for target in node.targets:
+            if isinstance(target, ast.Attribute):
+                written = view.written(target)
+                stores.append((node.value, Stored(written, target.attr, node.lineno)))
+    for name in index.names("setattr"):
+        call = index.parent(name)
+        if not isinstance(call, ast.Call) or call.func is not name or len(call.args) != 3:
+            continue
+        key = call.args[1]
+        attribute = key.value if isinstance(key, ast.Constant) else "*"
+        written = f"setattr({view.written(call.args[0])}, ...)"
+        stores.append((call.args[2], Stored(written, str(attribute), call.lineno)))
+    if not stores:
+        return {}
+    flow = OptimizerFlow.of(view)
+    found: dict[int, Stored] = {}
+    for value, stored in sorted(stores, key=lambda item: item[1].line):
+        for origin in flow.origins(value):
+            if isinstance(origin, ast.Call) and _builds_known(view, origin):
+                found.setdefault(id(origin), stored)
+    return found
+
+
+def _builds_known(view: FileView, call: ast.Call) -> bool:
+    func = class_of(view, call)
+    return isinstance(view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
+
+
 def values_returning(view: FileView) -> dict[int, tuple[str, int]]:
     """id(origin) -> the function of the module (a nested one too, or a lambda; not a method)
     that returns it, as messages show it, and the first line where it is used as a value, for

@@ -62,6 +62,7 @@ from migrator.rules.optimizers import _lightning as lightning
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._call_sites import (
+    attribute_stores,
     returned_calls,
     returned_element_origins,
     returned_origins,
@@ -507,6 +508,33 @@ class _Link:
         return (functions.link_once(summaries, self.linking.files) or {}) if summaries else {}
 
 
+def _stored_amp(
+    linking: Linking,
+    summaries: Mapping[str, Facts],
+    open_amp: list[str],
+    facts: dict[str, dict[str, Any]],
+) -> None:
+    """For each file that stores an optimizer on an object (``self.optimizer_G = ...``), the
+    files of the run it sees whose apex ``amp.initialize`` may take an optimizer built out of
+    their sight and whose text names that attribute (any of them for a name made at run time):
+    ``amp_stored``, attribute -> such a file."""
+    stored = {path: summary["stored"] for path, summary in summaries.items() if "stored" in summary}
+    if not stored or not open_amp:
+        return
+    names = sorted({name for attributes in stored.values() for name in attributes} - {"*"})
+    naming = linking.files.containing(names) if names else {}
+    for path, attributes in stored.items():
+        seen = [amp for amp in open_amp if amp != path and linking.files.sees(path, amp)]
+        found: dict[str, str] = {}
+        for attribute in attributes:
+            readers = set(naming.get(attribute, ())) if attribute != "*" else set(seen)
+            amp = next((amp for amp in seen if amp in readers), None)
+            if amp is not None:
+                found[attribute] = _display(amp)
+        if found:
+            facts.setdefault(path, {})["amp_stored"] = found
+
+
 def link(
     linking: Linking, views: FileViews, handed_code: Mapping[str, Facts] | None = None
 ) -> Mapping[str, Facts] | None:
@@ -540,6 +568,7 @@ def link(
             seen = next((amp for amp in open_amp if linking.files.sees(path, amp)), None)
             if seen is not None:
                 state.facts.setdefault(path, {})["amp_seen"] = _display(seen)
+    _stored_amp(linking, summaries, open_amp, state.facts)
     # Functions that return an optimizer, whose callers in other files (amp or not) are where
     # it is zeroed and stepped; calls in their own module are that module's flow.
     returning = [
@@ -1470,6 +1499,10 @@ class OptimizerFactories:
                 facts["returning"] = returning
             if values_returning(view):
                 facts["values_returning"] = True  # the link stage finds the amp it may meet
+        if method_callers.constructs(source):
+            stored = attribute_stores(FileView(index))
+            if stored:  # the link stage finds the amp that may read them
+                facts["stored"] = sorted({entry.attribute for entry in stored.values()})
         return facts or None
 
     @classmethod

@@ -31,6 +31,7 @@ from migrator.rules.optimizers._call_sites import (
     CallSite,
     ExternalAmp,
     MethodCallers,
+    attribute_stores,
     factory_sites,
     forwarders,
     method_callers,
@@ -488,6 +489,8 @@ class _Planner:
         # A file of the run with apex's `amp.initialize` that this file sees (link stage; only
         # for a file whose functions returning an optimizer are used as values).
         self.amp_seen: str | None = (elsewhere or {}).get("amp_seen")
+        # attribute an optimizer is stored in -> a file whose apex amp may read it there
+        self.amp_stored: Mapping[str, str] = (elsewhere or {}).get("amp_stored", {})
         # The module's functions that zero a parameter's gradients and that no other file of
         # the run names: their calls are all here (link stage; see _followed_risk).
         self.own_zeroing: frozenset[str] = frozenset(
@@ -589,6 +592,74 @@ class _Planner:
                     "that calls apex's `amp.initialize`"
                 )
         return None
+
+    def _stored_for_amp(self, call: ast.Call) -> str | None:
+        """Where the optimizer ``call`` builds is stored on an object (``self.optimizer_G``)
+        that code with an apex ``amp.initialize`` given an optimizer built out of its sight may
+        read: a module of the run that names the attribute (any, for a name made at run time),
+        or this module; None otherwise."""
+        stored = attribute_stores(self.view).get(id(call))
+        if stored is None:
+            return None
+        amp = self.amp_stored.get(stored.attribute)
+        if self._amp_reads_elsewhere(call, stored.attribute):
+            amp = "this module"
+        if amp is None and stored.attribute == "*" and self.amp_stored:
+            amp = next(iter(self.amp_stored.values()))
+        if amp is None:
+            return None
+        naming = "" if stored.attribute == "*" else f" and names `{stored.attribute}`"
+        return (
+            f"it is stored in `{stored.written}` (line {stored.line}), and {amp} gives apex's "
+            f"`amp.initialize` an optimizer it does not build{naming}"
+        )
+
+    def _amp_reads_elsewhere(self, call: ast.Call, attribute: str) -> bool:
+        """An apex ``amp.initialize`` of this module is given ``x.<attribute>`` where the flow
+        does not trace it to ``call`` (vid2vid's ``create_optimizer(opt, models)`` passing
+        ``modelG.optimizer_G``), or, for a name made at run time (``"*"``), any optimizer it
+        does not trace to a constructor."""
+        if attribute == "*":
+            return untraced_amp(self.view)
+        home = self._class_of_node(call)
+        for sink in self.flow.amp_sinks:
+            if sink.optimizers is None:
+                continue
+            for node in ast.walk(sink.optimizers):
+                if not isinstance(node, ast.Attribute) or node.attr != attribute:
+                    continue
+                origins = self.flow.origins(node)
+                if any(origin is call for origin in origins) or all(
+                    self._traced_optimizer(origin) for origin in origins
+                ):
+                    continue  # the flow sees what it holds there
+                # `self.optimizer` of another class of the module, related by no base, is
+                # another object.
+                reader = self._class_of_node(node)
+                if (
+                    isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and reader is not None
+                    and home is not None
+                    and not _related(reader, home)
+                ):
+                    continue
+                return True
+        return False
+
+    def _traced_optimizer(self, origin: ast.AST) -> bool:
+        """``origin`` is a constructor of an optimizer the flow knows (or None)."""
+        if isinstance(origin, ast.Constant) and origin.value is None:
+            return True
+        if not isinstance(origin, ast.Call):
+            return False
+        func = class_of(self.view, origin)
+        known = isinstance(self.view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
+        return known or npu_fused_name(self.view, func) is not None
+
+    def _class_of_node(self, node: ast.AST) -> ast.ClassDef | None:
+        """The class whose method ``node`` is in."""
+        return next((a for a in self.index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
 
     # -- wrappers, dynamic lookups, class values ----------------------------------------------
 
@@ -1416,6 +1487,10 @@ class _Planner:
         escaped = self._escaped(call) if not isinstance(parameter, str) else None
         if escaped is not None:
             self._report(call, _escaped_message(source, target, escaped))
+            return
+        stored = self._stored_for_amp(call) if not isinstance(parameter, str) else None
+        if stored is not None:
+            self._report(call, _stored_message(source, target, stored))
             return
         apex = amp_call is not None or bool(with_amp) or added is not None
         draft = _Draft(
@@ -2751,6 +2826,15 @@ _LOOKUP_SOURCES = (
 )
 
 
+def _related(first: ast.ClassDef, second: ast.ClassDef) -> bool:
+    """The same class, or one names the other among its bases."""
+    if first is second:
+        return True
+    bases = {b.id for b in first.bases if isinstance(b, ast.Name)}
+    bases |= {b.id for b in second.bases if isinstance(b, ast.Name)}
+    return first.name in bases or second.name in bases
+
+
 def _groups_set(args: list[Argument], names: list[str], key: str) -> bool:
     """``params`` is written as parameter groups that each set ``key`` themselves
     (``[{"params": ..., "lr": 0.1 * lr}, {"params": ..., "lr": lr}]``): the class's default for
@@ -3270,6 +3354,18 @@ def _escaped_message(source: Source, target: str, escaped: str) -> str:
             source,
             "pick the class where the optimizer's path through amp is known (the code that "
             "calls the function)",
+        )
+    )
+
+
+def _stored_message(source: Source, target: str, stored: str) -> str:
+    return (
+        f"{_not_rewritten(source, target)}: {stored}, so this optimizer may meet amp there, "
+        f"out of npu-migrate's sight: {_NEITHER_HOME}. "
+        + _left_unfused(
+            source,
+            "use Ascend apex's class if that code passes it to `amp.initialize` on every path, "
+            "torch_npu's if it never does, or pick the class by the same condition",
         )
     )
 
