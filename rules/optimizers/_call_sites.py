@@ -249,9 +249,16 @@ def _attribute_stores(view: FileView) -> dict[int, Stored]:
     flow = OptimizerFlow.of(view)
     found: dict[int, Stored] = {}
     for value, stored in sorted(stores, key=lambda item: item[1].line):
-        for origin in flow.origins(value):
-            if isinstance(origin, ast.Call) and _builds_known(view, origin):
-                found.setdefault(id(origin), stored)
+        # `self.optimizers = [opt_g, opt_d]`, `{"g": opt_g}`: the elements are stored too.
+        values = [value]
+        if isinstance(value, ast.List | ast.Tuple | ast.Set):
+            values += value.elts
+        elif isinstance(value, ast.Dict):
+            values += value.values
+        for each in values:
+            for origin in flow.origins(each):
+                if isinstance(origin, ast.Call) and _builds_known(view, origin):
+                    found.setdefault(id(origin), stored)
     return found
 
 
