@@ -215,7 +215,7 @@ class Stored:
     """Where an optimizer a constructor builds is stored on an object."""
 
     written: str  # the target as written: `self.optimizer_G`, `setattr(self, ...)`
-    attribute: str  # its attribute name; "*" for a name made at run time
+    attribute: str  # its attribute name, or a pattern for one made at run time (name_pattern)
     line: int
 
 
@@ -240,10 +240,8 @@ def _attribute_stores(view: FileView) -> dict[int, Stored]:
         call = index.parent(name)
         if not isinstance(call, ast.Call) or call.func is not name or len(call.args) != 3:
             continue
-        key = call.args[1]
-        attribute = key.value if isinstance(key, ast.Constant) else "*"
         written = f"setattr({view.written(call.args[0])}, ...)"
-        stores.append((call.args[2], Stored(written, str(attribute), call.lineno)))
+        stores.append((call.args[2], Stored(written, name_pattern(call.args[1]), call.lineno)))
     if not stores:
         return {}
     flow = OptimizerFlow.of(view)
@@ -265,6 +263,71 @@ def _attribute_stores(view: FileView) -> dict[int, Stored]:
 def _builds_known(view: FileView, call: ast.Call) -> bool:
     func = class_of(view, call)
     return isinstance(view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
+
+
+def amp_attributes(view: FileView) -> set[str]:
+    """The attributes an apex ``amp.initialize`` of the module reads its optimizers from where
+    the flow does not trace them to a constructor: ``modelG.optimizer_G``, ``optimizer_D`` of
+    ``[modelD.optimizer_D] + ...``, and the pattern of a name made at run time given
+    to ``getattr`` (vid2vid's ``getattr(modelD, "optimizer_D_T" + str(s))``: ``optimizer_D_T*``,
+    see :func:`name_pattern`)."""
+    flow = OptimizerFlow.of(view)
+    found: set[str] = set()
+    for sink in flow.amp_sinks:
+        if sink.optimizers is None:
+            continue
+        reads = [*ast.walk(sink.optimizers), *flow.origins(sink.optimizers)]
+        for node in reads:
+            if isinstance(node, ast.Attribute) and not all(
+                traced_optimizer(view, origin) for origin in flow.origins(node)
+            ):
+                found.add(node.attr)
+        for origin in flow.origins(sink.optimizers):
+            for node in ast.walk(origin):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "getattr"
+                    and len(node.args) >= 2
+                ):
+                    found.add(name_pattern(node.args[1]))
+    return found
+
+
+def name_pattern(key: ast.expr) -> str:
+    """An attribute name given to ``getattr`` / ``setattr``: the name, ``prefix*`` for
+    ``"optimizer_D_T" + str(s)`` or ``f"optimizer_{s}"``, ``*`` for anything else."""
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key.value
+    first = key.left if isinstance(key, ast.BinOp) and isinstance(key.op, ast.Add) else None
+    if isinstance(key, ast.JoinedStr) and key.values:
+        first = key.values[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value + "*"
+    return "*"
+
+
+def patterns_meet(first: str, second: str) -> bool:
+    """Two :func:`name_pattern` results may name the same attribute."""
+    if first.endswith("*") and second.endswith("*"):
+        a, b = first[:-1], second[:-1]
+        return a.startswith(b) or b.startswith(a)
+    if first.endswith("*"):
+        return second.startswith(first[:-1])
+    if second.endswith("*"):
+        return first.startswith(second[:-1])
+    return first == second
+
+
+def traced_optimizer(view: FileView, origin: ast.AST) -> bool:
+    """``origin`` is a constructor of an optimizer npu-migrate knows, an NPU fused one, or None."""
+    if isinstance(origin, ast.Constant) and origin.value is None:
+        return True
+    if not isinstance(origin, ast.Call):
+        return False
+    func = class_of(view, origin)
+    known = isinstance(view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
+    return known or npu_fused_name(view, func) is not None
 
 
 def values_returning(view: FileView) -> dict[int, tuple[str, int]]:

@@ -62,7 +62,9 @@ from migrator.rules.optimizers import _lightning as lightning
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._call_sites import (
+    amp_attributes,
     attribute_stores,
+    patterns_meet,
     returned_calls,
     returned_element_origins,
     returned_origins,
@@ -169,6 +171,9 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
         facts["amp"] = True  # the run has an apex `amp.initialize` (see _Link.amp_in_run)
         if untraced_amp(reader):
             facts["amp_open"] = True  # ... that may take an optimizer built elsewhere
+            attributes = amp_attributes(reader)
+            if attributes:  # ... read from these attributes (see _stored_amp)
+                facts["amp_attributes"] = sorted(attributes)
         helpers = amp_helpers(reader, flow)
         if helpers:
             facts["amp_helpers"] = sorted(helpers)
@@ -515,20 +520,20 @@ def _stored_amp(
     facts: dict[str, dict[str, Any]],
 ) -> None:
     """For each file that stores an optimizer on an object (``self.optimizer_G = ...``), the
-    files of the run it sees whose apex ``amp.initialize`` may take an optimizer built out of
-    their sight and whose text names that attribute (any of them for a name made at run time):
-    ``amp_stored``, attribute -> such a file."""
+    files of the run it sees whose apex ``amp.initialize`` reads an optimizer from that
+    attribute of something the flow does not trace (:func:`amp_attributes`; names made at run
+    time match by their patterns): ``amp_stored``, attribute -> such a file."""
     stored = {path: summary["stored"] for path, summary in summaries.items() if "stored" in summary}
-    if not stored or not open_amp:
+    reading = {amp: summaries[amp].get("amp_attributes", []) for amp in open_amp}
+    if not stored or not any(reading.values()):
         return
-    names = sorted({name for attributes in stored.values() for name in attributes} - {"*"})
-    naming = linking.files.containing(names) if names else {}
     for path, attributes in stored.items():
         seen = [amp for amp in open_amp if amp != path and linking.files.sees(path, amp)]
         found: dict[str, str] = {}
         for attribute in attributes:
-            readers = set(naming.get(attribute, ())) if attribute != "*" else set(seen)
-            amp = next((amp for amp in seen if amp in readers), None)
+            amp = next(
+                (a for a in seen if any(patterns_meet(attribute, r) for r in reading[a])), None
+            )
             if amp is not None:
                 found[attribute] = _display(amp)
         if found:

@@ -31,11 +31,14 @@ from migrator.rules.optimizers._call_sites import (
     CallSite,
     ExternalAmp,
     MethodCallers,
+    amp_attributes,
     attribute_stores,
     factory_sites,
     forwarders,
     method_callers,
+    patterns_meet,
     returned_origins,
+    traced_optimizer,
     untraced_amp,
     values_returning,
 )
@@ -604,11 +607,9 @@ class _Planner:
         amp = self.amp_stored.get(stored.attribute)
         if self._amp_reads_elsewhere(call, stored.attribute):
             amp = "this module"
-        if amp is None and stored.attribute == "*" and self.amp_stored:
-            amp = next(iter(self.amp_stored.values()))
         if amp is None:
             return None
-        naming = "" if stored.attribute == "*" else f" and names `{stored.attribute}`"
+        naming = "" if stored.attribute.endswith("*") else f" and reads `{stored.attribute}`"
         return (
             f"it is stored in `{stored.written}` (line {stored.line}), and {amp} gives apex's "
             f"`amp.initialize` an optimizer it does not build{naming}"
@@ -617,10 +618,13 @@ class _Planner:
     def _amp_reads_elsewhere(self, call: ast.Call, attribute: str) -> bool:
         """An apex ``amp.initialize`` of this module is given ``x.<attribute>`` where the flow
         does not trace it to ``call`` (vid2vid's ``create_optimizer(opt, models)`` passing
-        ``modelG.optimizer_G``), or, for a name made at run time (``"*"``), any optimizer it
-        does not trace to a constructor."""
-        if attribute == "*":
-            return untraced_amp(self.view)
+        ``modelG.optimizer_G``), or a ``getattr`` whose name may be it; for a name made at
+        run time (a pattern, see :func:`name_pattern`), any attribute it may be."""
+        patterns = [r for r in amp_attributes(self.view) if r.endswith("*")]
+        if any(patterns_meet(attribute, r) for r in patterns):
+            return True  # `getattr(model, "optimizer_" + name)`
+        if attribute.endswith("*"):
+            return any(patterns_meet(attribute, r) for r in amp_attributes(self.view))
         home = self._class_of_node(call)
         for sink in self.flow.amp_sinks:
             if sink.optimizers is None:
@@ -630,7 +634,7 @@ class _Planner:
                     continue
                 origins = self.flow.origins(node)
                 if any(origin is call for origin in origins) or all(
-                    self._traced_optimizer(origin) for origin in origins
+                    traced_optimizer(self.view, origin) for origin in origins
                 ):
                     continue  # the flow sees what it holds there
                 # `self.optimizer` of another class of the module, related by no base, is
@@ -646,16 +650,6 @@ class _Planner:
                     continue
                 return True
         return False
-
-    def _traced_optimizer(self, origin: ast.AST) -> bool:
-        """``origin`` is a constructor of an optimizer the flow knows (or None)."""
-        if isinstance(origin, ast.Constant) and origin.value is None:
-            return True
-        if not isinstance(origin, ast.Call):
-            return False
-        func = class_of(self.view, origin)
-        known = isinstance(self.view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
-        return known or npu_fused_name(self.view, func) is not None
 
     def _class_of_node(self, node: ast.AST) -> ast.ClassDef | None:
         """The class whose method ``node`` is in."""
