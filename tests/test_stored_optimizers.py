@@ -88,3 +88,45 @@ def test_optimizer_that_another_module_hands_to_amp_stays(tmp_path: Path) -> Non
     migrated = (tmp_path / "model.py").read_text()
     assert "self.optimizer_G = torch.optim.Adam(" in migrated
     assert "self.optimizer_aux = torch_npu.optim.NpuFusedSGD(" in migrated
+
+
+WRAPPER = """\
+import torch
+
+
+class ClassySGD:
+    def prepare(self, model, lr):
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+"""
+
+TASK = """\
+import apex
+from wrapper import ClassySGD
+
+
+class ClassificationTask:
+    def prepare(self, model, amp_args):
+        self.base_model = model.cuda()
+        self.optimizer = ClassySGD()
+        self.optimizer.prepare(self.base_model, 0.1)
+        if amp_args is not None:
+            self.base_model, self.optimizer.optimizer = apex.amp.initialize(
+                self.base_model, self.optimizer.optimizer, **amp_args
+            )
+"""
+
+
+def test_optimizer_inside_a_wrapper_that_a_task_hands_to_amp(tmp_path: Path) -> None:
+    """ClassyVision's shape: the task passes its wrapper's `.optimizer` (built in another
+    module's `self.optimizer = torch.optim.SGD(...)`) to apex's amp under a flag. The task's
+    own `self.optimizer` (another class's attribute) and the wrapper's both are read there."""
+    (tmp_path / "wrapper.py").write_text(WRAPPER)
+    (tmp_path / "task.py").write_text(TASK)
+    done = run_npu_migrate(
+        "--no-cache", "--select", "NPU101", "--format", "json", ".", cwd=tmp_path
+    )
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, done.stdout[-2000:]
+    messages = [d["message"] for d in report["diagnostics"] if d["path"].endswith("wrapper.py")]
+    assert any("stored in `self.optimizer` (line 6), and task.py" in m for m in messages)
+    assert (tmp_path / "wrapper.py").read_text() == WRAPPER

@@ -211,20 +211,62 @@ def _untraced_amp(view: FileView) -> bool:
 
 
 @dataclass(frozen=True)
+class AttributeRef:
+    """An attribute an optimizer is stored in or read from: its name, a pattern for one made at
+    run time (:func:`name_pattern`), and for ``self.<name>`` in a method, the class and the
+    names of its bases (``self.optimizer`` of two unrelated classes are two objects)."""
+
+    pattern: str
+    owner: str | None = None
+    bases: tuple[str, ...] = ()
+
+    def meets(self, other: AttributeRef) -> bool:
+        """May name the same attribute of the same object."""
+        if not patterns_meet(self.pattern, other.pattern):
+            return False
+        if self.owner is None or other.owner is None:
+            return True
+        return self.owner == other.owner or self.owner in other.bases or other.owner in self.bases
+
+    @property
+    def key(self) -> str:
+        return f"{self.owner}.{self.pattern}" if self.owner else self.pattern
+
+    def to_json(self) -> list[Any]:
+        return [self.pattern, self.owner, list(self.bases)]
+
+    @classmethod
+    def from_json(cls, value: list[Any]) -> AttributeRef:
+        return cls(value[0], value[1], tuple(value[2]))
+
+
+def _reference(view: FileView, receiver: ast.expr, pattern: str) -> AttributeRef:
+    """``receiver.<pattern>``, owned by the class of the method when ``receiver`` is ``self``."""
+    if not (isinstance(receiver, ast.Name) and receiver.id == "self"):
+        return AttributeRef(pattern)
+    owner = next((a for a in view.index.ancestors(receiver) if isinstance(a, ast.ClassDef)), None)
+    if owner is None:
+        return AttributeRef(pattern)
+    bases = tuple(b.id if isinstance(b, ast.Name) else view.written(b) for b in owner.bases)
+    return AttributeRef(pattern, owner.name, bases)
+
+
+@dataclass(frozen=True)
 class Stored:
     """Where an optimizer a constructor builds is stored on an object."""
 
     written: str  # the target as written: `self.optimizer_G`, `setattr(self, ...)`
-    attribute: str  # its attribute name, or a pattern for one made at run time (name_pattern)
+    ref: AttributeRef
     line: int
 
 
 def attribute_stores(view: FileView) -> dict[int, Stored]:
     """id(constructor) -> the first place its optimizer is stored as an attribute of an object
-    (``self.optimizer_G = torch.optim.Adam(...)``, through names too, or ``setattr(self, name,
-    optimizer)``), for the constructors of optimizers npu-migrate knows. Code of other files
-    may read it there (NVIDIA's vid2vid passes ``modelG.optimizer_G`` to apex's
-    ``amp.initialize`` in another module), out of the flow's sight. Computed once per file."""
+    (``self.optimizer_G = torch.optim.Adam(...)``, through names too, or in a list or dict so
+    stored, or ``setattr(self, name, optimizer)``), for the constructors of optimizers
+    npu-migrate knows. Code of other files may read it there (NVIDIA's vid2vid passes
+    ``modelG.optimizer_G`` to apex's ``amp.initialize`` in another module), out of the flow's
+    sight. Computed once per file."""
     return view.memo("attribute-stores", lambda: _attribute_stores(view))
 
 
@@ -234,14 +276,15 @@ def _attribute_stores(view: FileView) -> dict[int, Stored]:
     for node in index.nodes(ast.Assign):
         for target in node.targets:
             if isinstance(target, ast.Attribute):
-                written = view.written(target)
-                stores.append((node.value, Stored(written, target.attr, node.lineno)))
+                ref = _reference(view, target.value, target.attr)
+                stores.append((node.value, Stored(view.written(target), ref, node.lineno)))
     for name in index.names("setattr"):
         call = index.parent(name)
         if not isinstance(call, ast.Call) or call.func is not name or len(call.args) != 3:
             continue
         written = f"setattr({view.written(call.args[0])}, ...)"
-        stores.append((call.args[2], Stored(written, name_pattern(call.args[1]), call.lineno)))
+        ref = _reference(view, call.args[0], name_pattern(call.args[1]))
+        stores.append((call.args[2], Stored(written, ref, call.lineno)))
     if not stores:
         return {}
     flow = OptimizerFlow.of(view)
@@ -265,24 +308,30 @@ def _builds_known(view: FileView, call: ast.Call) -> bool:
     return isinstance(view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
 
 
-def amp_attributes(view: FileView) -> set[str]:
+def amp_attributes(view: FileView) -> set[AttributeRef]:
     """The attributes an apex ``amp.initialize`` of the module reads its optimizers from where
     the flow does not trace them to a constructor: ``modelG.optimizer_G``, ``optimizer_D`` of
-    ``[modelD.optimizer_D] + ...``, and the pattern of a name made at run time given
-    to ``getattr`` (vid2vid's ``getattr(modelD, "optimizer_D_T" + str(s))``: ``optimizer_D_T*``,
-    see :func:`name_pattern`)."""
+    ``[modelD.optimizer_D] + ...``, the pattern of a name made at run time given to
+    ``getattr`` (vid2vid's ``getattr(modelD, "optimizer_D_T" + str(s))``: ``optimizer_D_T*``).
+    Computed once per file."""
+    return view.memo("amp-attributes", lambda: _amp_attributes(view))
+
+
+def _amp_attributes(view: FileView) -> set[AttributeRef]:
     flow = OptimizerFlow.of(view)
-    found: set[str] = set()
+    found: set[AttributeRef] = set()
     for sink in flow.amp_sinks:
         if sink.optimizers is None:
             continue
-        reads = [*ast.walk(sink.optimizers), *flow.origins(sink.optimizers)]
-        for node in reads:
+        # A list grown in place (`optimizer_D_T.append(getattr(modelD, ...))`): what is added.
+        grown = {n.id for n in ast.walk(sink.optimizers) if isinstance(n, ast.Name)}
+        origins = [*flow.origins(sink.optimizers), *_added_to(view, grown)]
+        for node in [*ast.walk(sink.optimizers), *origins]:
             if isinstance(node, ast.Attribute) and not all(
                 traced_optimizer(view, origin) for origin in flow.origins(node)
             ):
-                found.add(node.attr)
-        for origin in flow.origins(sink.optimizers):
+                found.add(_reference(view, node.value, node.attr))
+        for origin in origins:
             for node in ast.walk(origin):
                 if (
                     isinstance(node, ast.Call)
@@ -290,7 +339,27 @@ def amp_attributes(view: FileView) -> set[str]:
                     and node.func.id == "getattr"
                     and len(node.args) >= 2
                 ):
-                    found.add(name_pattern(node.args[1]))
+                    found.add(_reference(view, node.args[0], name_pattern(node.args[1])))
+    return found
+
+
+_GROWING = frozenset({"append", "extend", "insert"})
+
+
+def _added_to(view: FileView, names: set[str]) -> list[ast.expr]:
+    """The arguments of ``name.append(...)`` / ``extend`` / ``insert`` calls on ``names`` in
+    the module."""
+    found: list[ast.expr] = []
+    for method in _GROWING:
+        for attribute in view.index.attributes(method):
+            call = view.index.parent(attribute)
+            if (
+                isinstance(call, ast.Call)
+                and call.func is attribute
+                and isinstance(attribute.value, ast.Name)
+                and attribute.value.id in names
+            ):
+                found += call.args
     return found
 
 

@@ -62,9 +62,9 @@ from migrator.rules.optimizers import _lightning as lightning
 from migrator.rules.optimizers import _method_callers as method_callers
 from migrator.rules.optimizers._amp import AmpOptions, amp_options
 from migrator.rules.optimizers._call_sites import (
+    AttributeRef,
     amp_attributes,
     attribute_stores,
-    patterns_meet,
     returned_calls,
     returned_element_origins,
     returned_origins,
@@ -173,7 +173,7 @@ def summarize(index: ModuleIndex, module: Module) -> Facts | None:
             facts["amp_open"] = True  # ... that may take an optimizer built elsewhere
             attributes = amp_attributes(reader)
             if attributes:  # ... read from these attributes (see _stored_amp)
-                facts["amp_attributes"] = sorted(attributes)
+                facts["amp_attributes"] = [ref.to_json() for ref in sorted(attributes, key=str)]
         helpers = amp_helpers(reader, flow)
         if helpers:
             facts["amp_helpers"] = sorted(helpers)
@@ -522,20 +522,22 @@ def _stored_amp(
     """For each file that stores an optimizer on an object (``self.optimizer_G = ...``), the
     files of the run it sees whose apex ``amp.initialize`` reads an optimizer from that
     attribute of something the flow does not trace (:func:`amp_attributes`; names made at run
-    time match by their patterns): ``amp_stored``, attribute -> such a file."""
+    time match by their patterns, ``self.<name>`` only within related classes):
+    ``amp_stored``, :attr:`AttributeRef.key` -> such a file."""
     stored = {path: summary["stored"] for path, summary in summaries.items() if "stored" in summary}
-    reading = {amp: summaries[amp].get("amp_attributes", []) for amp in open_amp}
+    reading = {
+        amp: [AttributeRef.from_json(read) for read in summaries[amp].get("amp_attributes", [])]
+        for amp in open_amp
+    }
     if not stored or not any(reading.values()):
         return
-    for path, attributes in stored.items():
+    for path, refs in stored.items():
         seen = [amp for amp in open_amp if amp != path and linking.files.sees(path, amp)]
         found: dict[str, str] = {}
-        for attribute in attributes:
-            amp = next(
-                (a for a in seen if any(patterns_meet(attribute, r) for r in reading[a])), None
-            )
+        for ref in map(AttributeRef.from_json, refs):
+            amp = next((a for a in seen if any(ref.meets(read) for read in reading[a])), None)
             if amp is not None:
-                found[attribute] = _display(amp)
+                found[ref.key] = _display(amp)
         if found:
             facts.setdefault(path, {})["amp_stored"] = found
 
@@ -1507,7 +1509,8 @@ class OptimizerFactories:
         if method_callers.constructs(source):
             stored = attribute_stores(FileView(index))
             if stored:  # the link stage finds the amp that may read them
-                facts["stored"] = sorted({entry.attribute for entry in stored.values()})
+                refs = sorted({entry.ref for entry in stored.values()}, key=str)
+                facts["stored"] = [ref.to_json() for ref in refs]
         return facts or None
 
     @classmethod

@@ -36,9 +36,7 @@ from migrator.rules.optimizers._call_sites import (
     factory_sites,
     forwarders,
     method_callers,
-    patterns_meet,
     returned_origins,
-    traced_optimizer,
     untraced_amp,
     values_returning,
 )
@@ -598,62 +596,23 @@ class _Planner:
 
     def _stored_for_amp(self, call: ast.Call) -> str | None:
         """Where the optimizer ``call`` builds is stored on an object (``self.optimizer_G``)
-        that code with an apex ``amp.initialize`` given an optimizer built out of its sight may
-        read: a module of the run that names the attribute (any, for a name made at run time),
-        or this module; None otherwise."""
+        that an apex ``amp.initialize`` may read without the flow tracing it (see
+        :func:`amp_attributes`): in a module of the run this one sees, or in this module; None
+        otherwise."""
         stored = attribute_stores(self.view).get(id(call))
         if stored is None:
             return None
-        amp = self.amp_stored.get(stored.attribute)
-        if self._amp_reads_elsewhere(call, stored.attribute):
+        amp = self.amp_stored.get(stored.ref.key)
+        if any(stored.ref.meets(read) for read in amp_attributes(self.view)):
             amp = "this module"
         if amp is None:
             return None
-        naming = "" if stored.attribute.endswith("*") else f" and reads `{stored.attribute}`"
+        pattern = stored.ref.pattern
+        naming = "" if pattern.endswith("*") else f" and reads `{pattern}`"
         return (
             f"it is stored in `{stored.written}` (line {stored.line}), and {amp} gives apex's "
             f"`amp.initialize` an optimizer it does not build{naming}"
         )
-
-    def _amp_reads_elsewhere(self, call: ast.Call, attribute: str) -> bool:
-        """An apex ``amp.initialize`` of this module is given ``x.<attribute>`` where the flow
-        does not trace it to ``call`` (vid2vid's ``create_optimizer(opt, models)`` passing
-        ``modelG.optimizer_G``), or a ``getattr`` whose name may be it; for a name made at
-        run time (a pattern, see :func:`name_pattern`), any attribute it may be."""
-        patterns = [r for r in amp_attributes(self.view) if r.endswith("*")]
-        if any(patterns_meet(attribute, r) for r in patterns):
-            return True  # `getattr(model, "optimizer_" + name)`
-        if attribute.endswith("*"):
-            return any(patterns_meet(attribute, r) for r in amp_attributes(self.view))
-        home = self._class_of_node(call)
-        for sink in self.flow.amp_sinks:
-            if sink.optimizers is None:
-                continue
-            for node in ast.walk(sink.optimizers):
-                if not isinstance(node, ast.Attribute) or node.attr != attribute:
-                    continue
-                origins = self.flow.origins(node)
-                if any(origin is call for origin in origins) or all(
-                    traced_optimizer(self.view, origin) for origin in origins
-                ):
-                    continue  # the flow sees what it holds there
-                # `self.optimizer` of another class of the module, related by no base, is
-                # another object.
-                reader = self._class_of_node(node)
-                if (
-                    isinstance(node.value, ast.Name)
-                    and node.value.id == "self"
-                    and reader is not None
-                    and home is not None
-                    and not _related(reader, home)
-                ):
-                    continue
-                return True
-        return False
-
-    def _class_of_node(self, node: ast.AST) -> ast.ClassDef | None:
-        """The class whose method ``node`` is in."""
-        return next((a for a in self.index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
 
     # -- wrappers, dynamic lookups, class values ----------------------------------------------
 
@@ -2818,15 +2777,6 @@ _LOOKUP_SOURCES = (
     "torch.optim.Adadelta",
     "torch.optim.RMSprop",
 )
-
-
-def _related(first: ast.ClassDef, second: ast.ClassDef) -> bool:
-    """The same class, or one names the other among its bases."""
-    if first is second:
-        return True
-    bases = {b.id for b in first.bases if isinstance(b, ast.Name)}
-    bases |= {b.id for b in second.bases if isinstance(b, ast.Name)}
-    return first.name in bases or second.name in bases
 
 
 def _groups_set(args: list[Argument], names: list[str], key: str) -> bool:
