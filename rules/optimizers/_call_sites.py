@@ -338,9 +338,15 @@ def _amp_attributes(view: FileView) -> set[AttributeRef]:
                     and isinstance(node.func, ast.Name)
                     and node.func.id == "getattr"
                     and len(node.args) >= 2
+                    and not _called(view, node)  # `getattr(torch.optim, name)(...)`: a class
                 ):
                     found.add(_reference(view, node.args[0], name_pattern(node.args[1])))
     return found
+
+
+def _called(view: FileView, node: ast.expr) -> bool:
+    parent = view.index.parent(node)
+    return isinstance(parent, ast.Call) and parent.func is node
 
 
 _GROWING = frozenset({"append", "extend", "insert"})
