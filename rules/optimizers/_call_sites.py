@@ -198,15 +198,8 @@ def _untraced_amp(view: FileView) -> bool:
     for sink in flow.amp_sinks:
         if sink.optimizers is None:
             continue
-        for origin in flow.origins(sink.optimizers):
-            if isinstance(origin, ast.Constant) and origin.value is None:
-                continue
-            if not isinstance(origin, ast.Call):
-                return True
-            func = class_of(view, origin)
-            known = isinstance(view.qualified_name_in(func, KNOWN_OPTIMIZERS), str)
-            if not known and npu_fused_name(view, func) is None:
-                return True
+        if not all(traced_optimizer(view, o) for o in flow.origins(sink.optimizers)):
+            return True
     return False
 
 
@@ -247,7 +240,10 @@ def _reference(view: FileView, receiver: ast.expr, pattern: str) -> AttributeRef
     owner = next((a for a in view.index.ancestors(receiver) if isinstance(a, ast.ClassDef)), None)
     if owner is None:
         return AttributeRef(pattern)
-    bases = tuple(b.id if isinstance(b, ast.Name) else view.written(b) for b in owner.bases)
+    bases = tuple(
+        b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+        for b in owner.bases
+    )
     return AttributeRef(pattern, owner.name, bases)
 
 
@@ -327,9 +323,10 @@ def _amp_attributes(view: FileView) -> set[AttributeRef]:
         grown = {n.id for n in ast.walk(sink.optimizers) if isinstance(n, ast.Name)}
         origins = [*flow.origins(sink.optimizers), *_added_to(view, grown)]
         for node in [*ast.walk(sink.optimizers), *origins]:
-            if isinstance(node, ast.Attribute) and not all(
-                traced_optimizer(view, origin) for origin in flow.origins(node)
-            ):
+            if not isinstance(node, ast.Attribute):
+                continue
+            held = flow.origins(node)
+            if not held or not all(traced_optimizer(view, origin) for origin in held):
                 found.add(_reference(view, node.value, node.attr))
         for origin in origins:
             for node in ast.walk(origin):
