@@ -22,6 +22,10 @@ branches compute what the original computes. A factory that returns its optimize
 schedule, unpacked by the caller (fixtures/e2e/tuple_factory, NVIDIA/semantic-segmentation's
 `optim, scheduler = get_optimizer(args, net)` under `--fp16`), gets the same keyword.
 
+A class picked into a name at module level (fixtures/e2e/reid_alias,
+layumi/Person_reID_baseline_pytorch's `optim_name = optim.SGD` or apex's FusedSGD, called with
+groups that each set `lr`, `vars(opt)` written out before `if fp16: amp.initialize(...)`) is
+mapped at the call, torch's SGD to the class picked by `fp16`, with no `lr` added.
 Where apex is optional (fixtures/e2e/optional_apex, timm's old train.py: `from apex import amp`
 in a `try`, fp32 where apex is missing), the `import apex` that the picked class needs goes into
 that `try`, so the migrated script still runs, and trains the same, on a machine without apex.
@@ -29,6 +33,7 @@ that `try`, so the migrated script still runs, and trains the same, on a machine
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -47,6 +52,7 @@ OWN_FACTORY = REPO / "fixtures" / "e2e" / "own_factory"
 ARMS = REPO / "fixtures" / "e2e" / "amp_arms"
 TUPLE_FACTORY = REPO / "fixtures" / "e2e" / "tuple_factory"
 OPTIONAL_APEX = REPO / "fixtures" / "e2e" / "optional_apex"
+REID_ALIAS = REPO / "fixtures" / "e2e" / "reid_alias"
 # Runs a script (argv[1], its arguments after it) as on a machine without apex: the backing of
 # the CPU torch_npu stand-in (apex.optimizers.standalone) is loaded first, then every import of
 # `apex` fails the way a missing package does.
@@ -264,3 +270,27 @@ def test_a_script_that_runs_without_apex_still_runs_without_it_once_migrated(
         assert result.returncode == 0, result.stdout + result.stderr
         assert "step 1 loss" in result.stdout, result.stdout
         assert ("apex is not installed" in result.stdout) == bool(flags), result.stdout
+
+
+def test_class_picked_into_a_name_is_mapped_and_trains_the_same(tmp_path: Path) -> None:
+    migrated = migrated_copy(tmp_path, "reid", program=REID_ALIAS)
+    text = migrated.read_text()
+    assert (
+        "optimizer_ft = {\n    torch.optim.SGD: (apex.optimizers.NpuFusedSGD if fp16 else "
+        "torch_npu.optim.NpuFusedSGD),\n}.get(optim_name, optim_name)(["
+    ) in text
+    assert "nesterov=True)" in text and "lr=0.001" not in text  # every group sets its own
+    check = run_npu_migrate("--check", "--no-cache", "--format", "json", migrated)
+    report = json.loads(check.stdout)
+    assert not report["edits"], check.stdout  # nothing left to change: idempotent
+    left = {(d["code"], d["line"]) for d in report["diagnostics"]}
+    assert ("NPU101", 56) in left  # apex's FusedSGD (`--FSGD`) still needs a person
+    original = REID_ALIAS / "train.py"
+    runs = {
+        "fp32": start_verify(original, migrated),
+        "fp16": start_verify(original, migrated, "--fp16"),
+    }
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
