@@ -462,7 +462,46 @@ def _moved_device_literals(view: FileView) -> dict[int, ast.expr]:
     for value, place in device_flow(view).reached:
         if is_cuda_device_string(view, value) and fits_place(view, value, place):
             moved.setdefault(id(value), value)
+    for value in _picked_when_available(view):
+        moved.setdefault(id(value), value)
     return dict(sorted(moved.items(), key=lambda item: view.source.start(item[1])))
+
+
+def _picked_when_available(view: FileView) -> list[ast.expr]:
+    """The CUDA device strings a conditional expression picks when CUDA is available
+    (``"cuda:0" if torch.cuda.is_available() else "cpu"``, also inside a list or tuple there:
+    allennlp's ``["cuda:0"] if torch.cuda.is_available() else ["cpu"]``): NPU302 makes the test
+    ask for the NPU, so the value it picks names the NPU too, whatever it is used for. Only
+    where that branch is strings and nothing else: it runs no CUDA-only code, so NPU302 always
+    rewrites its test (see _guards)."""
+    # (imported here: _guards builds on this module)
+    from migrator.rules.device._guards import AVAILABILITY
+
+    found: list[ast.expr] = []
+    for node in view.index.nodes(ast.IfExp):
+        picked = _displayed(node.body)
+        if not all(isinstance(value, ast.Constant | ast.JoinedStr) for value in picked):
+            continue
+        if _asks_for_cuda(view, node.test, AVAILABILITY):
+            found += [value for value in picked if is_cuda_device_string(view, value)]
+    return found
+
+
+def _asks_for_cuda(view: FileView, test: ast.expr, availability: frozenset[str]) -> bool:
+    """``torch.cuda.is_available()``, ``torch.cuda.device_count() > 0``, or an ``and`` of
+    tests one of which is such."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_asks_for_cuda(view, value, availability) for value in test.values)
+    if isinstance(test, ast.Compare):
+        test = test.left
+    return isinstance(test, ast.Call) and torch_name(view, test.func) in availability
+
+
+def _displayed(node: ast.expr) -> list[ast.expr]:
+    """``node``, or the elements of a list or tuple display, nested ones too."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return [element for item in node.elts for element in _displayed(item)]
+    return [node]
 
 
 def fits_place(view: FileView, node: ast.AST, place: Place) -> bool:
