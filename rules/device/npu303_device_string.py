@@ -84,7 +84,9 @@ class DeviceString(Rule):
     `x.device.type` or a `*device` variable, assignments to a `*device` variable or attribute (in
     any case: `_C.MODEL.DEVICE`), `*device` parameter defaults, `torch.set_default_device(...)`,
     the default and choices of an `--*device` command-line option and the default of an absl
-    `*device` flag (`flags.DEFINE_string("base_device", "cuda", ...)`). The value
+    `*device` flag (`flags.DEFINE_string("base_device", "cuda", ...)`), and the strings a
+    conditional expression picks when `torch.cuda.is_available()` holds (`["cuda:0"] if
+    torch.cuda.is_available() else ["cpu"]`), whose test NPU302 makes ask for the NPU. The value
     is followed through `a if cond else b`, `a or b` and the assignments that reach it, so
     `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")` and
     `loc = "cuda:{}".format(gpu); torch.load(path, map_location=loc)` are both covered. Strings
