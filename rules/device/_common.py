@@ -457,6 +457,10 @@ def moved_device_literals(view: FileView) -> dict[int, ast.expr]:
     return view.memo("moved-device-literals", lambda: _moved_device_literals(view))
 
 
+# `torch.cuda` calls that ask for the accelerator (NPU302 makes them `torch.npu.*`).
+AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count"})
+
+
 def _moved_device_literals(view: FileView) -> dict[int, ast.expr]:
     moved: dict[int, ast.expr] = {}
     for value, place in device_flow(view).reached:
@@ -474,27 +478,24 @@ def _picked_when_available(view: FileView) -> list[ast.expr]:
     ask for the NPU, so the value it picks names the NPU too, whatever it is used for. Only
     where that branch is strings and nothing else: it runs no CUDA-only code, so NPU302 always
     rewrites its test (see _guards)."""
-    # (imported here: _guards builds on this module)
-    from migrator.rules.device._guards import AVAILABILITY
-
     found: list[ast.expr] = []
     for node in view.index.nodes(ast.IfExp):
         picked = _displayed(node.body)
         if not all(isinstance(value, ast.Constant | ast.JoinedStr) for value in picked):
             continue
-        if _asks_for_cuda(view, node.test, AVAILABILITY):
+        if _asks_for_cuda(view, node.test):
             found += [value for value in picked if is_cuda_device_string(view, value)]
     return found
 
 
-def _asks_for_cuda(view: FileView, test: ast.expr, availability: frozenset[str]) -> bool:
+def _asks_for_cuda(view: FileView, test: ast.expr) -> bool:
     """``torch.cuda.is_available()``, ``torch.cuda.device_count() > 0``, or an ``and`` of
     tests one of which is such."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(_asks_for_cuda(view, value, availability) for value in test.values)
+        return any(_asks_for_cuda(view, value) for value in test.values)
     if isinstance(test, ast.Compare):
         test = test.left
-    return isinstance(test, ast.Call) and torch_name(view, test.func) in availability
+    return isinstance(test, ast.Call) and torch_name(view, test.func) in AVAILABILITY
 
 
 def _displayed(node: ast.expr) -> list[ast.expr]:

@@ -29,12 +29,10 @@ from migrator.analysis.project import ProjectFacts
 from migrator.analysis.scopes import BindingKind, ScopeKind
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Severity
-from migrator.rules.device._common import NPU_CUDA_API, TORCH_ROOTS, torch_name
+from migrator.rules.device._common import AVAILABILITY, NPU_CUDA_API, TORCH_ROOTS, torch_name
 from migrator.rules.device._tests import device_tests
 from migrator.rules.preflight_api._extensions import Catalog, local_module_call
 
-# `torch.cuda` calls that ask for the accelerator (NPU302 makes them `torch.npu.*`).
-AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count"})
 # Third-party packages and providers built for CUDA, as code names them in strings.
 CUDA_PACKAGE = re.compile(
     r"(onnxruntime|paddlepaddle|tensorflow|mxnet|faiss)[-_]gpu\b.*"
