@@ -1486,6 +1486,7 @@ class OptimizerFactories:
     @classmethod
     def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
         source = index.source.text.encode()
+        view = FileView(index)  # one view: the summaries below share its flow and memos
         facts = dict(summarize(index, module) or {}) if wants_summary(source) else {}
         if _ZEROES in source:
             helpers = zero_grad_helpers(index)
@@ -1496,18 +1497,17 @@ class OptimizerFactories:
             if methods:
                 facts["methods"] = methods
         if lightning.mentions_lightning(source):
-            facts.update(lightning.summarize(FileView(index)))
+            facts.update(lightning.summarize(view))
         if method_callers.constructs(source):
             facts.update(handed.summarize(index))
         if _names_a_class(source):
-            view = FileView(index)
             returning = _returning(view)
             if returning:
                 facts["returning"] = returning
             if values_returning(view):
                 facts["values_returning"] = True  # the link stage finds the amp it may meet
         if method_callers.constructs(source):
-            stored = attribute_stores(FileView(index))
+            stored = attribute_stores(view)
             if stored:  # the link stage finds the amp that may read them
                 refs = sorted({entry.ref for entry in stored.values()}, key=str)
                 facts["stored"] = [ref.to_json() for ref in refs]
