@@ -85,6 +85,14 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, stdout + stderr
 
 
+def assert_agree(runs: dict[str, subprocess.Popen[str]]) -> None:
+    """Each verify run (by name) exits 0 with every step in agreement."""
+    for name, process in runs.items():
+        code, output = finish(process)
+        assert code == 0, f"{name}: verify exited {code}\n{output}"
+        assert "same: 6 step(s) agree" in output, output
+
+
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp_path = tmp_path_factory.mktemp("gated_amp")
@@ -139,10 +147,7 @@ def test_a_lookup_by_name_maps_each_name_to_the_class_of_its_path(tmp_path: Path
         "fp32": start_verify(original, migrated),
         "amp": start_verify(original, migrated, "--amp"),
     }
-    for name, process in runs.items():
-        code, output = finish(process)
-        assert code == 0, f"{name}: verify exited {code}\n{output}"
-        assert "same: 6 step(s) agree" in output, output
+    assert_agree(runs)
 
 
 def test_a_factory_picks_the_class_by_the_condition_its_callers_pass(tmp_path: Path) -> None:
@@ -171,10 +176,7 @@ def test_a_factory_picks_the_class_by_the_condition_its_callers_pass(tmp_path: P
         ),
         "benchmark": start_verify(FACTORY / "benchmark.py", migrated / "benchmark.py"),
     }
-    for name, process in runs.items():
-        code, output = finish(process)
-        assert code == 0, f"{name}: verify exited {code}\n{output}"
-        assert "same: 6 step(s) agree" in output, output
+    assert_agree(runs)
 
 
 def test_a_function_of_the_script_gets_the_condition_from_its_own_calls(tmp_path: Path) -> None:
@@ -191,10 +193,7 @@ def test_a_function_of_the_script_gets_the_condition_from_its_own_calls(tmp_path
             original, migrated, "--amp", "--opt", "adamw", "--finetune"
         ),
     }
-    for name, process in runs.items():
-        code, output = finish(process)
-        assert code == 0, f"{name}: verify exited {code}\n{output}"
-        assert "same: 6 step(s) agree" in output, output
+    assert_agree(runs)
 
 
 def test_amp_in_two_branches_picks_the_class_by_the_condition_over_both(tmp_path: Path) -> None:
@@ -209,10 +208,7 @@ def test_amp_in_two_branches_picks_the_class_by_the_condition_over_both(tmp_path
         "amp, static scale": start_verify(original, migrated, "--amp"),
         "amp, dynamic scale": start_verify(original, migrated, "--amp", "--dynamic-scale"),
     }
-    for name, process in runs.items():
-        code, output = finish(process)
-        assert code == 0, f"{name}: verify exited {code}\n{output}"
-        assert "same: 6 step(s) agree" in output, output
+    assert_agree(runs)
 
 
 def test_a_factory_returning_a_tuple_is_followed_through_the_unpacking(tmp_path: Path) -> None:
@@ -234,10 +230,7 @@ def test_a_factory_returning_a_tuple_is_followed_through_the_unpacking(tmp_path:
         "amp, sgd": start_verify(original, migrated / "train.py", "--fp16"),
         "amp, adam": start_verify(original, migrated / "train.py", "--fp16", "--optimizer", "adam"),
     }
-    for name, process in runs.items():
-        code, output = finish(process)
-        assert code == 0, f"{name}: verify exited {code}\n{output}"
-        assert "same: 6 step(s) agree" in output, output
+    assert_agree(runs)
 
 
 def test_a_script_that_runs_without_apex_still_runs_without_it_once_migrated(
@@ -255,10 +248,7 @@ def test_a_script_that_runs_without_apex_still_runs_without_it_once_migrated(
         "fp32": start_verify(original, migrated),
         "amp": start_verify(original, migrated, "--amp"),
     }
-    for name, process in runs.items():
-        code, output = finish(process)
-        assert code == 0, f"{name}: verify exited {code}\n{output}"
-        assert "same: 6 step(s) agree" in output, output
+    assert_agree(runs)
     for flags in ([], ["--amp"]):
         result = subprocess.run(
             [sys.executable, "-c", WITHOUT_APEX, str(migrated), *flags, "--steps", "2"],
@@ -290,7 +280,4 @@ def test_class_picked_into_a_name_is_mapped_and_trains_the_same(tmp_path: Path) 
         "fp32": start_verify(original, migrated),
         "fp16": start_verify(original, migrated, "--fp16"),
     }
-    for name, process in runs.items():
-        code, output = finish(process)
-        assert code == 0, f"{name}: verify exited {code}\n{output}"
-        assert "same: 6 step(s) agree" in output, output
+    assert_agree(runs)
