@@ -14,11 +14,13 @@ from typing import Any
 from migrator.analysis.parse import index_of_bytes
 from migrator.analysis.project import (
     Facts,
+    ImportRoots,
     Module,
     ProjectFacts,
     ProjectFiles,
     module_name,
     read_python,
+    run_folder,
 )
 from migrator.registry import RuleEntry, entries_of
 from migrator.rule import Linking, Rule, run_plans
@@ -35,6 +37,7 @@ class ProjectBuilder:
     native: dict[str, dict[str, Facts]] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)  # every Python file given, for linking
     link_failures: dict[str, str] = field(default_factory=dict)  # key -> the error
+    summary_failures: dict[str, str] = field(default_factory=dict)  # path -> the error
     # Summaries of earlier runs (migrator.cache.SummaryCache) and those made by this one, by
     # content hash, module name and path: a file seen before is not parsed again.
     remembered: Mapping[str, Any] = field(default_factory=dict)
@@ -77,6 +80,9 @@ class ProjectBuilder:
                 facts = rule.summarize(index, module)
                 if facts:
                     found[key] = facts
+        except Exception as error:  # the runner leaves the file untouched; see left_untouched
+            self.summary_failures[path] = f"{key}: {type(error).__name__}: {error}"
+            raise
         finally:
             index.release()
         self._add_summaries(module, found)
@@ -142,15 +148,32 @@ class ProjectBuilder:
             files.release()
         return linked
 
-    def failed_links(self, facts: ProjectFacts) -> dict[str, str]:
-        """Path -> message for the summarised files whose rule's link failed: the runner
-        leaves them untouched (checked without the facts, a rule could act on half of them)."""
-        return {
+    def left_untouched(self, facts: ProjectFacts) -> dict[str, str]:
+        """Path -> message for the files the runner must leave untouched besides those whose
+        own summary failed: every file summarised for a rule whose link failed (checked without
+        the facts, a rule could act on half of them), and every file that sees a file whose
+        summary failed or is seen by it (its facts are missing from the link: an optimizer
+        that another module's amp reads would look unread)."""
+        untouched = {
             path: f"internal error while linking {key}'s project facts, file left untouched: "
             f"{message}"
             for key, message in self.link_failures.items()
             for path in facts.summaries(key)
         }
+        if not self.summary_failures:
+            return untouched
+        roots, top = ImportRoots(), run_folder(self.paths)
+        for path in self.paths:
+            if path in untouched or path in self.summary_failures:
+                continue
+            for failed, message in self.summary_failures.items():
+                if roots.sees(path, failed, top) or roots.sees(failed, path, top):
+                    untouched[path] = (
+                        f"internal error in the project summary of {failed}, whose facts this "
+                        f"file may depend on; file left untouched: {message}"
+                    )
+                    break
+        return untouched
 
 
 def _survives_json(facts: Mapping[str, Facts]) -> bool:

@@ -162,11 +162,11 @@ def run(
     if facts:
         job = replace(job, settings=replace(job.settings, project=facts))
         cache = cache.narrowed(facts.digest) if cache is not None else None
-    failed_links = builder.failed_links(facts)
+    untouched = builder.left_untouched(facts)
     for read_file in read_files:
         task, digest = read_file.task, read_file.digest
-        if task.path in failed_links:
-            outcomes.append(error_outcome(task.path, failed_links[task.path]))
+        if task.path in untouched:
+            outcomes.append(error_outcome(task.path, untouched[task.path]))
             answered += 1
             continue
         key = digest + facts.links_digest(task.path) if facts else digest

@@ -180,9 +180,63 @@ def test_a_failing_link_is_an_error_of_the_files_it_summarised() -> None:
     facts = builder.build(read=lambda path: None)
     assert facts.summaries("NPU998") == {"train.py": {"seen": True}}
     assert not facts.linked
-    failed = builder.failed_links(facts)
+    failed = builder.left_untouched(facts)
     assert list(failed) == ["train.py"]
     assert "KeyError: 'boom'" in failed["train.py"] and "left untouched" in failed["train.py"]
+
+
+class _FailingSummary(_Summarising):
+    """A rule whose summary fails on one file: the files that may depend on its facts must be
+    left untouched as well, not planned as if it held none."""
+
+    CODE = "NPU997"
+    NAME = "test-broken-summary"
+
+    @classmethod
+    def summarize(cls, index: ModuleIndex, module: Module) -> Facts | None:
+        if module.path.endswith("broken.py"):
+            raise TypeError("boom")
+        return {"seen": True}
+
+    @classmethod
+    def link(cls, linking: Linking) -> Mapping[str, Facts] | None:
+        return None
+
+
+def test_a_failing_summary_leaves_the_files_that_see_it_untouched(tmp_path: Path) -> None:
+    layout = {
+        "a/setup.py": "",
+        "a/train.py": "from models.broken import net\namp.initialize(net)\n",
+        "a/models/__init__.py": "",
+        "a/models/broken.py": "opt = amp.initialize(1)\n",
+        "a/models/other.py": "amp.initialize(2)\n",
+        "b/setup.py": "",
+        "b/train.py": "amp.initialize(3)\n",  # a sibling project: it cannot import a's files
+    }
+    for relative, text in layout.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    builder = ProjectBuilder((_FailingSummary,))
+    paths = [str(tmp_path / relative) for relative in layout if relative.endswith(".py")]
+    for path in paths:
+        source = Path(path).read_bytes()
+        if path.endswith("broken.py"):
+            with pytest.raises(TypeError):
+                builder.add_python(path, source)
+        else:
+            builder.add_python(path, source)
+    facts = builder.build(read=lambda path: None)
+    untouched = builder.left_untouched(facts)
+    by_name = {str(Path(path).relative_to(tmp_path)): text for path, text in untouched.items()}
+    assert sorted(by_name) == [
+        "a/models/__init__.py",
+        "a/models/other.py",
+        "a/setup.py",
+        "a/train.py",
+    ]
+    message = by_name["a/train.py"]
+    assert "project summary of" in message and "broken.py" in message
+    assert "NPU997: TypeError: boom" in message
 
 
 def test_project_files_resolve_every_file_and_search_their_text(repository: Path) -> None:

@@ -401,6 +401,12 @@ def _package_of(folder: str, packages: dict[str, tuple[str, ...]]) -> tuple[str,
     return found
 
 
+def run_folder(paths: Sequence[str]) -> str:
+    """The folder of a whole run: the deepest one that holds every file of ``paths``."""
+    top = os.path.commonpath([os.path.abspath(path) for path in paths])
+    return os.path.dirname(top) if os.path.isfile(top) else top
+
+
 def read_python(path: str) -> bytes | None:
     """A file's bytes, or None when it cannot be read (it then has no facts)."""
     try:
@@ -452,9 +458,8 @@ class ProjectFiles:
 
     @functools.cached_property
     def top(self) -> str:
-        """The folder of the whole run: the deepest one that holds every file."""
-        top = os.path.commonpath([os.path.abspath(path) for path in self.paths])
-        return os.path.dirname(top) if os.path.isfile(top) else top
+        """The folder of the whole run (:func:`run_folder`)."""
+        return run_folder(self.paths)
 
     def sees(self, importer: str, path: str) -> bool:
         """Whether ``importer``'s absolute imports may find ``path``, within the run
