@@ -28,7 +28,11 @@ reads, with no error. :class:`ParameterContract` finds, for one optimizer constr
   ``del``, wherever one of them may run after a step of this optimizer and before another one:
   directly, or in a function of the module called with the model (``save_checkpoint(model)``).
   Moves back (``.cuda()``, ``.npu()``, ``.to(device)``, ``.float()``) are no-ops where the
-  parameters already are, and come after a move away, which is what is reported;
+  parameters already are, and come after a move away, which is what is reported. So is an
+  ``add_param_group`` on the optimizer (or on something built with it, a wrapper that forwards
+  it) between two steps: torch_npu's and Ascend apex's fused classes size their packed lists by
+  the groups they had at packing, so the next step fails on the new group (an IndexError, or a
+  KeyError for the Adam family's missing ``step`` state), however late in training;
 - **sharding and partitioning layers** (:meth:`ParameterContract.sharding`), whatever the order:
   FSDP (``FullyShardedDataParallel``, ``fully_shard``), tensor and sequence parallelism
   (``parallelize_module``, ``distribute_module``, ``distribute_tensor``), DeepSpeed
@@ -62,7 +66,7 @@ from migrator.rules.optimizers import _lightning as lightning_facts
 from migrator.rules.optimizers._flow import OptimizerFlow
 
 Path = tuple[str, ...]
-Part = Literal["module", "tensor", "any"]
+Part = Literal["module", "tensor", "any", "optimizer"]
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 # -- what re-allocates ---------------------------------------------------------------------------
@@ -355,6 +359,11 @@ _WRAPPING_TENSORS = frozenset(
         "torch.autograd.variable.Variable",
     }
 )
+# What an `add_param_group` between two steps does to an NPU fused optimizer.
+_LATE_GROUP = (
+    "which the NPU fused optimizers never pack once they have stepped (torch_npu's and Ascend "
+    "apex's classes then fail at their next step, with an IndexError or a KeyError)"
+)
 # Attributes of a tensor through which it may end up on a device.
 _MOVES = frozenset({"cuda", "npu", "to", "data", "set_", "copy_"})
 
@@ -367,6 +376,7 @@ class Break:
     code: str  # as quoted in messages, e.g. "`model.cpu()`"
     effect: str  # "moves this optimizer's parameters to the CPU between two of its steps"
     where: str = ""  # ", in `save_checkpoint`" when not in the optimizer's own function
+    late_group: bool = False  # an `add_param_group`, not a re-allocation
 
     @property
     def line(self) -> int:
@@ -477,24 +487,32 @@ class ParameterContract:
 
     def reallocations(self, constructor: ast.Call, params: ast.expr | None) -> list[Break]:
         """The re-allocations of the parameters of ``constructor`` (``params``, its first
-        argument) that may run between two of its steps, in line order."""
+        argument), and the parameter groups added to it, that may run between two of its
+        steps, in line order."""
         paths = self._models(params)
-        if not paths or not self._candidates:
+        candidates = [*(self._candidates if paths else ()), *self._group_candidates]
+        if not candidates:
             return []
+        candidates.sort(key=lambda c: (line_of(c.node), c.node.col_offset))  # type: ignore[attr-defined]
         home = self._function_of(constructor)
         found: list[Break] = []
         shared = self._shared.setdefault(id(constructor), {})
-        for candidate in self._candidates:
+        for candidate in candidates:
             visits = self._functions_visiting(candidate.node)
             search = _Search(constructor, candidate, visits, shared)
             entries = self._entries_reaching(candidate.node)
+            if candidate.part == "optimizer" and self._built_in_this_call(home, candidate):
+                entries = [home]
             if any(_breaks(self._entry(search, entry, paths)) for entry in entries):
                 function = self._function_of(candidate.node)
                 where = ""
                 if function is not home and isinstance(function, _FUNCTIONS):
                     where = f", in `{function.name}`"
                 effect = f"{candidate.effect} between two of its steps"
-                found.append(Break(candidate.node, candidate.code, effect, where))
+                if candidate.part == "optimizer":
+                    effect = f"{effect}, {_LATE_GROUP}"
+                late = candidate.part == "optimizer"
+                found.append(Break(candidate.node, candidate.code, effect, where, late))
         return found
 
     @cached_property
@@ -710,7 +728,7 @@ class ParameterContract:
             return _then(run(search, context, op[1]), branches)
         if kind == "statement":
             transfer = run(search, context, op[1])
-            if op[2] is search.candidate.node and self._reallocates(context, search.candidate):
+            if op[2] is search.candidate.node and self._reallocates(search, context):
                 transfer = _then(transfer, _REALLOCATED)
             return transfer
         if kind == "repeat":
@@ -750,7 +768,7 @@ class ParameterContract:
         """What the call itself does once its callee and arguments are evaluated."""
         if call is search.constructor:
             return _BUILT
-        if call is search.candidate.node and self._reallocates(context, search.candidate):
+        if call is search.candidate.node and self._reallocates(search, context):
             return _REALLOCATED
         function = self._local_function(call)
         if function is not None:
@@ -759,7 +777,26 @@ class ParameterContract:
             return _STEPPED
         return IDENTITY
 
-    def _reallocates(self, context: _Context, candidate: _Candidate) -> bool:
+    def _built_in_this_call(self, home: ast.AST, candidate: _Candidate) -> bool:
+        """``candidate`` (an ``add_param_group``) is in the function ``home`` that builds the
+        optimizer, on a local name bound there only to calls of ``home``: the object it adds
+        to was built in the same run of ``home``, so the steps of an earlier run (YOLOv7's
+        ``train()``, called again by its hyper-parameter evolution, builds a new optimizer
+        each time) are another object's and the search starts at ``home``'s entry."""
+        target = candidate.target
+        if not isinstance(home, _FUNCTIONS) or not isinstance(target, ast.Name):
+            return False
+        if self._function_of(candidate.node) is not home:
+            return False
+        origins = self.flow.origins(target)
+        return bool(origins) and all(
+            isinstance(origin, ast.Call) and self._function_of(origin) is home for origin in origins
+        )
+
+    def _reallocates(self, search: _Search, context: _Context) -> bool:
+        candidate = search.candidate
+        if candidate.part == "optimizer":  # a group added to it, or to a wrapper of it
+            return self._holds(search, context, candidate.target) is not None
         return self._on_model(context, candidate.target, candidate.part)
 
     # -- the optimizer's steps -----------------------------------------------------------------
@@ -1029,6 +1066,18 @@ class ParameterContract:
         """Every re-allocation of something in the file, whoever it belongs to, in line order."""
         found = [*self._method_candidates(), *self._store_candidates(), *self._call_candidates()]
         found.sort(key=lambda c: (line_of(c.node), c.node.col_offset))  # type: ignore[attr-defined]
+        return found
+
+    @cached_property
+    def _group_candidates(self) -> list[_Candidate]:
+        """Every ``x.add_param_group(...)`` of the file, whatever ``x`` holds."""
+        found: list[_Candidate] = []
+        for attribute in self.index.attributes("add_param_group"):
+            call = self.index.parent(attribute)
+            if isinstance(call, ast.Call) and call.func is attribute:
+                code = f"`{self.view.written(call.func)}(...)`"
+                effect = "adds a parameter group"
+                found.append(_Candidate(call, attribute.value, code, effect, "optimizer"))
         return found
 
     def _method_candidates(self) -> Iterator[_Candidate]:

@@ -3166,6 +3166,12 @@ def _keep(source: Source) -> str:
 
 
 def _reallocated_message(source: Source, target: str, breaks: Sequence[Break]) -> str:
+    if all(found.late_group for found in breaks):
+        to_fuse = f"add every parameter group before its first step, then use `{target}`"
+        return (
+            f"{_not_rewritten(source, target)}: {describe_breaks(breaks)}. "
+            f"{_left_unfused(source, to_fuse)}"
+        )
     to_fuse = (
         "re-allocate before the optimizer is built, or work on a copy there "
         "(`copy.deepcopy(model).cpu()`, `{k: v.cpu() for k, v in model.state_dict().items()}`), "
