@@ -181,6 +181,23 @@ _HF_TRAINER_EFFECT = (
 )
 
 
+def _group_members(elements: Sequence[ast.expr]) -> list[ast.expr] | None:
+    """``elements`` with each parameter group written as a dict display replaced by what its
+    ``"params"`` holds (the parts of a list or tuple display, else the value itself); None when
+    a group has no literal ``"params"`` key (``**`` or a computed key may hide it)."""
+    members: list[ast.expr] = []
+    for element in elements:
+        if not isinstance(element, ast.Dict):
+            members.append(element)
+            continue
+        keys = [literal_value(key) if key is not None else None for key in element.keys]
+        if "params" not in keys or None in keys:
+            return None
+        value = element.values[keys.index("params")]
+        members.extend(value.elts if isinstance(value, ast.List | ast.Tuple) else [value])
+    return members
+
+
 def _hf_trainer_name(name: object) -> bool:
     return (
         isinstance(name, str)
@@ -348,6 +365,8 @@ _CPU_FACTORIES = frozenset(
         "ones_like",
         "randn_like",
         "rand_like",
+        "Tensor",  # the legacy constructors: `torch.Tensor([5.0, 2.0])`
+        "FloatTensor",
     )
 )
 # What gives a parameter made from the tensor it is given, on the same device.
@@ -1235,7 +1254,9 @@ class ParameterContract:
     def _raw_cpu_parameter(self, params: ast.expr | None) -> Break | None:
         """The first parameter of ``params`` when it is a list or tuple of parameters made here
         from a torch factory without a device (`p = nn.Parameter(torch.zeros(0))`, the
-        scheduler tests of detectron2 and timm), each read only by name: on the CPU for good."""
+        scheduler tests of detectron2 and timm), each read only by name, alone or in parameter
+        groups (`[{"params": [x]}, {"params": [y], "lr": 1e-3}]`, pytext's SWA tests): on the
+        CPU for good."""
         if isinstance(params, ast.List | ast.Tuple):
             elements = list(params.elts)
         elif isinstance(params, ast.Name) and self._only_read(params.id, params):
@@ -1247,8 +1268,11 @@ class ParameterContract:
                     elements.append(origin)
         else:
             return None
+        members = _group_members(elements)
+        if members is None:
+            return None
         made: list[ast.Call] = []
-        for element in elements:
+        for element in members:
             if isinstance(element, ast.Name):
                 origins = self.flow.origins(element)
                 if not self._only_read(element.id, element):
