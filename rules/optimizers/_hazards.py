@@ -43,6 +43,7 @@ from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_va
 from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.names import Ambiguous
+from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.diagnostics import lines_named
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
@@ -452,6 +453,10 @@ class FusionHazards:
                 )
             if not resets:
                 continue
+            fixable = self._fixable_resets(resets) if callee.path is None else None
+            if fixable is not None:
+                yield from fixable  # fixed as where the optimizer steps, if the planner proves it
+                continue
             more = f" (and {len(resets) - 1} more reset there)" if len(resets) > 1 else ""
             yield Hazard(
                 call,
@@ -460,6 +465,43 @@ class FusionHazards:
                 "keep that code's gradients in place (zero them with the optimizer's "
                 "`zero_grad()`, write into them with `.copy_(...)`)",
             )
+
+    def _fixable_resets(self, resets: Sequence[Reset]) -> list[Hazard] | None:
+        """The hazards, with their edits, of ``resets`` met in this file's own functions when
+        each is a module's ``zero_grad()`` that :attr:`_module_zero_grads` knows how to fix
+        (SimCLR's ``test(args, loader, simclr_model, model, criterion, optimizer)``, given the
+        optimizer but never stepping it, with ``model.zero_grad()``): the planner proves the
+        edit at the function's calls as for a function that steps it. None otherwise."""
+        known = {
+            (id(unit), line_of(hazard.node)): hazard for unit, hazard in self._module_zero_grads
+        }
+        found: list[Hazard] = []
+        for reset in resets:
+            function = self._function_at(reset.function)
+            hazard = known.get((id(function), reset.line))
+            if (
+                hazard is None
+                or hazard.fix is None
+                or not any(function is statement for statement in self.index.tree.body)
+                or not self._parameter_of(hazard.node, function)
+            ):
+                return None
+            found.append(hazard)
+        return found
+
+    def _parameter_of(self, zero_grad: ast.AST, function: ast.AST | None) -> bool:
+        """``zero_grad``'s receiver is a plain name bound only as a parameter of
+        ``function`` (``model`` in ``def test(loader, model, ...)``)."""
+        assert isinstance(zero_grad, ast.Call) and isinstance(zero_grad.func, ast.Attribute)
+        receiver = zero_grad.func.value
+        if not isinstance(receiver, ast.Name) or not isinstance(function, _FUNCTIONS):
+            return False
+        bindings = self.index.bindings_of(receiver)
+        return (
+            len(bindings) == 1
+            and bindings[0].kind is BindingKind.PARAM
+            and any(bindings[0].node is a for a in ast.walk(function.args))
+        )
 
     @cached_property
     def _calls_elsewhere(self) -> list[tuple[ast.Call, Callee, _Bound, list[_Bound]]]:
