@@ -1,4 +1,5 @@
-"""NPU108: optimizers chosen by name through timm or Hugging Face's `TrainingArguments`."""
+"""NPU108: optimizers chosen by name through timm, Hugging Face's `TrainingArguments`, or a
+dotted class path (`class_name="torch.optim.Adam"`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_val
 from migrator.analysis.names import Ambiguous
 from migrator.diagnostics import Severity
 from migrator.rule import FixSafety, Rule
+from migrator.rules.optimizers._tables import SOURCES, UNSUPPORTED
 
 TIMM_FACTORIES = frozenset(
     {
@@ -79,6 +81,10 @@ HF_EXACT = {
     "adamw_apex_fused": "apex's FusedAdam (AdamW mode)",
 }
 HF_NPU = "adamw_torch_npu_fused"
+# Keys whose string names the class that code builds by its dotted path: dnnlib's
+# `construct_class_by_name(class_name=...)` (NVlabs' StyleGAN2-ADA, StyleGAN3, EDM) and Hydra's
+# `instantiate` (`_target_`).
+DOTTED_KEYS = frozenset({"class_name", "_target_"})
 
 
 class LibraryOptimizerChoice(Rule):
@@ -93,6 +99,12 @@ class LibraryOptimizerChoice(Rule):
       counterpart; the message gives the class, the arguments timm passes, and the parameter
       groups it builds (`param_groups_weight_decay`). Other names, and `lookahead_` wrappers,
       are reported as having none.
+    - a class named by its dotted path, as the value of `class_name=` (dnnlib's
+      `construct_class_by_name`: NVlabs' StyleGAN2-ADA, StyleGAN3 and EDM build their Adam from
+      `EasyDict(class_name="torch.optim.Adam", ...)`) or `_target_=` (Hydra's `instantiate`),
+      as a keyword or a dict key: torch's SGD, Adam, AdamW, Adadelta and RMSprop have an NPU
+      fused counterpart to name there once the code that builds and steps it is checked
+      against the fused optimizers' contract; NVIDIA apex's classes do not run on Ascend.
     - Hugging Face `TrainingArguments(optim=...)` / `Seq2SeqTrainingArguments`: `adamw_torch`,
       `adamw_torch_fused`, `adamw_apex_fused` have `optim="adamw_torch_npu_fused"`
       (`torch_npu.optim.NpuFusedAdamW`, the same AdamW update); `adamw_hf` (Hugging Face's own
@@ -123,9 +135,9 @@ class LibraryOptimizerChoice(Rule):
 
     CODE = "NPU108"
     NAME = "library-optimizer-choice"
-    SUMMARY = "optimizer chosen by name through timm or Hugging Face `TrainingArguments`"
+    SUMMARY = "optimizer chosen by name through timm, Hugging Face or a dotted class path"
     FIX_SAFETY = FixSafety.NONE
-    TRIGGER = ("create_optimizer", "TrainingArguments")
+    TRIGGER = ("create_optimizer", "TrainingArguments", "class_name", "_target_")
 
     def check(self) -> None:
         wanted = TIMM_FACTORIES | TIMM_ARGS_FACTORIES | HF_ARGUMENTS
@@ -144,6 +156,65 @@ class LibraryOptimizerChoice(Rule):
                 self._timm_args(call)
             elif name in HF_ARGUMENTS:
                 self._hugging_face(call, str(name).rpartition(".")[2])
+        for key, value in self._dotted_paths():
+            self._dotted(key, value)
+
+    # -- dotted class paths ----------------------------------------------------------------------
+
+    def _dotted_paths(self) -> list[tuple[str, ast.expr]]:
+        """``(key, value)`` for every ``class_name=`` / ``_target_=`` keyword of a call, and
+        every such key of a dict display, in line order."""
+        found: list[tuple[str, ast.expr]] = []
+        for call in self.index.nodes(ast.Call):
+            found += [(k.arg, k.value) for k in call.keywords if k.arg in DOTTED_KEYS]
+        for display in self.index.nodes(ast.Dict):
+            for key, value in zip(display.keys, display.values, strict=True):
+                name = literal_value(key) if key is not None else None
+                if isinstance(name, str) and name in DOTTED_KEYS:
+                    found.append((name, value))
+        found.sort(key=lambda item: (item[1].lineno, item[1].col_offset))
+        return found
+
+    def _dotted(self, key: str, value: ast.expr) -> None:
+        path = literal_value(value)
+        if not isinstance(path, str):
+            return
+        written = f"`{key}={path!r}`"
+        builder = (
+            "dnnlib's `construct_class_by_name`" if key == "class_name" else "Hydra's `instantiate`"
+        )
+        builder = f"code that builds the class by its dotted path ({builder})"
+        if path in UNSUPPORTED:
+            self.report(
+                value,
+                f"{written} names NVIDIA apex's `{path.rpartition('.')[2]}` for {builder}: "
+                f"{UNSUPPORTED[path]}",
+            )
+            return
+        source = SOURCES.get(path)
+        if source is None or source.npu_class:
+            return
+        if source.target is None:  # apex's FusedAdam: its `adam_w_mode` picks the update
+            target = "`torch_npu.optim.NpuFusedAdamW` (`NpuFusedAdam` for `adam_w_mode=False`)"
+        else:
+            target = f"`torch_npu.optim.{source.target}`"
+        if source.unfused_replacement is not None:
+            self.report(
+                value,
+                f"{written} names NVIDIA apex's `{source.display}` for {builder}, which "
+                f"npu-migrate does not follow; it does not run on Ascend (it needs apex's CUDA "
+                f"extension `amp_C`): name {target} there ({_HOME}), or "
+                f"{source.unfused_replacement}",
+            )
+            return
+        self.report(
+            value,
+            f"{written} names `{source.display}` for {builder}, which npu-migrate does not "
+            f"follow: name {target} there ({_HOME}) once that code is "
+            "checked against the NPU fused optimizers' contract (no `zero_grad(set_to_none="
+            "True)`, no parameter re-allocated between steps, no group added after the first "
+            "step), or leave it: it runs on NPU unfused",
+        )
 
     # -- timm ------------------------------------------------------------------------------------
 
