@@ -527,10 +527,10 @@ class ParameterContract:
                 where = ""
                 if function is not home and isinstance(function, _FUNCTIONS):
                     where = f", in `{function.name}`"
-                effect = f"{candidate.effect} between two of its steps"
-                if candidate.part == "optimizer":
-                    effect = f"{effect}, {_LATE_GROUP}"
                 late = candidate.part == "optimizer"
+                effect = f"{candidate.effect} between two of its steps"
+                if late:
+                    effect = f"{effect}, {_LATE_GROUP}"
                 found.append(Break(candidate.node, candidate.code, effect, where, late))
         return found
 
