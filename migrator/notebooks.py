@@ -153,11 +153,26 @@ def _validate(data: Any) -> None:
     from nbformat.validator import iter_validate
 
     for error in iter_validate(data):
+        if _missing_cell_id(error):
+            continue
         message = str(getattr(error, "message", error)).splitlines()[0]
         if len(message) > _ERROR_TEXT_LIMIT:
             message = message[:_ERROR_TEXT_LIMIT] + "..."
         where = _schema_location(list(getattr(error, "absolute_path", ())))
         raise NotebookError(f"not a valid notebook: {where}{message}")
+
+
+def _missing_cell_id(error: Any) -> bool:
+    """A cell of a format 4.5+ notebook without its ``id``: nbformat's own reader adds one with
+    a warning (``MissingIDFieldWarning``) and Jupyter opens the file, and the edits here never
+    touch ids, so the notebook is migrated and written back without one, as it was."""
+    path = list(getattr(error, "absolute_path", ()))
+    return (
+        getattr(error, "validator", None) == "required"
+        and len(path) == 2
+        and path[0] == "cells"
+        and str(getattr(error, "message", "")) == "'id' is a required property"
+    )
 
 
 def _schema_location(path: list[Any]) -> str:
