@@ -14,7 +14,6 @@ from typing import Any
 from migrator.analysis.parse import index_of_bytes
 from migrator.analysis.project import (
     Facts,
-    ImportRoots,
     Module,
     ProjectFacts,
     ProjectFiles,
@@ -162,7 +161,7 @@ class ProjectBuilder:
         }
         if not self.summary_failures:
             return untouched
-        roots, top = ImportRoots(), run_folder(self.paths)
+        roots, top = facts.roots, run_folder(self.paths)
         for path in self.paths:
             if path in untouched or path in self.summary_failures:
                 continue

@@ -391,6 +391,15 @@ class ModuleIndex:
         """``scope[name]``: every binding of the name visible where it is used."""
         return self.scope_of(name).lookup(name.id)
 
+    def parameter_bound(self, name: ast.Name) -> ast.arg | None:
+        """The parameter ``name`` reads when that is its only binding where it is used
+        (``model`` in a function that never binds its parameter ``model`` again)."""
+        bindings = self.bindings_of(name)
+        if len(bindings) != 1 or bindings[0].kind is not BindingKind.PARAM:
+            return None
+        parameter = bindings[0].node
+        return parameter if isinstance(parameter, ast.arg) else None
+
     def references(self, binding: Binding) -> list[ast.AST]:
         """The access nodes that libcst records on ``binding`` (its ``references``)."""
         found: list[ast.AST] = []

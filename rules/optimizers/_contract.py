@@ -64,6 +64,7 @@ from migrator.analysis.view import FileView
 from migrator.diagnostics import lines_named
 from migrator.rules.optimizers import _lightning as lightning_facts
 from migrator.rules.optimizers._flow import OptimizerFlow
+from migrator.rules.optimizers._hazards import group_params
 
 Path = tuple[str, ...]
 Part = Literal["module", "tensor", "any", "optimizer"]
@@ -184,16 +185,15 @@ _HF_TRAINER_EFFECT = (
 def _group_members(elements: Sequence[ast.expr]) -> list[ast.expr] | None:
     """``elements`` with each parameter group written as a dict display replaced by what its
     ``"params"`` holds (the parts of a list or tuple display, else the value itself); None when
-    a group has no literal ``"params"`` key (``**`` or a computed key may hide it)."""
+    a group's ``"params"`` cannot be read (:func:`group_params`)."""
     members: list[ast.expr] = []
     for element in elements:
         if not isinstance(element, ast.Dict):
             members.append(element)
             continue
-        keys = [literal_value(key) if key is not None else None for key in element.keys]
-        if "params" not in keys or None in keys:
+        value = group_params(element)
+        if value is None:
             return None
-        value = element.values[keys.index("params")]
         members.extend(value.elts if isinstance(value, ast.List | ast.Tuple) else [value])
     return members
 
@@ -509,10 +509,9 @@ class ParameterContract:
         argument), and the parameter groups added to it, that may run between two of its
         steps, in line order."""
         paths = self._models(params)
-        candidates = [*(self._candidates if paths else ()), *self._group_candidates]
+        candidates = self._every_candidate if paths else self._group_candidates
         if not candidates:
             return []
-        candidates.sort(key=lambda c: (line_of(c.node), c.node.col_offset))  # type: ignore[attr-defined]
         home = self._function_of(constructor)
         found: list[Break] = []
         shared = self._shared.setdefault(id(constructor), {})
@@ -1084,6 +1083,13 @@ class ParameterContract:
     def _candidates(self) -> list[_Candidate]:
         """Every re-allocation of something in the file, whoever it belongs to, in line order."""
         found = [*self._method_candidates(), *self._store_candidates(), *self._call_candidates()]
+        found.sort(key=lambda c: (line_of(c.node), c.node.col_offset))  # type: ignore[attr-defined]
+        return found
+
+    @cached_property
+    def _every_candidate(self) -> list[_Candidate]:
+        """The re-allocations and the groups added, in line order."""
+        found = [*self._candidates, *self._group_candidates]
         found.sort(key=lambda c: (line_of(c.node), c.node.col_offset))  # type: ignore[attr-defined]
         return found
 

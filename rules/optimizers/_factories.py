@@ -49,7 +49,6 @@ from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES, CallNames
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
-from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.normalization_parallel._ddp_order import (
@@ -225,11 +224,8 @@ def zero_grad_helpers(index: ModuleIndex) -> list[str]:
         receiver = attribute.value
         if not isinstance(receiver, ast.Name):
             continue
-        bindings = index.bindings_of(receiver)
-        if len(bindings) != 1 or bindings[0].kind is not BindingKind.PARAM:
-            continue
-        parameter = bindings[0].node
-        if isinstance(parameter, ast.arg):
+        parameter = index.parameter_bound(receiver)
+        if parameter is not None:
             arguments = index.parent(parameter)
             function = index.parent(arguments) if arguments is not None else None
             if (

@@ -1271,7 +1271,7 @@ class _Planner:
         return f"it is handed on at {line}"
 
     def _ambiguous_message(self, call: ast.Call, name: Ambiguous) -> str:
-        hints = [f"`{c}` -> {_target_hint(SOURCES[c])}" for c in name.candidates if c in SOURCES]
+        hints = [f"`{c}` -> {SOURCES[c].target_hint}" for c in name.candidates if c in SOURCES]
         advice = (
             f"replace it by hand ({', '.join(hints)}; from `apex.optimizers` when the optimizer "
             "goes through `amp.initialize`, from `torch_npu.optim` otherwise)"
@@ -1294,7 +1294,7 @@ class _Planner:
                 advice = UNSUPPORTED[name]
             else:
                 advice = (
-                    f"rebase it on {_target_hint(SOURCES[name])} from `torch_npu.optim` (or "
+                    f"rebase it on {SOURCES[name].target_hint} from `torch_npu.optim` (or "
                     "`apex.optimizers` if it goes through `amp.initialize`) and check that every "
                     "override still holds, because the fused optimizers keep their state in "
                     "flat buffers"
@@ -1860,8 +1860,8 @@ class _Planner:
         receiver = zero_grad.func.value if isinstance(zero_grad.func, ast.Attribute) else None
         if not isinstance(receiver, ast.Name) or receiver.id != model:
             return None
-        bindings = self.index.bindings_of(receiver)
-        if len(bindings) != 1 or bindings[0].kind is not BindingKind.PARAM:
+        parameter = self.index.parameter_bound(receiver)
+        if parameter is None:
             return None
         function = self.hazards.unit_of(at)
         if (
@@ -1870,10 +1870,7 @@ class _Planner:
             or not any(function is statement for statement in self.index.tree.body)
         ):
             return None
-        parameter = bindings[0].node
-        if not isinstance(parameter, ast.arg) or all(
-            parameter is not a for a in _plain_parameters(function)
-        ):
+        if all(parameter is not a for a in _plain_parameters(function)):
             return None
         uses = [
             name
@@ -3026,12 +3023,6 @@ def _apex_home_raises(source: Source) -> str:
     )
 
 
-def _target_hint(source: Source) -> str:
-    if source.target is None:
-        return "`NpuFusedAdamW` (`NpuFusedAdam` with `adam_w_mode=False`)"
-    return f"`{source.target}`"
-
-
 def _left_unfused(source: Source, to_fuse: str) -> str:
     """What the unrewritten constructor does on NPU, and how to fuse it (``to_fuse``)."""
     if source.npu_class:
@@ -3061,7 +3052,7 @@ _USE_O1_O2 = (
 
 
 def _blocked_message(source: Source, target: str | None, problems: list[str]) -> str:
-    fused = f"`{target}`" if target else _target_hint(source)
+    fused = f"`{target}`" if target else source.target_hint
     to_fuse = "remove that argument and use the NPU fused optimizer"
     return (
         f"{_not_rewritten(source, target, fused)}: {'; '.join(problems)}. "
@@ -3665,7 +3656,7 @@ def _class_value_message(code: str, name: str) -> str:
             f"it builds: it has no NPU version ({UNSUPPORTED[name]}); replace it here by hand"
         )
     source = SOURCES[name]
-    hint = _target_hint(source)
+    hint = source.target_hint
     message = (
         f"`{code}` (`{name}`) is used as a value, so npu-migrate cannot rewrite the optimizer it "
         f"builds: put {hint} from `torch_npu.optim` here (from `apex.optimizers` when that "

@@ -43,7 +43,6 @@ from migrator.analysis.calls import NOT_LITERAL, argument, arguments, literal_va
 from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.names import Ambiguous
-from migrator.analysis.scopes import BindingKind
 from migrator.analysis.view import FileView
 from migrator.diagnostics import lines_named
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
@@ -472,13 +471,10 @@ class FusionHazards:
         (SimCLR's ``test(args, loader, simclr_model, model, criterion, optimizer)``, given the
         optimizer but never stepping it, with ``model.zero_grad()``): the planner proves the
         edit at the function's calls as for a function that steps it. None otherwise."""
-        known = {
-            (id(unit), line_of(hazard.node)): hazard for unit, hazard in self._module_zero_grads
-        }
         found: list[Hazard] = []
         for reset in resets:
             function = self._function_at(reset.function)
-            hazard = known.get((id(function), reset.line))
+            hazard = self._module_zero_grads_at.get((id(function), reset.line))
             if (
                 hazard is None
                 or hazard.fix is None
@@ -489,6 +485,11 @@ class FusionHazards:
             found.append(hazard)
         return found
 
+    @cached_property
+    def _module_zero_grads_at(self) -> dict[tuple[int, int], Hazard]:
+        """:attr:`_module_zero_grads` by (id of the unit, line of the call)."""
+        return {(id(unit), line_of(h.node)): h for unit, h in self._module_zero_grads}
+
     def _parameter_of(self, zero_grad: ast.AST, function: ast.AST | None) -> bool:
         """``zero_grad``'s receiver is a plain name bound only as a parameter of
         ``function`` (``model`` in ``def test(loader, model, ...)``)."""
@@ -496,12 +497,8 @@ class FusionHazards:
         receiver = zero_grad.func.value
         if not isinstance(receiver, ast.Name) or not isinstance(function, _FUNCTIONS):
             return False
-        bindings = self.index.bindings_of(receiver)
-        return (
-            len(bindings) == 1
-            and bindings[0].kind is BindingKind.PARAM
-            and any(bindings[0].node is a for a in ast.walk(function.args))
-        )
+        parameter = self.index.parameter_bound(receiver)
+        return parameter is not None and any(parameter is a for a in ast.walk(function.args))
 
     @cached_property
     def _calls_elsewhere(self) -> list[tuple[ast.Call, Callee, _Bound, list[_Bound]]]:
@@ -1199,7 +1196,7 @@ def _whole_models(view: FileView, node: ast.expr, depth: int) -> frozenset[str]:
             if isinstance(element, ast.Starred):
                 found |= _whole_models(view, element.value, depth)
             elif isinstance(element, ast.Dict):
-                group = _group_params(element)
+                group = group_params(element)
                 if group is not None:
                     found |= _whole_models(view, group, depth)
                     groups.append(group)
@@ -1550,7 +1547,7 @@ def _adds_each(statement: ast.stmt, params: str, value: str, top: bool = False) 
 def _is_item(item: ast.expr, value: str) -> bool:
     """``value``, or the group ``{"params": [value], ...}``."""
     if isinstance(item, ast.Dict):
-        group = _group_params(item)
+        group = group_params(item)
         return (
             isinstance(group, ast.List)
             and len(group.elts) == 1
@@ -1600,7 +1597,7 @@ def _is_list(view: FileView, value: ast.expr) -> bool:
     return isinstance(value, ast.Call) and view.qualified_name(value.func) == "builtins.list"
 
 
-def _group_params(group: ast.Dict) -> ast.expr | None:
+def group_params(group: ast.Dict) -> ast.expr | None:
     """The ``"params"`` of a parameter group written as a dict display (with no ``**other``,
     or a computed key, either of which could replace them)."""
     if not all(isinstance(key, ast.Constant) for key in group.keys):

@@ -77,6 +77,13 @@ class Source:
     def unfused_class(self, target: str) -> str | None:
         return dict(self.unfused_classes).get(target)
 
+    @property
+    def target_hint(self) -> str:
+        """The NPU fused class as messages name it: FusedAdam's depends on `adam_w_mode`."""
+        if self.target is None:
+            return "`NpuFusedAdamW` (`NpuFusedAdam` with `adam_w_mode=False`)"
+        return f"`{self.target}`"
+
 
 _TORCH_SGD = Source(
     "torch.optim.SGD",

@@ -194,10 +194,7 @@ class LibraryOptimizerChoice(Rule):
         source = SOURCES.get(path)
         if source is None or source.npu_class:
             return
-        if source.target is None:  # apex's FusedAdam: its `adam_w_mode` picks the update
-            target = "`torch_npu.optim.NpuFusedAdamW` (`NpuFusedAdam` for `adam_w_mode=False`)"
-        else:
-            target = f"`torch_npu.optim.{source.target}`"
+        target = f"{source.target_hint} from `torch_npu.optim`"
         if source.unfused_replacement is not None:
             self.report(
                 value,
