@@ -15,11 +15,19 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from itertools import combinations
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from migrator.analysis.calls import NOT_LITERAL, Argument, argument, arguments, literal_value
+from migrator.analysis.calls import (
+    NOT_LITERAL,
+    Argument,
+    argument,
+    arguments,
+    has_star,
+    literal_value,
+)
 from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
@@ -60,7 +68,7 @@ from migrator.rules.optimizers._flow import (
     takes,
 )
 from migrator.rules.optimizers._fp16 import uncovered_condition
-from migrator.rules.optimizers._handed import HandedCode
+from migrator.rules.optimizers._handed import MODULE_DEFAULT, SETS_NONE, HandedCode
 from migrator.rules.optimizers._hazards import (
     FusionHazards,
     GradFix,
@@ -304,6 +312,9 @@ class FusedDecisions:
     findings: tuple[Finding, ...]
     rewrites: tuple[Rewrite, ...]
     released_imports: tuple[ReleasedImport, ...]
+    # ids of the constructors left unfused whose gradients stay where Ascend apex's
+    # `combine_grad=True` packs them (see _Planner._combinable): NPU102 combines them too.
+    combinable: frozenset[int] = frozenset()
 
     def lines(self, suppressions: Suppressions) -> set[int]:
         """The lines where NPU101 says something (a finding, a fix) that no suppression
@@ -537,7 +548,63 @@ class _Planner:
         self._report_no_fused_version()
         self._plan_call_names()
         rewrites = self._rewrites()
-        return FusedDecisions(self._noted_findings(rewrites), rewrites, tuple(self.released))
+        return FusedDecisions(
+            self._noted_findings(rewrites),
+            rewrites,
+            tuple(self.released),
+            self._combinable(rewrites),
+        )
+
+    @cached_property
+    def _gains_gradients_later(self) -> bool:
+        """A parameter may first get a gradient after the first `scale_loss` (see
+        :func:`_unfreezes`): Ascend apex leaves it out of the combined gradients."""
+        return _unfreezes(self.index)
+
+    def _combinable(self, rewrites: Sequence[Rewrite]) -> frozenset[int]:
+        """The constructors left unfused that reach an `amp.initialize` of the file and whose
+        gradients stay in the flat buffers `combine_grad=True` packs them into at the first
+        `scale_loss`: Ascend apex combines the gradients of any optimizer it is given (its
+        guide shows `torch.optim.SGD` with `combine_grad=True`), then unscales, checks and
+        zeroes them per buffer; only code that sets a gradient to None or replaces it detaches
+        it from the buffer, and a parameter without a gradient at the first `scale_loss` stays
+        out of it. So: torch's classes and Hugging Face's AdamW (NVIDIA apex's do not run on
+        Ascend), no `requires_grad` set and no parameter group added in the module, parameters
+        neither sharded nor re-allocated, no `.grad` store, no `zero_grad` that sets gradients
+        to None but a module's default one on a model that feeds the optimizer (Ascend apex
+        makes `nn.Module.zero_grad` zero in place under `combine_grad`), and no code of another
+        module the optimizer goes to that may break it."""
+        rewritten = {id(rewrite.call) for rewrite in rewrites}
+        found: set[int] = set()
+        for call in self.flow.candidates:
+            if id(call) in rewritten or id(call) not in self.flow.amp_calls_reached:
+                continue
+            if not self._suppressed(call) and self._keeps_gradients(call):
+                found.add(id(call))
+        return frozenset(found)
+
+    def _keeps_gradients(self, call: ast.Call) -> bool:
+        name = self.view.qualified_name(class_of(self.view, call))
+        if not isinstance(name, str) or not (
+            name.startswith("torch.optim.") or name in NO_FUSED_VERSION
+        ):
+            return False  # NVIDIA apex's classes do not run on Ascend at all
+        if has_star(call) or self._call_sites(call) or self._escaped(call) is not None:
+            return False  # forwarded arguments, or code of other modules that gets it
+        if self._gains_gradients_later:
+            return False
+        given = argument(call, "params", 0)
+        params = given.value if given is not None else None
+        if params is None or self.contract.sharding(call, params):
+            return False
+        if self.contract.reallocations(call, params):
+            return False
+        models = models_feeding(self.flow, params)
+        return all(
+            _module_default_zero_grad(hazard, models)
+            or (hazard.node is call and id(call) in self.hazards.after_ddp)
+            for hazard in self.hazards.of(call, params)
+        )
 
     def _noted_findings(self, rewrites: Sequence[Rewrite]) -> tuple[Finding, ...]:
         """The findings, where an unsupported optimizer shares a module with a rewritten one,
@@ -2898,6 +2965,44 @@ def _bind(view: FileView, args: list[Argument], source: Source) -> tuple[list[st
             problems.append(f"`{arg.keyword}=` is not a parameter of `{source.display}`")
             names.append(arg.keyword)
     return names, problems
+
+
+def _unfreezes(index: ModuleIndex) -> bool:
+    """The module may give a parameter its first gradient after training starts: it sets
+    `requires_grad` (to anything but a literal False) or adds a parameter group."""
+    for attribute in index.attributes("requires_grad"):
+        statement = index.statement_of(attribute)
+        if isinstance(attribute.ctx, ast.Store) and not _literal_false(
+            getattr(statement, "value", None)
+        ):
+            return True
+    for call in index.nodes(ast.Call):
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            continue
+        if func.attr == "add_param_group":
+            return True
+        if func.attr == "requires_grad_":
+            given = argument(call, "requires_grad", 0)
+            if given is None or not _literal_false(given.value):
+                return True
+    return False
+
+
+def _literal_false(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def _module_default_zero_grad(hazard: Hazard, models: set[str]) -> bool:
+    """``model.zero_grad()`` with torch's default on a model whose parameters feed the
+    optimizer: under `combine_grad` Ascend apex makes that default zero in place."""
+    node = hazard.node
+    if hazard.effect != SETS_NONE.format(default=MODULE_DEFAULT) or not isinstance(node, ast.Call):
+        return False
+    if node.args or node.keywords or not isinstance(node.func, ast.Attribute):
+        return False
+    receiver = full_name(node.func.value)
+    return receiver is not None and any(overlaps(receiver, model) for model in models)
 
 
 def _no_counterpart(args: list[Argument], names: list[str]) -> list[str]:

@@ -62,6 +62,14 @@ class FusedPlans:
 
 
 @dataclass(frozen=True)
+class CombinableUnfused:
+    """NPU101's constructors of a file that stay unfused, reach an `amp.initialize` there, and
+    keep their gradients where `combine_grad=True` packs them (ids of the calls)."""
+
+    calls: frozenset[int]
+
+
+@dataclass(frozen=True)
 class FusedSwaps:
     """NPU101 runs: the optimizers it can swap are swapped everywhere in the run."""
 

@@ -51,6 +51,7 @@ from migrator.rules.optimizers._method_callers import caller_fixes, methods_fact
 from migrator.rules.optimizers._planned_amp import PlannedAmp
 from migrator.rules.optimizers._plans import (
     AddedAmp,
+    CombinableUnfused,
     DdpMoves,
     DroppedKeys,
     Fp16Rewrites,
@@ -312,7 +313,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
     SUMMARY = "optimizer constructor that has an NPU fused version"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = OPTIMIZER_TRIGGER
-    PROVIDES = (FusedPlans, DroppedKeys)
+    PROVIDES = (FusedPlans, DroppedKeys, CombinableUnfused)
     RUN_PLANS = (FusedSwaps,)
     # NPU102's opt-level switch decides which amp levels the optimizers will run with; NPU105
     # and NPU106 write `amp.initialize` calls that the optimizers they name go through.
@@ -390,6 +391,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             self.add_import("apex", after="apex", optional=True)
         self.publish(FusedPlans(published))
         self.publish(DroppedKeys(frozenset(dropped)))
+        self.publish(CombinableUnfused(decisions.combinable))
         self._fix_method_callers()
         self._pass_amp_conditions()
         self._delegate_wrapper_zero_grads()

@@ -1,4 +1,4 @@
-"""NPU102: `amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`."""
+"""NPU102: `amp.initialize(...)` without `combine_grad=True` where its optimizers allow it."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from migrator.rules.optimizers._factories import (
 )
 from migrator.rules.optimizers._flow import AmpSink, OptimizerFlow, fused_name
 from migrator.rules.optimizers._plans import (
+    CombinableUnfused,
     Fp16Rewrite,
     Fp16Rewrites,
     FusedPlans,
@@ -75,6 +76,19 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     `amp.initialize` NPU106 writes in place of `FP16_Optimizer(...)` gets `combine_grad=True`
     when NPU101 makes the wrapped optimizer Ascend apex's fused one in the same run.
 
+    Optimizers NPU101 leaves unfused (AMSGrad, `maximize`, a class picked on some paths only,
+    Hugging Face's AdamW) get combined gradients too when NPU101 shows that nothing detaches
+    them: Ascend apex packs the gradients of any optimizer it is given (its guide's example is
+    `torch.optim.SGD` with `combine_grad=True`) and makes `nn.Module.zero_grad` zero in place
+    while it does. torch's classes or Hugging Face's AdamW, built in the module, its arguments
+    all written out, in a module that sets no `requires_grad` (a parameter that first gets a
+    gradient after the first `scale_loss` stays out of the buffers) and adds no parameter
+    group, its parameters neither
+    sharded nor re-allocated, no `.grad` store and no `zero_grad` that sets gradients to None
+    in the functions that build, step or zero it, but a module's default `zero_grad()` on a
+    model that feeds it; not returned to or called from other modules. Anything else is
+    reported with the optimizer's line.
+
     Option `opt-level` (`[tool.npu-migrate.rules.NPU102] opt-level = "O2"`, one of O0-O3): sets
     that `opt_level` on every `apex.amp.initialize` it can see, keeping the quotes of the literal
     it replaces; NPU101 and this rule then plan the optimizers' home and `combine_grad` for that
@@ -112,14 +126,14 @@ class AmpCombineGrad(OptimizerFactories, Rule):
 
     CODE = "NPU102"
     NAME = "amp-combine-grad"
-    SUMMARY = "`amp.initialize(...)` of NPU fused optimizers without `combine_grad=True`"
+    SUMMARY = "`amp.initialize(...)` without `combine_grad=True` where its optimizers allow it"
     FIX_SAFETY = FixSafety.SAFE
     TRIGGER = ("initialize", "FP16_Optimizer")  # NPU106 turns the latter into the former
     RUN_PLANS = (OptLevelSwitch,)
     # Optimizers that NPU101 rewrites count as NPU fused ones; factories of other modules are
     # judged as NPU101 leaves them when it runs; NPU106's new amp.initialize calls get
     # combine_grad when NPU101 fuses the optimizer they wrap.
-    READS = (FusedPlans, FusedSwaps, OptLevelSwitch, Fp16Rewrites)
+    READS = (FusedPlans, FusedSwaps, OptLevelSwitch, Fp16Rewrites, CombinableUnfused)
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
@@ -225,8 +239,15 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         if blocks:
             self.report(call, note)
             return
-        message = "added `combine_grad=True`: the gradients of its NPU fused optimizers are packed "
-        message += "into flat buffers"
+        if self.combined:
+            message = "added `combine_grad=True`: Ascend apex packs the gradients of the "
+            message += "optimizers passed here into flat buffers, those of "
+            message += f"{self._listed(self.combined)} too, left unfused by NPU101 (it "
+            message += "combines any optimizer's gradients, and no code here sets them to None "
+            message += "or replaces them)"
+        else:
+            message = "added `combine_grad=True`: the gradients of its NPU fused optimizers are "
+            message += "packed into flat buffers"
         for factory in self.factories:
             message += f"; {factory}"
         if note:
@@ -242,6 +263,11 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         unknown: list[ast.expr] = []
         self.factories: list[str] = []  # why optimizers from other modules count as fused
         self.standalone: list[str] = []  # the torch_npu.optim ones, as quoted in messages
+        # Unfused optimizers whose gradients stay where combine_grad packs them (NPU101's
+        # CombinableUnfused): Ascend apex combines the gradients of any optimizer.
+        self.combined: list[ast.expr] = []
+        plan = self.read_plan(CombinableUnfused)
+        combinable = plan.calls if plan is not None else frozenset()
         traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
         for origin in self._origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
@@ -265,7 +291,10 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 if name.startswith(TORCH_NPU_HOME + "."):
                     self.standalone.append(f"`{name}` (line {line_of(origin)})")
             elif isinstance(origin, ast.Call) and self._known_optimizer(origin):
-                unfused.append(origin)
+                if id(origin) in combinable:
+                    self.combined.append(origin)
+                else:
+                    unfused.append(origin)
             elif verdict is not None and verdict.fused:
                 fused.append(origin)
                 self.factories.append(verdict.why)
@@ -274,7 +303,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 unknown.append(origin)
                 if verdict is not None:
                     traced[id(origin)] = verdict.why
-        if fused and not unfused and not unknown:
+        if (fused or self.combined) and not unfused and not unknown:
             return True
         if unknown and not fused and not unfused and traced:
             reasons = [
@@ -301,17 +330,15 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 sink.call,
                 "`combine_grad=True` not added: the optimizers passed here have no NPU fused "
                 f"version: {self._listed(unfused)}, Hugging Face's AdamW, whose arithmetic no "
-                "fused optimizer has; combined gradients are for NPU fused optimizers. To fuse "
-                "it, switch to `torch.optim.AdamW` after comparing loss curves (NPU101 fuses "
-                "that), then add `combine_grad=True`",
+                f"fused optimizer has, {_UNSHOWN}. To fuse it, switch to `torch.optim.AdamW` "
+                "after comparing loss curves (NPU101 fuses that), then add `combine_grad=True`",
             )
         elif unfused:
             self.report(
                 sink.call,
-                "`combine_grad=True` not added: the optimizers passed here are not NPU fused "
-                f"ones: {self._listed(unfused)}; combined gradients are for NPU fused "
-                "optimizers: make them NPU fused (NPU101 does where it can), then add "
-                "`combine_grad=True`",
+                "`combine_grad=True` not added: the optimizers passed here stay unfused: "
+                f"{self._listed(unfused)}, {_UNSHOWN}; check that (or make them NPU fused), "
+                "then add `combine_grad=True`",
             )
         elif unknown:
             origins = ", ".join(f"`{self.view.written(o)}`" for o in unknown)
@@ -421,6 +448,15 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                     f"`{options.master_code}` must not be False at run time"
                 )
         return False, ""
+
+
+# Why an optimizer NPU101 leaves unfused does not get combined gradients.
+_UNSHOWN = (
+    "and npu-migrate cannot show that their gradients stay in the flat buffers "
+    "`combine_grad=True` packs them into (Ascend apex combines any optimizer's gradients, but "
+    "code that sets them to None, replaces them or re-allocates the parameters detaches them "
+    "from the buffers, and amp then no longer unscales them)"
+)
 
 
 def _standalone_message(standalone: list[str]) -> str:
