@@ -21,14 +21,15 @@ FILES = {
             model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
             return model, optimizer
         """,
-    # Reported: maximize=True has no NPU counterpart, and so its amp call stays as it is.
-    "ascent.py": """\
-        import torch
+    # Reported: FusedLAMB has no NPU counterpart (it does not run on Ascend at all), and so its
+    # amp call stays as it is.
+    "lamb.py": """\
         from apex import amp
+        from apex.optimizers import FusedLAMB
 
 
         def build(model):
-            optimizer = torch.optim.Adam(model.cuda().parameters(), lr=0.1, maximize=True)
+            optimizer = FusedLAMB(model.cuda().parameters(), lr=0.1)
             return amp.initialize(model, optimizer, opt_level="O1")
         """,
     # Rewritten: the optimizer a method returns, fixed in its caller (one construction).
@@ -83,7 +84,7 @@ def test_the_rates_count_rewritten_reported_and_missing_counterparts(tmp_path: P
     )
     rows = [line for line in done.stdout.splitlines() if line.startswith("| project ")]
     # loop.py's fixed `zero_grad` is not a construction of its own; halves.py is kept by the
-    # fused optimizers' contract and ascent.py's amp call has only an optimizer without
+    # fused optimizers' contract and lamb.py's amp call has only an optimizer without
     # counterpart: the second rates leave them aside.
     expected = "| project | 2 | 2 | 1 | 67% | 1 | 100% | 1 | 1 | 1 | 50% | 100% |"
     assert rows == [expected], done.stdout
