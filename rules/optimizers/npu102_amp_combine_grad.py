@@ -76,18 +76,18 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     `amp.initialize` NPU106 writes in place of `FP16_Optimizer(...)` gets `combine_grad=True`
     when NPU101 makes the wrapped optimizer Ascend apex's fused one in the same run.
 
-    Optimizers NPU101 leaves unfused (AMSGrad, `maximize`, a class picked on some paths only,
-    Hugging Face's AdamW) get combined gradients too when NPU101 shows that nothing detaches
-    them: Ascend apex packs the gradients of any optimizer it is given (its guide's example is
-    `torch.optim.SGD` with `combine_grad=True`) and makes `nn.Module.zero_grad` zero in place
-    while it does. torch's classes or Hugging Face's AdamW, built in the module, its arguments
-    all written out, in a module that sets no `requires_grad` (a parameter that first gets a
-    gradient after the first `scale_loss` stays out of the buffers) and adds no parameter
-    group, its parameters neither
-    sharded nor re-allocated, no `.grad` store and no `zero_grad` that sets gradients to None
-    in the functions that build, step or zero it, but a module's default `zero_grad()` on a
-    model that feeds it; not returned to or called from other modules. Anything else is
-    reported with the optimizer's line.
+    Optimizers NPU101 leaves unfused (AMSGrad, `maximize`, Hugging Face's AdamW, an
+    `amp.initialize` under a condition NPU101 cannot pick the class by) get combined gradients
+    too when NPU101 shows that nothing detaches them: Ascend apex packs the gradients of any
+    optimizer it is given (its guide's example is `torch.optim.SGD` with `combine_grad=True`)
+    and makes `nn.Module.zero_grad` zero in place while it does. That is: torch's classes or
+    Hugging Face's AdamW, built in the module with every argument written out, not returned to
+    or called from other modules; a module that sets no `requires_grad` and adds no parameter
+    group (a parameter that first gets a gradient after the first `scale_loss` stays out of the
+    buffers); parameters neither sharded nor re-allocated; no `.grad` store and no `zero_grad`
+    that sets gradients to None in the functions that build, step or zero it, but a module's
+    default `zero_grad()` on a model that feeds it. Anything else is reported with the
+    optimizer's line.
 
     Option `opt-level` (`[tool.npu-migrate.rules.NPU102] opt-level = "O2"`, one of O0-O3): sets
     that `opt_level` on every `apex.amp.initialize` it can see, keeping the quotes of the literal
