@@ -68,7 +68,7 @@ from migrator.rules.optimizers._flow import (
     takes,
 )
 from migrator.rules.optimizers._fp16 import uncovered_condition
-from migrator.rules.optimizers._handed import MODULE_DEFAULT, SETS_NONE, HandedCode
+from migrator.rules.optimizers._handed import HandedCode
 from migrator.rules.optimizers._hazards import (
     FusionHazards,
     GradFix,
@@ -2976,16 +2976,15 @@ def _unfreezes(index: ModuleIndex) -> bool:
             getattr(statement, "value", None)
         ):
             return True
-    for call in index.nodes(ast.Call):
-        func = call.func
-        if not isinstance(func, ast.Attribute):
-            continue
-        if func.attr == "add_param_group":
+    if index.attributes("add_param_group"):
+        return True
+    for attribute in index.attributes("requires_grad_"):
+        call = index.parent(attribute)
+        if not (isinstance(call, ast.Call) and call.func is attribute):
+            return True  # the method passed around: it may be called with anything
+        given = argument(call, "requires_grad", 0)
+        if given is None or not _literal_false(given.value):
             return True
-        if func.attr == "requires_grad_":
-            given = argument(call, "requires_grad", 0)
-            if given is None or not _literal_false(given.value):
-                return True
     return False
 
 
@@ -2997,12 +2996,12 @@ def _module_default_zero_grad(hazard: Hazard, models: set[str]) -> bool:
     """``model.zero_grad()`` with torch's default on a model whose parameters feed the
     optimizer: under `combine_grad` Ascend apex makes that default zero in place."""
     node = hazard.node
-    if hazard.effect != SETS_NONE.format(default=MODULE_DEFAULT) or not isinstance(node, ast.Call):
+    if not hazard.module_default or not isinstance(node, ast.Call):
         return False
-    if node.args or node.keywords or not isinstance(node.func, ast.Attribute):
-        return False
-    receiver = full_name(node.func.value)
-    return receiver is not None and any(overlaps(receiver, model) for model in models)
+    receiver = full_name(node.func)  # `model.zero_grad`
+    return receiver is not None and any(
+        overlaps(receiver.removesuffix(".zero_grad"), model) for model in models
+    )
 
 
 def _no_counterpart(args: list[Argument], names: list[str]) -> list[str]:

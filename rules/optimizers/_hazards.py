@@ -133,6 +133,9 @@ class Hazard:
     # fused on the paths where that call does not run (FusedPlanner keeps the written class
     # where it does).
     wrapper: ast.Call | None = None
+    # A module's `zero_grad()` with torch's default `set_to_none` (``node`` is that call):
+    # Ascend apex's `combine_grad` makes that default zero in place (NPU102's unfused path).
+    module_default: bool = False
 
     @property
     def line(self) -> int:
@@ -827,7 +830,8 @@ class FusionHazards:
             plain = set_to_none is None or _plain_value(set_to_none.value)
             model = dotted_name(call.func.value)
             fix = GradFix(call, model) if plain and model is not None else None
-            found.append((self.unit_of(call), Hazard(call, written, effect, remedy, fix)))
+            hazard = Hazard(call, written, effect, remedy, fix, module_default=set_to_none is None)
+            found.append((self.unit_of(call), hazard))
         return found
 
     def _function_at(self, line: int) -> ast.AST | None:

@@ -221,7 +221,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 "if its optimizers are NPU fused ones, add `combine_grad=True` by hand",
             )
             return
-        if not self._all_fused(sink):
+        if not self._all_combinable(sink):
             return
         if self.standalone:
             self.report(call, _standalone_message(self.standalone))
@@ -255,8 +255,10 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         edit = self.replace(call, cst.Call, _add_combine_grad)
         self.fix(call, message, edit)
 
-    def _all_fused(self, sink: AmpSink) -> bool:
-        """True when every optimizer reaching the call is NPU fused; reports every other case."""
+    def _all_combinable(self, sink: AmpSink) -> bool:
+        """True when every optimizer reaching the call is NPU fused, or left unfused with its
+        gradients provably kept where `combine_grad` packs them (``self.combined``); reports
+        every other case."""
         assert sink.optimizers is not None
         fused: list[ast.expr] = []
         unfused: list[ast.expr] = []
