@@ -10,8 +10,9 @@ each worker is doing:
   :class:`WorkerDied`, a fresh worker takes its place, and the run goes on;
 - a worker whose resident memory has grown past ``memory_limit`` after a task (one huge file)
   retires and is replaced, so a large file does not pin memory for the rest of the run;
-- a worker exits within a second when its parent goes away, however it went, even while it is
-  still starting: on Linux the kernel sends it SIGTERM (``PR_SET_PDEATHSIG``); everywhere, a
+- a worker exits within a second when its parent goes away, however it went, and a worker
+  still starting as soon as its interpreter is up (a tenth of a second on an idle machine,
+  more on a loaded one): on Linux the kernel sends it SIGTERM (``PR_SET_PDEATHSIG``); everywhere, a
   thread waiting on a pipe that only the parent holds open wakes up when the parent's end
   closes and ends the process. Both are armed before the worker imports the code it runs (the
   set-up and work functions travel by name, the payload as bytes), so a parent killed during
