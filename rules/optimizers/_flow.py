@@ -150,22 +150,36 @@ class OptimizerFlow:
         """id(constructor call) -> the first ``amp.initialize`` call its optimizer reaches."""
         return {key: calls[0] for key, calls in self.amp_calls_reached.items()}
 
-    @cached_property
+    @property
     def amp_calls_reached(self) -> dict[int, list[ast.Call]]:
         """id(constructor call) -> every ``amp.initialize`` call its optimizer reaches, in
         source order (never one that runs only where the constructor does not); also for the
         targets of ``optimizer, scheduler = build(cfg)`` (:meth:`element_of`)."""
+        return self._amp_reach[0]
+
+    @property
+    def calls_reaching_amp(self) -> list[ast.Call]:
+        """The calls whose optimizer reaches an ``amp.initialize``: candidates, and the
+        constructors of other packages' optimizers (Hugging Face's ``AdamW``), which are not."""
+        return self._amp_reach[1]
+
+    @cached_property
+    def _amp_reach(self) -> tuple[dict[int, list[ast.Call]], list[ast.Call]]:
         reached: dict[int, list[ast.Call]] = {}
+        constructors: list[ast.Call] = []
         for sink in self.amp_sinks:
             if sink.optimizers is None:
                 continue
             for origin in self.through_parameters(self.origins(sink.optimizers)):
                 built = isinstance(origin, ast.Call) or self.element_of(origin) is not None
-                if built and not self.exclusive(sink.call, origin):
-                    calls = reached.setdefault(id(origin), [])
-                    if sink.call not in calls:
-                        calls.append(sink.call)
-        return reached
+                if not built or self.exclusive(sink.call, origin):
+                    continue
+                if id(origin) not in reached and isinstance(origin, ast.Call):
+                    constructors.append(origin)
+                calls = reached.setdefault(id(origin), [])
+                if sink.call not in calls:
+                    calls.append(sink.call)
+        return reached, constructors
 
     def through_parameters(self, origins: Sequence[ast.expr]) -> list[ast.expr]:
         """``origins``, and for each parameter among them (``make_data_parallel(model,

@@ -576,8 +576,8 @@ class _Planner:
         module the optimizer goes to that may break it."""
         rewritten = {id(rewrite.call) for rewrite in rewrites}
         found: set[int] = set()
-        for call in self.flow.candidates:
-            if id(call) in rewritten or id(call) not in self.flow.amp_calls_reached:
+        for call in self.flow.calls_reaching_amp:
+            if id(call) in rewritten:
                 continue
             if not self._suppressed(call) and self._keeps_gradients(call):
                 found.add(id(call))
