@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -131,21 +133,47 @@ def test_npu_fused_adamw_matches_apex_fused_adam_in_o2():
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
 
 
+LATE = "parameters 'extra.weight', 'extra.bias' got their first gradient after the first"
+
+
 @pytest.mark.parametrize("opt_level", ["O1", "O2"])
 def test_params_without_grad_at_packing_stay_outside_and_still_train(opt_level):
     per_tensor, _ = train(opt_level, extra_from_step=2, steps=4)
-    combined, _ = train(opt_level, extra_from_step=2, steps=4, combine_grad=True)
+    with pytest.warns(RuntimeWarning, match=LATE) as caught:
+        combined, _ = train(opt_level, extra_from_step=2, steps=4, combine_grad=True)
+    assert len(caught) == 1  # once, at the step where they first get one
+    assert caught[0].filename == __file__  # points at the `with amp.scale_loss` line
     assert_identical(per_tensor, combined)
 
 
 @pytest.mark.parametrize("opt_level", ["O1", "O2"])
 def test_params_without_grad_at_packing_with_a_fused_optimizer(opt_level):
     reference, _ = train(opt_level, extra_from_step=2, steps=4)
-    fused, _ = train(
-        opt_level, make_optimizer=fused_sgd, extra_from_step=2, steps=4, combine_grad=True
-    )
+    with pytest.warns(RuntimeWarning, match=LATE):
+        fused, _ = train(
+            opt_level, make_optimizer=fused_sgd, extra_from_step=2, steps=4, combine_grad=True
+        )
     for a, b in zip(reference, fused, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+
+
+def test_late_gradients_raise_where_strict(monkeypatch):
+    # Ascend apex would train these parameters on loss-scaled gradients: a loud error instead.
+    monkeypatch.setenv("APEX_AMP_STRICT", "1")
+    with pytest.raises(RuntimeError, match=LATE + ".*drop combine_grad=True"):
+        train("O1", extra_from_step=2, steps=4, combine_grad=True)
+
+
+@pytest.mark.parametrize(
+    ("extra_from_step", "amp_kwargs"),
+    [(0, {"combine_grad": True}), (2, {})],
+    ids=["every-grad-at-packing", "per-tensor"],
+)
+def test_no_late_gradient_warning_where_ascend_agrees(monkeypatch, extra_from_step, amp_kwargs):
+    monkeypatch.setenv("APEX_AMP_STRICT", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train("O2", extra_from_step=extra_from_step, steps=4, **amp_kwargs)
 
 
 def test_overflow_with_combined_grads_skips_the_step():

@@ -15,12 +15,17 @@ flat buffers at the end of the first ``scale_loss`` that produced them; from the
 overflow check, stashing for gradient accumulation and ``zero_grad`` run once per buffer. Packing
 changes where gradients live, never their values: every operation is elementwise and the buffers
 are zero-padded, so the numbers are bit-identical to the per-tensor path. Params without a grad at
-packing time stay outside the buffers and keep the per-tensor path.
+packing time stay outside the buffers and keep the per-tensor path here; Ascend apex forgets them
+(it never unscales, zeroes or, with master weights, copies their later gradients), so when one
+of them gets a gradient this runtime warns, or raises where ``APEX_AMP_STRICT=1`` asks it to
+(``npu-migrate verify`` does): on Ascend that program would train differently.
 """
 
 from __future__ import annotations
 
+import os
 import types
+import warnings
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -45,6 +50,16 @@ _PARAMS_DESTROYED_MESSAGE = (
     "is any operation that may change the data_ptr/size/format of the params."
 )
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+# "1": raise where Ascend apex would silently train differently from this runtime (warn otherwise).
+STRICT_ENVIRONMENT_VARIABLE = "APEX_AMP_STRICT"
+_LATE_GRADIENT_MESSAGE = (
+    "{params} got {their} first gradient after the first amp.scale_loss had packed the gradients "
+    "(combine_grad=True, or an NPU fused optimizer). Ascend apex packs only the gradients that "
+    "exist then and from then on unscales, zeroes and copies to master weights only those, so "
+    "on Ascend {these} would be stepped with the loss-scaled gradient (O1) or not at all (O2); "
+    "this runtime unscales {them} per tensor. Give every parameter a gradient in the first "
+    "step, or drop combine_grad=True (an NPU fused optimizer always combines: use torch's class)"
+)
 
 
 @dataclass
@@ -160,6 +175,8 @@ class AmpOptimizerState:
         self.direct_params: list[torch.Tensor] = []
         self.stash: dict[int, torch.Tensor] = {}  # accumulated grads of unpacked direct params
         self.combined: CombinedGrads | None = None
+        # Params without a grad when the buffers were packed: Ascend apex forgets them.
+        self.left_out: list[torch.Tensor] = []
 
     def parameter_name(self, param: torch.Tensor) -> str | None:
         """``param``'s name in the models given to initialize, quoted, for messages (an O2
@@ -266,6 +283,8 @@ class AmpOptimizerState:
         self._drop_combined_if_broken()
         if self.combine and self.combined is None:
             self._pack()
+        elif self.left_out:
+            self._check_late_gradients()
         if self.combine_ddp is not None:
             self.combine_ddp.all_reduce(self.scaled_grads_to_reduce())
         done: set[int] | None = None
@@ -378,6 +397,10 @@ class AmpOptimizerState:
         directs = [param for param in self.direct_params if param.grad is not None]
         if not halves and not directs:
             return
+        packed = {id(half) for half, _ in halves} | {id(param) for param in directs}
+        self.left_out = [
+            param for param in [*self.half_params, *self.direct_params] if id(param) not in packed
+        ]
         combined = CombinedGrads()
         # Masters need a grad before packing (an NpuFused optimizer packs only params with one).
         for _, master in halves:
@@ -411,6 +434,28 @@ class AmpOptimizerState:
         self.combined = combined
         if self.combine_ddp is not None:
             self.combine_ddp.check_layout(self.scaled_grads_to_reduce())
+
+    def _check_late_gradients(self) -> None:
+        """Warn (raise under ``APEX_AMP_STRICT=1``) once for the params left out of the
+        buffers that have a gradient now."""
+        late = [param for param in self.left_out if param.grad is not None]
+        if not late:
+            return
+        self.left_out = [param for param in self.left_out if param.grad is None]
+        names = [
+            self.parameter_name(param) or f"a parameter of shape {tuple(param.shape)}"
+            for param in late
+        ]
+        one = len(names) == 1
+        message = _LATE_GRADIENT_MESSAGE.format(
+            params=("parameter " if one else "parameters ") + ", ".join(names),
+            their="its" if one else "their",
+            these="it" if one else "they",
+            them="it" if one else "them",
+        )
+        if os.environ.get(STRICT_ENVIRONMENT_VARIABLE, "").strip() == "1":
+            raise RuntimeError(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=5)  # the `with amp.scale_loss` line
 
     def _fold_stash_into_packed(self, combined: CombinedGrads) -> None:
         """Stashes taken per tensor before packing become the packed buffers' stash."""
