@@ -107,6 +107,9 @@ def child_env(
         NPU_MIGRATE_VERIFY_SEED=str(SEED),
         PYTHONHASHSEED=str(SEED),
         PYTHONUNBUFFERED="1",
+        # The apex runtime raises where Ascend's apex would train differently from it (a
+        # parameter whose first gradient comes after combine_grad packed the others).
+        APEX_AMP_STRICT="1",
         # One thread: reproducible reductions, and the two sides do not fight over the cores.
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
