@@ -275,10 +275,10 @@ def level_arms(view: FileView, call: ast.Call, value: ast.expr, depth: int = 0) 
         default = _option_default(view, value.attr)
         if default is not None:
             option, written, default_line = default
-            return [
-                LevelArm(written, f"by default (`{option}`)", default_line),
-                LevelArm(None, "", line),  # what the command line passes instead
-            ]
+            passed = LevelArm(None, "", line)  # what the command line passes instead
+            if not written and OptimizerFlow.of(view).truthy_at(call, view.written(value)):
+                return [passed]  # `if args.fp16:` keeps the empty default away from the call
+            return [LevelArm(written, f"by default (`{option}`)", default_line), passed]
     return [LevelArm(None, "", line)]
 
 

@@ -349,6 +349,17 @@ class OptimizerFlow:
                 return Tested(values, when, guard.lineno)
         return None
 
+    def truthy_at(self, node: ast.AST, code: str) -> bool:
+        """The expression written ``code`` is true at ``node``: an enclosing `if` of its
+        function tests it as it is (``if args.fp16:``, ``if args.fp16 and rank == 0:``) with
+        ``node`` in its body, and that body does not assign it again."""
+        for guard, in_body in self.guards(node):
+            if not in_body or _stored_in(self.view, guard.body, code):
+                continue
+            if any(self.view.written(test) == code for test in _operands(guard.test, ast.And)):
+                return True
+        return False
+
     def _up_to_function(self, node: ast.AST) -> Iterator[ast.AST]:
         for parent in self.index.ancestors(node):
             if isinstance(parent, _FUNCTIONS):

@@ -58,7 +58,13 @@ from migrator.rules.optimizers._handed import (
     elements_held,
 )
 from migrator.rules.optimizers._subclass import subclass_base
-from migrator.rules.optimizers._tables import FP16_OPTIMIZERS, KNOWN_OPTIMIZERS, NPU1_ROOTS
+from migrator.rules.optimizers._tables import (
+    FP16_OPTIMIZERS,
+    KNOWN_OPTIMIZERS,
+    NO_FUSED_ROOTS,
+    NO_FUSED_VERSION,
+    NPU1_ROOTS,
+)
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 # Dtypes the fused optimizers refuse (they take float32 and float16 parameters only).
@@ -93,6 +99,12 @@ _KEEP_FLOAT32 = "keep the parameters in float32 and get lower-precision compute 
 _ZERO_IN_PLACE = (
     "zero the gradients with `optimizer.zero_grad()` (it zeroes the flat buffer in place)"
 )
+
+# What steps and zeroes as an optimizer: torch's, apex's and torch_npu's classes, NVIDIA's
+# FP16_Optimizer, and other packages' optimizers that run unfused (Hugging Face's AdamW, whose
+# `zero_grad()` is torch's Optimizer.zero_grad, not a module's).
+_OPTIMIZER_ROOTS = NPU1_ROOTS | NO_FUSED_ROOTS
+_OPTIMIZER_CLASSES = KNOWN_OPTIMIZERS | FP16_OPTIMIZERS | NO_FUSED_VERSION.keys()
 
 
 @dataclass(frozen=True)
@@ -268,7 +280,7 @@ class FusionHazards:
         if id(call) in self.returned:
             return True
         func = class_of(self.view, call)
-        if self.view.may_name(func, NPU1_ROOTS) and self._optimizer_class(func):
+        if self.view.may_name(func, _OPTIMIZER_ROOTS) and self._optimizer_class(func):
             return True
         if isinstance(call.func, ast.Name):
             # `proto(params)` where `proto` holds one of several optimizer classes, or a thin
@@ -286,7 +298,7 @@ class FusionHazards:
         return False
 
     def _optimizer_class(self, node: ast.expr) -> bool:
-        name = self.view.qualified_name_in(node, KNOWN_OPTIMIZERS | FP16_OPTIMIZERS)
+        name = self.view.qualified_name_in(node, _OPTIMIZER_CLASSES)
         return isinstance(name, str) or npu_fused_name(self.view, node) is not None
 
     # -- other optimizers over the same parameters ----------------------------------------------
