@@ -13,11 +13,10 @@ a migration Ascend would run differently. Without amp the two sides agree.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from _cli import run_npu_migrate, start_npu_migrate
+from _cli import run_npu_migrate
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "multitask_late_heads"
@@ -37,20 +36,10 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def verify(migrated: Path, *arguments: str) -> tuple[int, str]:
-    process: subprocess.Popen[str] = start_npu_migrate(
-        "verify",
-        "--steps",
-        "6",
-        "--timeout",
-        str(TIMEOUT_S),
-        str(PROGRAM / "train.py"),
-        migrated,
-        "--",
-        *arguments,
-        extra_env=VERIFY_ENV,
-    )
-    stdout, stderr = process.communicate(timeout=3 * TIMEOUT_S)
-    return process.returncode, stdout + stderr
+    original = PROGRAM / "train.py"
+    command = ["verify", "--steps", "6", "--timeout", str(TIMEOUT_S), original, migrated]
+    done = run_npu_migrate(*command, "--", *arguments, extra_env=VERIFY_ENV, timeout=3 * TIMEOUT_S)
+    return done.returncode, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("level", ["O1", "O2"])

@@ -37,7 +37,7 @@ import ast
 import functools
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -48,7 +48,7 @@ from migrator.analysis.clipping import class_of
 from migrator.analysis.effects import DATA_PARALLEL, DDP_CLASSES, CallNames
 from migrator.analysis.index import ModuleIndex, line_of
 from migrator.analysis.names import Ambiguous
-from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module
+from migrator.analysis.project import AmbiguousModule, Facts, FileViews, Module, Resolved
 from migrator.analysis.view import FileView
 from migrator.rule import Linking, Rule
 from migrator.rules.normalization_parallel._ddp_order import (
@@ -439,10 +439,31 @@ def _use(reader: FileView, call: ast.Call, at: ast.expr | None = None) -> dict[s
     if isinstance(name, Ambiguous):
         if any(_is_library(candidate) for candidate in name.candidates):
             return None  # an optimizer class of torch or apex: NPU101 reports the ambiguity
-        return {**where, "code": reader.written(call.func), "ambiguous": name.describe()}
+        use = {**where, "code": reader.written(call.func), "ambiguous": name.describe()}
+        modules = _star_sources(reader, call.func)
+        if modules:
+            use["star"] = modules  # the link stage reads which of them exports the name
+        return use
     if name is None or _is_library(name):
         return None
     return {**where, "code": reader.written(call.func), "callee": name}
+
+
+def _star_sources(reader: FileView, func: ast.expr) -> list[str]:
+    """The modules ``from m import *`` binds the plain name ``func`` from, in source order,
+    when nothing else in the file binds it and every star import of the file is such a one at
+    its top (a star import under `try` or a relative one would be another source)."""
+    index = reader.index
+    if not isinstance(func, ast.Name) or index.bindings_of(func) or func.id.startswith("_"):
+        return []
+    return list(index.star_imports) if _star_count(index) == len(index.star_imports) else []
+
+
+def _star_count(index: ModuleIndex) -> int:
+    """How many ``from m import *`` the module has, wherever they are."""
+    return sum(
+        any(alias.name == "*" for alias in node.names) for node in index.nodes(ast.ImportFrom)
+    )
 
 
 def _is_library(name: str) -> bool:
@@ -631,8 +652,41 @@ def _verdict_entry(planned: bool, planned_why: str, written: bool, written_why: 
 
 def _factory_of_use(state: _Link, path: str, use: Mapping[str, Any]) -> Factory | str:
     if "ambiguous" in use:
+        found = _from_star_imports(state, path, use["code"], use.get("star", []))
+        if found is not None:
+            return found
         return f"cannot tell which function `{use['code']}` is: {use['ambiguous']}"
     return _locate(state, use["callee"], path)
+
+
+def _from_star_imports(
+    state: _Link, path: str, name: str, modules: Sequence[str]
+) -> Factory | str | None:
+    """What ``name`` is in ``path``, which binds it only by ``from m import *`` of
+    ``modules``: the last of them that exports it wins, as in Python. None when that cannot be
+    told: a module outside the run or that does not parse, one with ``__all__``, or one with
+    star imports of its own that may bind the name after (or instead of) its own binding."""
+    for module in reversed(modules):
+        target = state.linking.files.resolve(module, path)
+        if not isinstance(target, Resolved) or target.rest:
+            return None
+        reader = state.reader(target.module.path)
+        if reader is None:
+            return None
+        index = reader.index
+        if any(True for _ in _top_level_bindings(index.tree.body, "__all__")):
+            return None
+        bound = [node.lineno for node in _top_level_bindings(index.tree.body, name)]
+        stars = [
+            node.lineno
+            for node in index.nodes(ast.ImportFrom)
+            if any(alias.name == "*" for alias in node.names)
+        ]
+        if stars and (not bound or max(stars) > min(bound)):
+            return None
+        if bound:
+            return _top_level(state, target.module.path, name, 0)
+    return None  # bound by none of them: a NameError at run time
 
 
 def _locate(state: _Link, dotted: str, importer: str, hops: int = 0) -> Factory | str:
@@ -745,13 +799,16 @@ def _find_call_sites(state: _Link, factories: list[Factory]) -> None:
         wanted = {name for name in by_name if path in containing[name]}
         found = [(call, f) for call, f in _calls_of(state, reader, path, wanted) if f in factories]
         called = [call for call, _ in found]
-        for factory, where in _other_references(state, reader, path, wanted, called).items():
+        references = _other_references(state, reader, path, wanted, called)
+        for factory, (where, open_call) in references.items():
             if factory in factories:
                 facts = state.of(factory.path, "factories")[factory.name]
                 facts["escapes"] = facts["escapes"] or where
                 if "escapes_amp" not in facts and state.amp_in_sight(path):
                     # Its calls there are out of sight, and so is whether they reach amp.
                     facts["escapes_amp"] = where
+                    if open_call:
+                        facts["escapes_open"] = True
         if not found:
             continue
         flow = OptimizerFlow.of(reader)
@@ -1132,26 +1189,48 @@ def _with_forwarders(state: _Link, factories: list[Factory]) -> list[Factory]:
 
 def _other_references(
     state: _Link, reader: FileView, path: str, names: set[str], calls: list[ast.Call]
-) -> dict[Factory, str]:
+) -> dict[Factory, tuple[str, bool]]:
     """factory -> where ``path`` (another file than its module) uses it other than by calling
-    it (``calls``) or importing it: a value handed on, whose calls npu-migrate does not see."""
+    it (``calls``) or importing it: a value handed on, whose calls npu-migrate does not see, or
+    a name that may be it or another function (True then)."""
     called = {id(call.func) for call in calls}
     nodes: list[ast.Name | ast.Attribute] = [
         node for node in reader.index.nodes(ast.Name) if node.id in names
     ]
     for name in names:
         nodes.extend(reader.index.attributes(name))
-    found: dict[Factory, str] = {}
+    found: dict[Factory, tuple[str, bool]] = {}
     for node in nodes:
         if not isinstance(node.ctx, ast.Load) or id(node) in called:
             continue
         dotted = reader.qualified_name(node)
-        if not isinstance(dotted, str):
-            continue
-        factory = _locate(state, dotted, path)
+        factory = _function_named(state, reader, path, node, dotted)
         if isinstance(factory, Factory) and factory.path != path:
-            found.setdefault(factory, _at(path, node))
+            found.setdefault(factory, (_at(path, node), False))
+        elif factory is None and isinstance(dotted, Ambiguous):
+            # A call (or use) whose function cannot be told (star imports, two imports of the
+            # name): each factory of the run it may be is handed on there.
+            for candidate in dotted.candidates:
+                maybe = _locate(state, candidate, path)
+                if isinstance(maybe, Factory) and maybe.path != path:
+                    found.setdefault(maybe, (_at(path, node), True))
     return found
+
+
+def _function_named(
+    state: _Link,
+    reader: FileView,
+    path: str,
+    node: ast.Name | ast.Attribute,
+    dotted: str | Ambiguous | None,
+) -> Factory | str | None:
+    """The function of the run that ``node`` (resolved to ``dotted``) names in ``path``: by
+    its import, or by the star import that exports it; None when it names no one thing."""
+    if isinstance(dotted, str):
+        return _locate(state, dotted, path)
+    if isinstance(dotted, Ambiguous) and isinstance(node, ast.Name):
+        return _from_star_imports(state, path, node.id, _star_sources(reader, node))
+    return None
 
 
 def _calls_of(
@@ -1165,10 +1244,14 @@ def _calls_of(
             continue
         if not isinstance(func, ast.Name | ast.Attribute):
             continue
-        name = reader.qualified_name(func)
-        if not isinstance(name, str) or name.rpartition(".")[2] not in names:
+        dotted = reader.qualified_name(func)
+        if isinstance(dotted, str):
+            called = dotted.rpartition(".")[2]  # the name it was defined with, not an alias
+        else:
+            called = func.id if isinstance(func, ast.Name) else func.attr
+        if called not in names:
             continue
-        found = _locate(state, name, path)
+        found = _function_named(state, reader, path, func, dotted)
         if isinstance(found, Factory) and found.path != path:
             yield call, found
 

@@ -655,9 +655,14 @@ class _Planner:
         for name, facts in self.factories.items():
             where = facts.get("escapes_amp")
             if where is not None and any(o is call for o in returned_origins(self.view, name)):
+                how = (
+                    "is called by a name that may also be another module's function"
+                    if facts.get("escapes_open")
+                    else "is used as a value"
+                )
                 return (
-                    f"`{name}` returns it and is used as a value at {where}, which sees a file "
-                    "that calls apex's `amp.initialize`"
+                    f"`{name}` returns it and {how} at {where}, which sees a file that calls "
+                    "apex's `amp.initialize`"
                 )
         return None
 
