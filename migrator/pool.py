@@ -12,14 +12,14 @@ each worker is doing:
   retires and is replaced, so a large file does not pin memory for the rest of the run;
 - a worker exits within a second when its parent goes away, however it went, and a worker
   still starting as soon as its interpreter is up (a tenth of a second on an idle machine,
-  more on a loaded one): on Linux the kernel sends it SIGTERM (``PR_SET_PDEATHSIG``); everywhere, a
-  thread waiting on a pipe that only the parent holds open wakes up when the parent's end
-  closes and ends the process. Both are armed before the worker imports the code it runs (the
-  set-up and work functions travel by name, the payload as bytes), so a parent killed during
-  that second of imports is noticed at once. SIGTERM unwinds the worker, so a write it was in
-  the middle of removes its temporary file, then ends it without the interpreter's finalization
-  (seconds, with a large heap on a loaded machine); a worker stuck in a long native call is
-  ended half a second later regardless;
+  more on a loaded one): on Linux the kernel sends it SIGTERM (``PR_SET_PDEATHSIG``);
+  everywhere, a thread waiting on a pipe that only the parent holds open wakes up when the
+  parent's end closes and ends the process. Both are armed before the worker imports the code
+  it runs (the set-up and work functions travel by name, the payload as bytes), so a parent
+  killed during that second of imports is noticed at once. SIGTERM unwinds the worker, so a
+  write it was in the middle of removes its temporary file, then ends it without the
+  interpreter's finalization (seconds, with a large heap on a loaded machine); a worker stuck
+  in a long native call is ended half a second later regardless;
 - workers ignore Ctrl-C (the terminal sends it to the whole process group): the parent decides,
   and on any exception (Ctrl-C included) ends its workers before it lets the exception go on
   (SIGTERM first, on which a worker unwinds and removes a half-written temporary file).
