@@ -143,6 +143,23 @@ def test_a_starred_unpacking_cannot_be_told() -> None:
     assert origins('first, *rest = "cuda", "cpu", "mps"\nprobe(first)\n') == ["first"]
 
 
+def test_unpacking_the_result_of_a_recursive_function_ends() -> None:
+    # NeMo's `get_dtype_device`, which returns a call of itself for a container: the element
+    # cannot be told on that path, so the read stays its own origin (it used to recurse until
+    # Python's limit, and the file's project summary failed with RecursionError).
+    code = """
+    def get_dtype_device(value):
+        if isinstance(value, list):
+            return get_dtype_device(value[0])
+        return value.dtype, value.device
+
+    def run(batch):
+        dtype, device = get_dtype_device(batch)
+        probe(device)
+    """
+    assert origins(code, OPTIMIZER_VALUES) == ["device"]
+
+
 def test_unpacking_off_leaves_the_read() -> None:
     policy = LookThrough(unpacking=False)
     assert origins('dtype, d = "fp16", "cuda"\nprobe(d)\n', policy) == ["d"]

@@ -120,6 +120,9 @@ class Origins:
         self._related_memo: dict[int, set[int]] = {}  # id(class) -> related_classes
         # The unpacking targets that stand for an element of a call's result (call_elements).
         self._elements: set[ast.expr] = set()
+        # (id(value), path) being unpacked now: a function that returns a call of itself, or
+        # of one that calls it back, cannot be read (and must not recurse without end).
+        self._unpacking: set[tuple[int, tuple[int, ...]]] = set()
 
     def of(self, expr: ast.expr) -> list[Origin]:
         """The origins of ``expr``'s value, each once, in the order they are found (``a if c
@@ -261,6 +264,16 @@ class Origins:
 
     def _unpacked(self, value: ast.expr, path: list[int]) -> list[ast.expr] | None:
         """The element at ``path`` of what ``value`` gives when unpacked, or None."""
+        key = (id(value), tuple(path))
+        if key in self._unpacking:
+            return None  # it is its own source: recursion
+        self._unpacking.add(key)
+        try:
+            return self._unpacked_once(value, path)
+        finally:
+            self._unpacking.discard(key)
+
+    def _unpacked_once(self, value: ast.expr, path: list[int]) -> list[ast.expr] | None:
         position, rest = path[0], path[1:]
         if isinstance(value, (ast.Tuple, ast.List)):
             if any(isinstance(e, ast.Starred) for e in value.elts):
