@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from migrator.analysis.calls import arguments
 from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.view import FileView
@@ -466,6 +467,46 @@ def _values_returning(view: FileView) -> dict[int, tuple[str, int]]:
                 continue
             for origin in flow.origins(statement.value):
                 found.setdefault(id(origin), (f"`{function.name}`", uses[function.name]))
+    return found
+
+
+def wrapped_returning(view: FileView) -> dict[int, tuple[str, int, str]]:
+    """id(constructor) -> the function of the module that returns its optimizer inside another
+    value, the line of that ``return`` and the call that wraps it, as messages show them:
+    ESPnet's ``return NoamOpt(d_model, factor, warmup, base)``, detectron2's ``return
+    maybe_add_gradient_clipping(cfg, optimizer)``. The optimizer leaves the module where the
+    flow does not follow it, and a caller may take it out again and hand it to apex's
+    ``amp.initialize`` (ESPnet's ``amp.initialize(model, optimizer.optimizer)``). A function
+    that also returns the optimizer itself (``return [opt], [StepLR(opt)]``) is not listed:
+    its callers are followed as a factory's; nor is an optimizer that reaches an
+    ``amp.initialize`` of the module. Computed once per file."""
+    return view.memo("wrapped-returning", lambda: _wrapped_returning(view))
+
+
+def _wrapped_returning(view: FileView) -> dict[int, tuple[str, int, str]]:
+    flow = OptimizerFlow.of(view)
+    # (One that reaches an `amp.initialize` of the module, through a helper given it too, is
+    # planned by that call.)
+    reached = flow.amp_calls_reached
+    candidates = {id(call) for call in flow.candidates if id(call) not in reached}
+    if not candidates:
+        return {}
+    found: dict[int, tuple[str, int, str]] = {}
+    for statement in view.index.nodes(ast.Return):
+        function = _function_of(view.index, statement)
+        if statement.value is None or not isinstance(
+            function, ast.FunctionDef | ast.AsyncFunctionDef
+        ):
+            continue
+        direct = {id(origin) for origin in flow.origins(statement.value)}
+        for call in (node for node in ast.walk(statement.value) if isinstance(node, ast.Call)):
+            if id(call) in candidates or flow.is_amp_initialize(call):
+                continue
+            for argument in arguments(call):
+                for origin in flow.origins(argument.value):
+                    if id(origin) in candidates and id(origin) not in direct:
+                        where = (function.name, statement.lineno, view.written(call.func))
+                        found.setdefault(id(origin), where)
     return found
 
 

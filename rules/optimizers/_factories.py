@@ -70,6 +70,7 @@ from migrator.rules.optimizers._call_sites import (
     top_level_function,
     untraced_amp,
     values_returning,
+    wrapped_returning,
 )
 from migrator.rules.optimizers._conditions import amp_runs_when, any_amp_condition, unportable_test
 from migrator.rules.optimizers._contract import ParameterContract
@@ -530,6 +531,37 @@ class _Link:
         return (functions.link_once(summaries, self.linking.files) or {}) if summaries else {}
 
 
+def _wrapped_amp(
+    linking: Linking,
+    summaries: Mapping[str, Facts],
+    open_amp: list[str],
+    facts: dict[str, dict[str, Any]],
+) -> None:
+    """For each function that returns its optimizer inside another value (see
+    :func:`wrapped_returning`), a file of the run that names it, sees its module and calls
+    apex's ``amp.initialize`` with an optimizer built out of its sight: the caller may take the
+    optimizer out of the wrapper there (ESPnet's ``amp.initialize(model, opt.optimizer)``)."""
+    wrapped = [
+        (path, name)
+        for path, summary in summaries.items()
+        for name in summary.get("wrapped_returning", [])
+    ]
+    if not wrapped or not open_amp:
+        return
+    named = linking.files.containing(sorted({name for _, name in wrapped}))
+    for path, name in wrapped:
+        amp = next(
+            (
+                amp
+                for amp in open_amp
+                if amp != path and amp in named[name] and linking.files.sees(amp, path)
+            ),
+            None,
+        )
+        if amp is not None:
+            facts.setdefault(path, {}).setdefault("wrapped_amp", {})[name] = _display(amp)
+
+
 def _stored_amp(
     linking: Linking,
     summaries: Mapping[str, Facts],
@@ -593,6 +625,7 @@ def link(
             if seen is not None:
                 state.facts.setdefault(path, {})["amp_seen"] = _display(seen)
     _stored_amp(linking, summaries, open_amp, state.facts)
+    _wrapped_amp(linking, summaries, open_amp, state.facts)
     # Functions that return an optimizer, whose callers in other files (amp or not) are where
     # it is zeroed and stepped; calls in their own module are that module's flow.
     returning = [
@@ -1585,6 +1618,9 @@ class OptimizerFactories:
                 facts["returning"] = returning
             if values_returning(view):
                 facts["values_returning"] = True  # the link stage finds the amp it may meet
+            wrapped = sorted({name for name, _, _ in wrapped_returning(view).values()})
+            if wrapped:
+                facts["wrapped_returning"] = wrapped  # ... and for these, the amp of callers
         if method_callers.constructs(source):
             stored = attribute_stores(view)
             if stored:  # the link stage finds the amp that may read them

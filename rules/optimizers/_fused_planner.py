@@ -47,6 +47,7 @@ from migrator.rules.optimizers._call_sites import (
     returned_origins,
     untraced_amp,
     values_returning,
+    wrapped_returning,
 )
 from migrator.rules.optimizers._conditions import (
     amp_runs_when,
@@ -501,6 +502,9 @@ class _Planner:
         # A file of the run with apex's `amp.initialize` that this file sees (link stage; only
         # for a file whose functions returning an optimizer are used as values).
         self.amp_seen: str | None = (elsewhere or {}).get("amp_seen")
+        # Functions returning their optimizer inside another value -> a file that calls apex's
+        # amp.initialize with an optimizer built out of its sight and names them.
+        self.wrapped_amp: Mapping[str, str] = (elsewhere or {}).get("wrapped_amp", {})
         # attribute an optimizer is stored in -> a file whose apex amp may read it there
         self.amp_stored: Mapping[str, str] = (elsewhere or {}).get("amp_stored", {})
         # The module's functions that zero a parameter's gradients and that no other file of
@@ -642,7 +646,8 @@ class _Planner:
         """Where the function that returns the optimizer ``call`` builds is used as a value (in
         this module, or in another file of the run) while apex's ``amp.initialize`` is in sight
         of that place: who calls it there, and whether its optimizer then goes through amp, is
-        out of npu-migrate's sight; None otherwise."""
+        out of npu-migrate's sight; also where it is returned inside another value and a file
+        that names the function may take it out for its ``amp.initialize``; None otherwise."""
         value = values_returning(self.view).get(id(call))
         if value is not None:
             name, line = value
@@ -650,6 +655,17 @@ class _Planner:
             if amp is not None:
                 return (
                     f"{name} returns it and is used as a value (line {line}), and {amp} "
+                    "calls apex's `amp.initialize` with an optimizer built out of its sight"
+                )
+        wrapped = wrapped_returning(self.view).get(id(call))
+        if wrapped is not None:
+            name, line, wrapper = wrapped
+            amp = self.wrapped_amp.get(name)
+            if amp is None and untraced_amp(self.view) and self._named_here(name):
+                amp = "this module"
+            if amp is not None:
+                return (
+                    f"`{name}` returns it inside `{wrapper}(...)` (line {line}), and {amp} "
                     "calls apex's `amp.initialize` with an optimizer built out of its sight"
                 )
         for name, facts in self.factories.items():
@@ -665,6 +681,13 @@ class _Planner:
                     "apex's `amp.initialize`"
                 )
         return None
+
+    def _named_here(self, name: str) -> bool:
+        """The module reads the name ``name`` (calls the function, or hands it on)."""
+        return any(
+            node.id == name and isinstance(node.ctx, ast.Load)
+            for node in self.view.index.nodes(ast.Name)
+        )
 
     def _stored_for_amp(self, call: ast.Call) -> str | None:
         """Where the optimizer ``call`` builds is stored on an object (``self.optimizer_G``)
