@@ -304,10 +304,27 @@ def _worker_main(
         # Only now the imports of the code that runs (a second or more on a loaded machine).
         _resolve(setup)(pickle.loads(payload))
         _serve(tasks, _resolve(work), memory_limit)
-    except _Terminated as stop:
+    except BaseException as error:
+        stop = _termination_in(error)
+        if stop is None:
+            raise
         # Unwound (a write in progress removed its temporary file); the interpreter's
         # finalization would only free the heap, which the OS does at once.
         os._exit(stop.code)
+
+
+def _termination_in(error: BaseException) -> _Terminated | None:
+    """The SIGTERM behind ``error``: itself, or the exception Python wrapped it in (in Python
+    3.11 one raised in ``__set_name__`` while a class is created, say during an import, comes
+    out as a RuntimeError whose cause it is)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _Terminated):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _serve(tasks: Connection, work: Work, memory_limit: int | None) -> None:

@@ -217,3 +217,20 @@ def test_a_ctrl_c_while_a_worker_starts_is_delivered_once_it_has_started() -> No
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
     assert result.stdout.strip() == "delivered after the start", result.stderr
+
+
+def test_a_sigterm_raised_while_a_class_is_created_still_ends_the_worker_quietly() -> None:
+    # A worker terminated during its imports: the handler's exception raised inside a
+    # descriptor's __set_name__ comes out of class creation wrapped in a RuntimeError (Python
+    # 3.11), which the worker must still read as its SIGTERM (CI saw a 39-line traceback).
+    from migrator.pool import _Terminated, _termination_in
+
+    class Hook:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise _Terminated(143)
+
+    with pytest.raises(BaseException) as caught:
+        type("Created", (), {"hook": Hook()})
+    stop = _termination_in(caught.value)
+    assert stop is not None and stop.code == 143
+    assert _termination_in(ValueError("unrelated")) is None
