@@ -457,14 +457,16 @@ def _star_sources(reader: FileView, func: ast.expr) -> list[str]:
     index = reader.index
     if not isinstance(func, ast.Name) or index.bindings_of(func) or func.id.startswith("_"):
         return []
-    return list(index.star_imports) if _star_count(index) == len(index.star_imports) else []
+    return list(index.star_imports) if len(_star_lines(index)) == len(index.star_imports) else []
 
 
-def _star_count(index: ModuleIndex) -> int:
-    """How many ``from m import *`` the module has, wherever they are."""
-    return sum(
-        any(alias.name == "*" for alias in node.names) for node in index.nodes(ast.ImportFrom)
-    )
+def _star_lines(index: ModuleIndex) -> list[int]:
+    """The lines of the module's ``from m import *``, wherever they are."""
+    return [
+        node.lineno
+        for node in index.nodes(ast.ImportFrom)
+        if any(alias.name == "*" for alias in node.names)
+    ]
 
 
 def _is_library(name: str) -> bool:
@@ -710,11 +712,7 @@ def _from_star_imports(
         if any(True for _ in _top_level_bindings(index.tree.body, "__all__")):
             return None
         bound = [node.lineno for node in _top_level_bindings(index.tree.body, name)]
-        stars = [
-            node.lineno
-            for node in index.nodes(ast.ImportFrom)
-            if any(alias.name == "*" for alias in node.names)
-        ]
+        stars = _star_lines(index)
         if stars and (not bound or max(stars) > min(bound)):
             return None
         if bound:
