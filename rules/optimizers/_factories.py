@@ -80,6 +80,7 @@ from migrator.rules.optimizers._flow import (
     defined_here,
     escape,
     npu_fused_name,
+    optimizer_lookup,
     takes,
 )
 from migrator.rules.optimizers._fused_planner import plan_fused
@@ -89,7 +90,6 @@ from migrator.rules.optimizers._plans import DdpMoves, FusedSwaps, OptLevelSwitc
 from migrator.rules.optimizers._tables import (
     KNOWN_OPTIMIZERS,
     OPT_LEVELS,
-    OPTIMIZER_MODULES,
     OPTIMIZER_TRIGGER,
     TORCH_NPU_HOME,
 )
@@ -1475,21 +1475,7 @@ def _known_optimizer(view: FileView, call: ast.Call) -> bool:
             for origin in origins
             if origin is not func
         )
-    if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute | ast.Call):
-        namespace = func.value  # `torch.optim.__dict__[name]`, `vars(torch.optim)[name]`
-        if isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__":
-            return view.qualified_name(namespace.value) in OPTIMIZER_MODULES
-        if isinstance(namespace, ast.Call) and len(namespace.args) == 1:
-            callee = view.qualified_name(namespace.func)
-            return callee == "builtins.vars" and (
-                view.qualified_name(namespace.args[0]) in OPTIMIZER_MODULES
-            )
-        return False
-    if isinstance(func, ast.Call) and len(func.args) >= 1:  # `getattr(torch.optim, name)`
-        return view.qualified_name(func.func) == "builtins.getattr" and (
-            view.qualified_name(func.args[0]) in OPTIMIZER_MODULES
-        )
-    return False
+    return optimizer_lookup(view, func)  # `getattr(torch.optim, name)` and the like
 
 
 # -- 3. check: what NPU101 and NPU102 read -------------------------------------------------------

@@ -27,6 +27,7 @@ from migrator.rules.optimizers._tables import (
     NPU1_ROOTS,
     NPU_FUSED,
     OPTIMIZER_LAST_NAMES,
+    OPTIMIZER_MODULES,
 )
 
 # An unpacked element of another module's function's result is an origin of its own (see
@@ -61,6 +62,26 @@ def npu_fused_name(view: FileView, func: ast.AST) -> str | None:
     name = view.qualified_name(func)
     match = NPU_FUSED.fullmatch(name) if isinstance(name, str) else None
     return f"{match[1]}.{match[2]}" if match else None
+
+
+def optimizer_lookup(view: FileView, func: ast.expr) -> bool:
+    """``func`` looks a class up by name in ``torch.optim`` or ``apex.optimizers``:
+    ``getattr(torch.optim, name)``, ``torch.optim.__dict__[name]``, ``vars(torch.optim)[name]``.
+    What it gives, called, is an optimizer of one of their classes."""
+    if isinstance(func, ast.Subscript):
+        namespace = func.value
+        if isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__":
+            return view.qualified_name(namespace.value) in OPTIMIZER_MODULES
+        if isinstance(namespace, ast.Call) and len(namespace.args) == 1:
+            return view.qualified_name(namespace.func) == "builtins.vars" and (
+                view.qualified_name(namespace.args[0]) in OPTIMIZER_MODULES
+            )
+        return False
+    if isinstance(func, ast.Call) and func.args:
+        return view.qualified_name(func.func) == "builtins.getattr" and (
+            view.qualified_name(func.args[0]) in OPTIMIZER_MODULES
+        )
+    return False
 
 
 def fused_name(view: FileView, planned: Mapping[int, FusedPlan], call: ast.Call) -> str | None:

@@ -45,7 +45,7 @@ from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import FileView
 from migrator.diagnostics import lines_named
-from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
+from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name, optimizer_lookup
 from migrator.rules.optimizers._handed import (
     DROPS,
     MODULE_DEFAULT,
@@ -105,6 +105,8 @@ _ZERO_IN_PLACE = (
 # `zero_grad()` is torch's Optimizer.zero_grad, not a module's).
 _OPTIMIZER_ROOTS = NPU1_ROOTS | NO_FUSED_ROOTS
 _OPTIMIZER_CLASSES = KNOWN_OPTIMIZERS | FP16_OPTIMIZERS | NO_FUSED_VERSION.keys()
+_OPTIMIZER_MODULES = ("torch.optim", "apex.optimizers", "torch_npu.optim")
+_NOT_OPTIMIZER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
 
 
 @dataclass(frozen=True)
@@ -282,9 +284,12 @@ class FusionHazards:
         func = class_of(self.view, call)
         if self.view.may_name(func, _OPTIMIZER_ROOTS) and self._optimizer_class(func):
             return True
-        if isinstance(call.func, ast.Name):
+        if optimizer_lookup(self.view, call.func) or self._mapped_pick(call.func):
+            return True  # `getattr(torch.optim, name)(params)`, as written or as NPU101 maps it
+        if isinstance(call.func, ast.Name | ast.Subscript):
             # `proto(params)` where `proto` holds one of several optimizer classes, or a thin
-            # subclass of them (EDSR's `CustomOptimizer(trainable, **kwargs)`).
+            # subclass of them (EDSR's `CustomOptimizer(trainable, **kwargs)`), and
+            # `OPTIMIZERS[name](params)` over a dict of them.
             callee = subclass_base(self.view, call) or call.func
             classes = self._origins(callee)
             if classes != [callee] and classes and all(map(self._optimizer_class, classes)):
@@ -297,9 +302,34 @@ class FusionHazards:
                     return True
         return False
 
+    def _mapped_pick(self, func: ast.expr) -> bool:
+        """``{...: <NPU fused class>, ...}.get(key, default)``: the mapping NPU101 writes for a
+        class chosen by name or as a value, which gives a fused class or the class as written
+        (``default``: the lookup, or the class value)."""
+        if not (
+            isinstance(func, ast.Call)
+            and isinstance(func.func, ast.Attribute)
+            and func.func.attr == "get"
+            and isinstance(func.func.value, ast.Dict)
+            and len(func.args) == 2
+        ):
+            return False
+        values = func.func.value.values
+        picks = [part for value in values for part in _arms(value)]
+        if not values or any(npu_fused_name(self.view, pick) is None for pick in picks):
+            return False
+        default = func.args[1]
+        classes = self._origins(default)
+        return optimizer_lookup(self.view, default) or (
+            bool(classes) and all(map(self._optimizer_class, classes))
+        )
+
     def _optimizer_class(self, node: ast.expr) -> bool:
         name = self.view.qualified_name_in(node, _OPTIMIZER_CLASSES)
-        return isinstance(name, str) or npu_fused_name(self.view, node) is not None
+        if isinstance(name, str) or npu_fused_name(self.view, node) is not None:
+            return True
+        name = self.view.qualified_name(node)  # any class of an optimizer module (Adagrad)
+        return isinstance(name, str) and _of_optimizer_module(name)
 
     # -- other optimizers over the same parameters ----------------------------------------------
 
@@ -1087,6 +1117,25 @@ class FusionHazards:
             )
             found.append(Hazard(call, written, effect, remedy))
         return found
+
+
+def _of_optimizer_module(name: str) -> bool:
+    """``name`` is a class of ``torch.optim``, ``apex.optimizers`` or ``torch_npu.optim``
+    (``torch.optim.Adagrad``, ``torch.optim.lbfgs.LBFGS``), not of their schedulers or
+    averaging helpers."""
+    module, _, last = name.rpartition(".")
+    return (
+        module.startswith(_OPTIMIZER_MODULES)
+        and not module.startswith(_NOT_OPTIMIZER_MODULES)
+        and last[:1].isupper()
+    )
+
+
+def _arms(node: ast.expr) -> list[ast.expr]:
+    """The classes a mapping's value may give: both arms of a pick by amp's condition."""
+    if isinstance(node, ast.IfExp):
+        return [*_arms(node.body), *_arms(node.orelse)]
+    return [node]
 
 
 def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
