@@ -2476,6 +2476,10 @@ class _Planner:
         }
         mapped: dict[int, set[str]] = {}  # id(call) -> the classes mapped there
         for node in self._class_value_candidates():
+            registry = self._registry_of(node)
+            if registry is not None:
+                self._plan_registry_calls(node, registry, seen, mapped)
+                continue
             target = self._chosen_into(node)
             if target is None:
                 continue
@@ -2492,6 +2496,67 @@ class _Planner:
                 classes = mapped.get(id(call)) or self._mapping_keys(call)
                 if self._gives_one_of(node, classes):
                     self._mapped_values.add(id(node))  # mapped at the call
+
+    def _plan_registry_calls(
+        self, node: ast.expr, registry: ast.Name, seen: set[int], mapped: dict[int, set[str]]
+    ) -> None:
+        """``OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}`` read as
+        ``OPTIMIZERS[name](params, ...)``: each such call maps the classes as for a name that
+        holds one of them (``{torch.optim.SGD: ..., ...}.get(OPTIMIZERS[name], OPTIMIZERS[name])``,
+        :meth:`_plan_class_value`). ``node`` is no longer used as a value when every read of the
+        registry is such a call that maps its class, or reads only the keys (``choices=``,
+        ``name in OPTIMIZERS``, ``sorted(OPTIMIZERS)``)."""
+        reads = [
+            read
+            for read in self.index.names(registry.id)
+            if isinstance(read.ctx, ast.Load)
+            and [b.node for b in self.index.bindings_of(read)]
+            == [b.node for b in self.index.bindings_of(registry)]
+        ]
+        covered = True
+        for read in reads:
+            lookup = self.index.parent(read)
+            if not (isinstance(lookup, ast.Subscript) and lookup.value is read):
+                covered = covered and _reads_keys(self.view, read)
+                continue
+            call = self.index.parent(lookup)
+            if isinstance(call, ast.Call) and any(lookup is arg for arg in call.args):
+                # `{torch.optim.SGD: ...}.get(OPTIMIZERS[name], OPTIMIZERS[name])`, written by
+                # an earlier run
+                keys = self._mapping_keys(call)
+                covered = covered and self._gives_one_of(node, keys)
+                continue
+            if not isinstance(call, ast.Call) or call.func is not lookup:
+                covered = False
+                continue
+            if id(call) not in seen and not self._suppressed(call):
+                seen.add(id(call))
+                drafted = len(self.drafts)
+                self._plan_class_value(call)  # a finding of its own when it is not mapped
+                if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
+                    mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
+            covered = covered and self._gives_one_of(node, mapped.get(id(call), ()))
+        if reads and covered:
+            self._mapped_values.add(id(node))  # mapped at each call
+
+    def _registry_of(self, node: ast.expr) -> ast.Name | None:
+        """The name a dict display of classes that holds ``node`` as a value is assigned to,
+        once in its scope (``OPTIMIZERS = {"sgd": torch.optim.SGD, ...}``)."""
+        display = self.index.parent(node)
+        if not isinstance(display, ast.Dict) or not any(node is v for v in display.values):
+            return None
+        if any(key is None for key in display.keys):
+            return None  # `{**other, ...}`: classes npu-migrate does not see
+        statement = self.index.parent(display)
+        if not (
+            isinstance(statement, ast.Assign)
+            and statement.value is display
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            return None
+        target = statement.targets[0]
+        return target if len(self.index.bindings_of(target)) == 1 else None
 
     def _chosen_into(self, node: ast.expr) -> ast.Name | None:
         """The name a class expression is assigned to as one of several choices: through a
@@ -2891,12 +2956,36 @@ def _groups_set(args: list[Argument], names: list[str], key: str) -> bool:
 
 
 def _pure(node: ast.expr) -> bool:
-    """A name, attribute chain or literal: reading it twice gives the same value."""
+    """A name, attribute chain or literal, or a subscript of them by one (``OPTIMIZERS[name]``,
+    ``names[args.optimizer]``): reading it twice gives the same value."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
-        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+        if isinstance(node, ast.Subscript) and not _pure(node.slice):
             return False
         node = node.value
     return isinstance(node, (ast.Name, ast.Constant))
+
+
+# Calls that read only the keys of a dict they are given.
+_KEY_READERS = frozenset({"builtins.sorted", "builtins.list", "builtins.set", "builtins.len"})
+
+
+def _reads_keys(view: FileView, read: ast.Name) -> bool:
+    """``read`` (a dict) is used for its keys only: ``name in read``, ``read.keys()``,
+    ``sorted(read)`` and the like, or argparse's ``choices=read``."""
+    index = view.index
+    parent = index.parent(read)
+    if isinstance(parent, ast.Compare):
+        return all(isinstance(op, ast.In | ast.NotIn) for op in parent.ops) and any(
+            read is comparator for comparator in parent.comparators
+        )
+    if isinstance(parent, ast.Attribute) and parent.attr == "keys":
+        call = index.parent(parent)
+        return isinstance(call, ast.Call) and call.func is parent and not call.args
+    if isinstance(parent, ast.keyword):
+        return parent.arg == "choices"
+    if isinstance(parent, ast.Call) and parent.args == [read] and not parent.keywords:
+        return view.qualified_name(parent.func) in _KEY_READERS
+    return False
 
 
 @dataclass
