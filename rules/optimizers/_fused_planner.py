@@ -2079,8 +2079,12 @@ class _Planner:
         outside their optimizer modules (`DistributedDataParallel(model)`), nor one of their LR
         schedulers (`LambdaLR(optimizer, ...)`, given the optimizer), nor one of Python's own
         (`list(model.parameters())`), nor a name that holds only such classes (`Tensor =
-        torch.cuda.FloatTensor if cuda else torch.FloatTensor`)."""
+        torch.cuda.FloatTensor if cuda else torch.FloatTensor`), nor a call given no parameters
+        (no positional argument, `params=` or `**`: torch_npu's `Profile(start_step=10)`), which
+        every optimizer class of those packages takes."""
         if self.flow.is_amp_initialize(call):
+            return False
+        if not call.args and all(k.arg not in (None, "params") for k in call.keywords):
             return False
         if isinstance(call.func, ast.Name):
             held = self.flow.origins(call.func)
