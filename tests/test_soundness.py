@@ -16,11 +16,17 @@ on and off (``Engine(fast=False)``):
 torch's sources are a good adversary: they mention ``cuda``, ``device``, ``optim`` and
 ``DistributedDataParallel`` everywhere without being training scripts, and they use every
 Python construct.
+
+The whole tree (2,285 files) costs about 14 CPU-minutes, a third of the suite's, so ``make test``
+checks every third file (the same third each time); ``NPU_MIGRATE_FULL_SOUNDNESS=1`` checks them
+all (run it after a change to a rule's ``TRIGGER``, its candidate filters or the engine's
+slicing, where a missed file would show).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -31,6 +37,7 @@ from migrator.results import FileResult, Status
 from migrator.settings import Settings, Target
 
 SHARDS = 8  # parallel pieces for pytest-xdist
+SAMPLE = 1 if os.environ.get("NPU_MIGRATE_FULL_SOUNDNESS") == "1" else 3  # every SAMPLEth file
 REWRITE_EVERY = 8  # every Nth file without a fix also goes through libcst
 ACCELERATOR_EVERY = 3  # --target accelerator only changes the device rules: a third of the files
 
@@ -71,7 +78,7 @@ def test_shortcuts_change_nothing_on_torch_sources(shard: int, target: Target) -
     slow = Engine(rules, settings, fast=False)
     forced = Engine(rules, settings, fast=False, force_rewrite=True)
     compared = rewritten = 0
-    for number, path in enumerate(FILES):
+    for number, path in enumerate(FILES[::SAMPLE]):
         if number % SHARDS != shard:
             continue
         if target is Target.ACCELERATOR and (number // SHARDS) % ACCELERATOR_EVERY:
