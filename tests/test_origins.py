@@ -267,6 +267,60 @@ def test_an_imported_function_is_not_followed_into_a_local_one_of_the_same_name(
     assert origins(code, LookThrough(local_calls=True)) == ["pick()"]
 
 
+_HANDING_BACK = """
+def maybe_clip(cfg, optimizer, *, scale=None):
+    if cfg.clip:
+        optimizer.clip_value = cfg.clip
+        return optimizer
+    return optimizer
+
+def rebinds(cfg, optimizer):
+    if cfg.wrap:
+        optimizer = Wrapper(optimizer)
+    return optimizer
+
+def keyword_only(*, optimizer=None):
+    return optimizer
+
+def packed(*args):
+    return args
+
+sgd = SGD(params)
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ("maybe_clip(cfg, sgd)", ["SGD(params)"]),  # both returns hand the argument back
+        ("maybe_clip(cfg, optimizer=Adam(params))", ["Adam(params)"]),
+        ("keyword_only(optimizer=sgd)", ["SGD(params)"]),
+        # A path that rebinds the parameter, a default, a starred call, `*args` itself: the
+        # returned values as before.
+        ("rebinds(cfg, sgd)", ["optimizer", "Wrapper(optimizer)"]),
+        ("keyword_only()", ["optimizer"]),
+        ("maybe_clip(*pair)", ["optimizer", "optimizer"]),
+        ("packed(sgd)", ["args"]),
+    ],
+)
+def test_a_local_function_that_hands_its_argument_back_gives_the_argument(
+    call: str, expected: list[str]
+) -> None:
+    code = f"{_HANDING_BACK}probe({call})\n"
+    assert shown(FileView(parse_index(code, "case.py")), LookThrough(local_calls=True)) == expected
+
+
+def test_a_method_that_returns_its_argument_is_not_matched_to_the_call() -> None:
+    code = """
+    class Builder:
+        def keep(self, optimizer):
+            return optimizer
+
+    probe(Builder().keep(SGD(params)))
+    """
+    assert origins(code, LookThrough(local_calls=True)) == ["optimizer"]
+
+
 # -- sharing --------------------------------------------------------------------------------------
 
 

@@ -325,7 +325,42 @@ class Origins:
             yield call
             return
         for function in functions:
-            yield from self._returns_of(function)
+            for value in self._returns_of(function):
+                given = self._given_back(call, function, value)
+                yield value if given is None else given
+
+    def _given_back(
+        self, call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef, value: ast.expr
+    ) -> ast.expr | None:
+        """The argument of ``call`` that ``function`` hands back unchanged: ``value`` (one of its
+        ``return`` values) reads a parameter that no path rebinds before it (old detectron2's
+        ``maybe_add_gradient_clipping(cfg, optimizer)``, which returns the optimizer it is
+        given). None otherwise: another value, a method, or an argument that cannot be matched
+        to the parameter (``*args``, ``**kwargs``, a default)."""
+        if not isinstance(value, ast.Name) or isinstance(self.index.parent(function), ast.ClassDef):
+            return None
+        definitions = self.reaching.of_name(value)
+        if definitions is None or len(definitions) != 1:
+            return None
+        [parameter] = definitions
+        if not isinstance(parameter, ast.arg):
+            return None
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        ):
+            return None
+        positional = [*function.args.posonlyargs, *function.args.args]
+        for position, arg in enumerate(positional):
+            if arg is parameter:
+                if position < len(call.args):
+                    return call.args[position]
+                break
+        else:
+            if not any(arg is parameter for arg in function.args.kwonlyargs):
+                return None  # `*args` or `**kwargs` itself
+        if any(parameter is arg for arg in function.args.posonlyargs):
+            return None
+        return next((k.value for k in call.keywords if k.arg == parameter.arg), None)
 
     def _unpacked_returns(self, call: ast.Call, path: list[int]) -> list[ast.expr] | None:
         """``a, b = build(cfg)`` with ``build`` a function of the module (or a method reached
