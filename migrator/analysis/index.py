@@ -180,6 +180,19 @@ class ModuleIndex:
             current = self._parents.get(id(current))
         return current
 
+    def assigned_name(self, value: ast.AST) -> ast.Name | None:
+        """The plain name ``value`` is assigned to on its own, ``name = <value>``; None for any
+        other statement (several targets, an attribute, an unpacking, no assignment)."""
+        statement = self._parents.get(id(value))
+        if (
+            isinstance(statement, ast.Assign)
+            and statement.value is value
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
+            return statement.targets[0]
+        return None
+
     def walk(self, node: ast.AST) -> Iterator[ast.AST]:
         """``node`` and everything under it, in source order (libcst's ``findall`` order)."""
         stack = [node]

@@ -1430,15 +1430,9 @@ class ParameterContract:
         return known
 
     def _container_placed(self, call: ast.Call) -> bool:
-        statement = self.index.parent(call)
-        if not (
-            isinstance(statement, ast.Assign)
-            and statement.value is call
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0], ast.Name)
-        ):
+        holder = self.index.assigned_name(call)
+        if holder is None:
             return True
-        holder = statement.targets[0]
         holding = [
             read
             for binding in self.index.bindings_of(holder)

@@ -996,16 +996,11 @@ class _Planner:
         (mmcv's and mmengine's ``register_torch_optimizers``: ``if inspect.isclass(_optim) and
         issubclass(_optim, torch.optim.Optimizer): OPTIMIZERS.register_module()(_optim)``):
         nothing is built here; the configs name the class (NPU107)."""
-        statement = self.index.parent(lookup)
-        if not (
-            isinstance(statement, ast.Assign)
-            and statement.value is lookup
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0], ast.Name)
-        ):
+        target = self.index.assigned_name(lookup)
+        if target is None:
             return False
-        name = statement.targets[0].id
-        scope = self.flow.scope_of(statement)
+        name = target.id
+        scope = self.flow.scope_of(lookup)
         # Every read of the name in the function (whatever the assignment it sees).
         reads = [
             node
@@ -1743,16 +1738,11 @@ class _Planner:
         """What a call of the module's own factory passes for amp's condition (among the
         `amp.initialize` calls the optimizer ``reached``, adding to ``accounted`` the one this
         call's result goes to); None and why when it cannot say."""
-        statement = self.index.parent(own_call)
         at = f"its call at line {line_of(own_call)}"
-        if not (
-            isinstance(statement, ast.Assign)
-            and statement.value is own_call
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0], ast.Name)
-        ):
+        target = self.index.assigned_name(own_call)
+        if target is None:
             return None, f"{at} does not assign its result to a name"
-        held = statement.targets[0].id
+        held = target.id
         scope = self.flow.scope_of(own_call)
         amps = [
             sink.call
@@ -1766,7 +1756,9 @@ class _Planner:
         ]
         for amp in amps:
             for store in stores_of(scope, held, line_of(own_call), line_of(amp)):
-                if store is statement or any(node is amp for node in ast.walk(store)):
+                if store is self.index.parent(own_call) or any(
+                    node is amp for node in ast.walk(store)
+                ):
                     continue  # the call's own assignment, or what amp.initialize hands back
                 if self.flow.exclusive(store, amp):
                     continue  # the other arm of an `if` (its own amp.initialize's result)
@@ -2551,16 +2543,10 @@ class _Planner:
             return None
         if any(key is None for key in display.keys):
             return None  # `{**other, ...}`: classes npu-migrate does not see
-        statement = self.index.parent(display)
-        if not (
-            isinstance(statement, ast.Assign)
-            and statement.value is display
-            and len(statement.targets) == 1
-            and isinstance(statement.targets[0], ast.Name)
-        ):
+        target = self.index.assigned_name(display)
+        if target is None or len(self.index.bindings_of(target)) != 1:
             return None
-        target = statement.targets[0]
-        return target if len(self.index.bindings_of(target)) == 1 else None
+        return target
 
     def _chosen_into(self, node: ast.expr) -> ast.Name | None:
         """The name a class expression is assigned to as one of several choices: through a
