@@ -2497,8 +2497,9 @@ class _Planner:
         self, node: ast.expr, registry: ast.Name, seen: set[int], mapped: dict[int, set[str]]
     ) -> None:
         """``OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}`` read as
-        ``OPTIMIZERS[name](params, ...)``: each such call maps the classes as for a name that
-        holds one of them (``{torch.optim.SGD: ..., ...}.get(OPTIMIZERS[name], OPTIMIZERS[name])``,
+        ``OPTIMIZERS[name](params, ...)``, or as ``optimizer_cls = OPTIMIZERS[name]`` called
+        later: each such call maps the classes as for a name that holds one of them
+        (``{torch.optim.SGD: ..., ...}.get(OPTIMIZERS[name], OPTIMIZERS[name])``,
         :meth:`_plan_class_value`). ``node`` is no longer used as a value when every read of the
         registry is such a call that maps its class, or reads only the keys (``choices=``,
         ``name in OPTIMIZERS``, ``sorted(OPTIMIZERS)``)."""
@@ -2522,18 +2523,52 @@ class _Planner:
                 keys = self._mapping_keys(call)
                 covered = covered and self._gives_one_of(node, keys)
                 continue
+            held = self.index.assigned_name(lookup)
+            if held is not None:  # `optimizer_cls = OPTIMIZERS[name]`, called later
+                calls = self._calls_of_held(held)
+                covered = covered and calls is not None
+                for held_call in calls or ():
+                    covered = self._map_registry_call(node, held_call, seen, mapped) and covered
+                continue
             if not isinstance(call, ast.Call) or call.func is not lookup:
                 covered = False
                 continue
-            if id(call) not in seen and not self._suppressed(call):
-                seen.add(id(call))
-                drafted = len(self.drafts)
-                self._plan_class_value(call)  # a finding of its own when it is not mapped
-                if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
-                    mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
-            covered = covered and self._gives_one_of(node, mapped.get(id(call), ()))
+            covered = self._map_registry_call(node, call, seen, mapped) and covered
         if reads and covered:
             self._mapped_values.add(id(node))  # mapped at each call
+
+    def _map_registry_call(
+        self, node: ast.expr, call: ast.Call, seen: set[int], mapped: dict[int, set[str]]
+    ) -> bool:
+        """Plan the mapping at ``call`` (once); whether it maps the class ``node``. A mapping an
+        earlier run wrote is only read."""
+        if self._mapped_get(call):
+            return self._gives_one_of(node, self._mapping_keys(call))
+        if id(call) not in seen and not self._suppressed(call):
+            seen.add(id(call))
+            drafted = len(self.drafts)
+            self._plan_class_value(call)  # a finding of its own when it is not mapped
+            if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
+                mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
+        return self._gives_one_of(node, mapped.get(id(call), ()))
+
+    def _calls_of_held(self, held: ast.Name) -> list[ast.Call] | None:
+        """The calls of the class a name is assigned (``optimizer_cls(params, ...)``, or the
+        mapping an earlier run wrote, ``{...}.get(optimizer_cls, optimizer_cls)``) wherever that
+        assignment reaches; None when it is also read otherwise (``isinstance(x, cls)``, passed
+        on), or not at all."""
+        calls: list[ast.Call] = []
+        for read in self.index.names(held.id):
+            if not isinstance(read.ctx, ast.Load) or not any(
+                b.node is held for b in self.index.bindings_of(read)
+            ):
+                continue
+            call = self.index.parent(read)
+            if not isinstance(call, ast.Call) or not (call.func is read or self._mapped_get(call)):
+                return None
+            if all(call is not known for known in calls):
+                calls.append(call)
+        return calls or None
 
     def _registry_of(self, node: ast.expr) -> ast.Name | None:
         """The name a dict display of classes that holds ``node`` as a value is assigned to,
