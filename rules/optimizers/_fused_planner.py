@@ -1087,7 +1087,11 @@ class _Planner:
         name = self.view.qualified_name_in(class_of(self.view, call), KNOWN_OPTIMIZERS)
         if isinstance(name, Ambiguous):
             if self._suppressed(call) or not self._plan_class_value(call):
-                self._report(call, self._ambiguous_message(call, name))
+                test = self._class_tested(call.func)
+                if test is not None and not self._suppressed(call):
+                    self._report(call, self._tested_class_message(call, test))
+                else:
+                    self._report(call, self._ambiguous_message(call, name))
         elif name in UNSUPPORTED:
             self._report(call, f"`{name}` is not rewritten: {UNSUPPORTED[name]}")
         elif name in SOURCES and not self._suppressed(call):
@@ -2341,7 +2345,7 @@ class _Planner:
         classes ``base`` holds (see :mod:`._subclass`), mapped where the class statement reads
         them. False when nothing can be mapped."""
         callee = call.func if base is None else base
-        if not _pure(callee) or not self._torch_bound():
+        if not _pure(callee) or not self._torch_bound() or self._class_tested(callee) is not None:
             return False
         giving: dict[str, list[ast.expr]] = {}  # display -> the class expressions giving it
         for origin in self.flow.origins(callee):
@@ -2380,6 +2384,42 @@ class _Planner:
                 complete=complete,
             )
         return True
+
+    def _tested_class_message(self, call: ast.Call, test: ast.AST) -> str:
+        callee = self.view.written(call.func)
+        return (
+            f"`{callee}` is not mapped to the NPU fused classes at this call: `"
+            f"{self.view.written(test)}` (line {line_of(test)}) tests the class it gives, and an "
+            "NPU fused optimizer is no instance of torch's class, so the migrated program would "
+            "take another branch there. It still runs on NPU unfused; to fuse it, make that test "
+            "accept the fused classes too, then map them at the call (`{torch.optim.SGD: "
+            f"torch_npu.optim.NpuFusedSGD, ...}}.get({callee}, {callee})(...)`)"
+        )
+
+    def _class_tested(self, callee: ast.expr) -> ast.AST | None:
+        """The class ``callee`` gives (a name, or a dict of classes subscripted) is also tested
+        somewhere its value reaches: ``isinstance(optimizer, cls)``, ``issubclass``, ``type(opt)
+        is cls``, ``cls == ...``. Mapped at the call, the optimizer would be of the fused class
+        and those tests would turn (the migrated program would take other branches)."""
+        name = callee.value if isinstance(callee, ast.Subscript) else callee
+        if not isinstance(name, ast.Name):
+            return None
+        bound = {id(binding.node) for binding in self.index.bindings_of(name)}
+        for read in self.index.names(name.id):
+            if not isinstance(read.ctx, ast.Load) or read is name:
+                continue
+            if not any(id(b.node) in bound for b in self.index.bindings_of(read)):
+                continue
+            parent = self.index.parent(read)
+            tested: ast.AST = read
+            if isinstance(callee, ast.Subscript):
+                if not (isinstance(parent, ast.Subscript) and parent.value is read):
+                    continue
+                tested = parent
+            test = _class_test(self.view, tested)
+            if test is not None:
+                return test
+        return None
 
     def _outside_reads(self, name: ast.Name) -> list[ast.Name]:
         """The reads of the class ``name`` binds outside its own statement (its methods'
@@ -2988,6 +3028,24 @@ def _pure(node: ast.expr) -> bool:
             return False
         node = node.value
     return isinstance(node, (ast.Name, ast.Constant))
+
+
+def _class_test(view: FileView, node: ast.AST) -> ast.expr | None:
+    """The test ``node`` is the class of: an ``isinstance`` / ``issubclass`` call (alone or in a
+    tuple of classes), or a comparison (``type(x) is node``); None otherwise."""
+    parent = view.index.parent(node)
+    if isinstance(parent, ast.Compare):
+        return parent
+    if isinstance(parent, ast.Tuple):
+        node, parent = parent, view.index.parent(parent)
+    if (
+        isinstance(parent, ast.Call)
+        and len(parent.args) == 2
+        and parent.args[1] is node
+        and view.qualified_name(parent.func) in ("builtins.isinstance", "builtins.issubclass")
+    ):
+        return parent
+    return None
 
 
 # Calls that read only the keys of a dict they are given.
