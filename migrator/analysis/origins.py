@@ -350,16 +350,13 @@ class Origins:
         ):
             return None
         positional = [*function.args.posonlyargs, *function.args.args]
-        for position, arg in enumerate(positional):
-            if arg is parameter:
-                if position < len(call.args):
-                    return call.args[position]
-                break
-        else:
-            if not any(arg is parameter for arg in function.args.kwonlyargs):
-                return None  # `*args` or `**kwargs` itself
-        if any(parameter is arg for arg in function.args.posonlyargs):
-            return None
+        position = next((i for i, arg in enumerate(positional) if arg is parameter), None)
+        if position is not None and position < len(call.args):
+            return call.args[position]
+        if position is None and all(arg is not parameter for arg in function.args.kwonlyargs):
+            return None  # `*args` or `**kwargs` itself
+        if position is not None and position < len(function.args.posonlyargs):
+            return None  # positional-only, and not passed by position
         return next((k.value for k in call.keywords if k.arg == parameter.arg), None)
 
     def _unpacked_returns(self, call: ast.Call, path: list[int]) -> list[ast.expr] | None:

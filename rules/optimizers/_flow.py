@@ -84,6 +84,30 @@ def optimizer_lookup(view: FileView, func: ast.expr) -> bool:
     return False
 
 
+def fused_class(view: FileView, node: ast.expr) -> bool:
+    """An NPU fused class, or one of two picked by a condition (`(apex.optimizers.X if c else
+    torch_npu.optim.X)`, as NPU101 writes under amp on some paths)."""
+    if isinstance(node, ast.IfExp):
+        return fused_class(view, node.body) and fused_class(view, node.orelse)
+    return npu_fused_name(view, node) is not None
+
+
+def fused_mapping(view: FileView, mapping: ast.Dict) -> bool:
+    """A dict display whose values are all NPU fused classes (the mappings NPU101 writes)."""
+    return bool(mapping.values) and all(fused_class(view, value) for value in mapping.values)
+
+
+def mapped_get(view: FileView, call: ast.expr) -> bool:
+    """``{<class or name>: <NPU fused class>, ...}.get(...)``: a mapping NPU101 wrote."""
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "get"
+        and isinstance(call.func.value, ast.Dict)
+        and fused_mapping(view, call.func.value)
+    )
+
+
 def fused_name(view: FileView, planned: Mapping[int, FusedPlan], call: ast.Call) -> str | None:
     """The NPU fused optimizer ``call`` constructs, as written or as NPU101 will rewrite it
     (``planned``: NPU101's plans of the file)."""

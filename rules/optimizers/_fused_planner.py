@@ -65,6 +65,9 @@ from migrator.rules.optimizers._flow import (
     OptimizerFlow,
     defined_here,
     escape,
+    fused_class,
+    fused_mapping,
+    mapped_get,
     npu_fused_name,
     takes,
 )
@@ -881,7 +884,7 @@ class _Planner:
                     continue  # another scope's name
                 if call.func is read and id(call) in mapped:
                     classes = mapped[id(call)]
-                elif self._mapped_get(call):
+                elif mapped_get(self.view, call):
                     classes = self._mapping_keys(call)
                 else:
                     called = called or call.func is read
@@ -893,21 +896,11 @@ class _Planner:
 
     def _mapping_keys(self, call: ast.Call) -> set[str]:
         """The classes a ``{torch.optim.SGD: torch_npu.optim.NpuFusedSGD}.get(...)`` maps."""
-        if not self._mapped_get(call):
+        if not mapped_get(self.view, call):
             return set()
         assert isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Dict)
         keys = (self.view.qualified_name(key) for key in call.func.value.keys if key is not None)
         return {SOURCES[key].display for key in keys if isinstance(key, str) and key in SOURCES}
-
-    def _mapped_get(self, call: ast.Call) -> bool:
-        """``{<class>: <NPU fused class>, ...}.get(...)``: a mapping NPU101 wrote."""
-        func = call.func
-        return (
-            isinstance(func, ast.Attribute)
-            and func.attr == "get"
-            and isinstance(func.value, ast.Dict)
-            and self._fused_mapping(func.value)
-        )
 
     def _report_no_fused_version(self) -> None:
         """Constructions of another package's optimizer that has no NPU fused version with the
@@ -957,11 +950,11 @@ class _Planner:
             called = self.index.parent(parent)
             if isinstance(called, ast.Call) and called.func is parent:
                 # `(optim.SGD if <wrapped> else torch_npu.optim.NpuFusedSGD)(...)`: KeptWhen
-                return not self._fused_class(parent.orelse)
+                return not fused_class(self.view, parent.orelse)
         if (
             isinstance(parent, ast.Dict)
             and any(node is key for key in parent.keys)
-            and self._fused_mapping(parent)
+            and fused_mapping(self.view, parent)
         ):
             return False  # `{torch.optim.SGD: torch_npu.optim.NpuFusedSGD}`: NPU101's mapping
         return not self._in_annotation(node)
@@ -1022,19 +1015,7 @@ class _Planner:
             and get.args[1] is lookup
         ):
             return False
-        return self._fused_mapping(get.func.value)
-
-    def _fused_mapping(self, mapping: ast.Dict) -> bool:
-        """A dict display whose values are all NPU fused classes (the mappings NPU101 writes)."""
-        values = mapping.values
-        return bool(values) and all(self._fused_class(value) for value in values)
-
-    def _fused_class(self, node: ast.expr) -> bool:
-        """An NPU fused class, or one of two picked by a condition (`(apex.optimizers.X if c
-        else torch_npu.optim.X)`, as NPU101 writes under amp on some paths)."""
-        if isinstance(node, ast.IfExp):
-            return self._fused_class(node.body) and self._fused_class(node.orelse)
-        return npu_fused_name(self.view, node) is not None
+        return fused_mapping(self.view, get.func.value)
 
     def _getattr_lookups(self) -> list[ast.Call | ast.Subscript]:
         """Lookups of a class by name in ``torch.optim`` or ``apex.optimizers``:
@@ -2582,7 +2563,7 @@ class _Planner:
     ) -> bool:
         """Plan the mapping at ``call`` (once); whether it maps the class ``node``. A mapping an
         earlier run wrote is only read."""
-        if self._mapped_get(call):
+        if mapped_get(self.view, call):
             return self._gives_one_of(node, self._mapping_keys(call))
         if id(call) not in seen and not self._suppressed(call):
             seen.add(id(call))
@@ -2604,7 +2585,9 @@ class _Planner:
             ):
                 continue
             call = self.index.parent(read)
-            if not isinstance(call, ast.Call) or not (call.func is read or self._mapped_get(call)):
+            if not isinstance(call, ast.Call) or not (
+                call.func is read or mapped_get(self.view, call)
+            ):
                 return None
             if all(call is not known for known in calls):
                 calls.append(call)

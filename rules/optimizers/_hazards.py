@@ -45,7 +45,12 @@ from migrator.analysis.index import ModuleIndex, base_name, dotted_name, line_of
 from migrator.analysis.names import Ambiguous
 from migrator.analysis.view import FileView
 from migrator.diagnostics import lines_named
-from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name, optimizer_lookup
+from migrator.rules.optimizers._flow import (
+    OptimizerFlow,
+    mapped_get,
+    npu_fused_name,
+    optimizer_lookup,
+)
 from migrator.rules.optimizers._handed import (
     DROPS,
     MODULE_DEFAULT,
@@ -306,17 +311,10 @@ class FusionHazards:
         """``{...: <NPU fused class>, ...}.get(key, default)``: the mapping NPU101 writes for a
         class chosen by name or as a value, which gives a fused class or the class as written
         (``default``: the lookup, or the class value)."""
-        if not (
-            isinstance(func, ast.Call)
-            and isinstance(func.func, ast.Attribute)
-            and func.func.attr == "get"
-            and isinstance(func.func.value, ast.Dict)
-            and len(func.args) == 2
-        ):
+        if not mapped_get(self.view, func):
             return False
-        values = func.func.value.values
-        picks = [part for value in values for part in _arms(value)]
-        if not values or any(npu_fused_name(self.view, pick) is None for pick in picks):
+        assert isinstance(func, ast.Call)
+        if len(func.args) != 2:
             return False
         default = func.args[1]
         classes = self._origins(default)
@@ -1129,13 +1127,6 @@ def _of_optimizer_module(name: str) -> bool:
         and not module.startswith(_NOT_OPTIMIZER_MODULES)
         and last[:1].isupper()
     )
-
-
-def _arms(node: ast.expr) -> list[ast.expr]:
-    """The classes a mapping's value may give: both arms of a pick by amp's condition."""
-    if isinstance(node, ast.IfExp):
-        return [*_arms(node.body), *_arms(node.orelse)]
-    return [node]
 
 
 def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:
