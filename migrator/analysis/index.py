@@ -116,6 +116,7 @@ class ModuleIndex:
         # Answers every rule may ask again, keyed by id(node): the node outlives no index.
         self._scope_memo: dict[int, Scope] = {}
         self._qualified_memo: dict[int, frozenset[QualifiedName]] = {}
+        self._stored_memo: dict[int, frozenset[str]] = {}
         self.resolved: dict[int, object] = {}  # migrator.analysis.names.resolve's answers
         self._imported_as: dict[frozenset[str], frozenset[str]] = {}
         self._reaching: dict[frozenset[str], frozenset[str] | _Everything] = {}
@@ -179,6 +180,18 @@ class ModuleIndex:
         while current is not None and not isinstance(current, ast.stmt):
             current = self._parents.get(id(current))
         return current
+
+    def stored_names(self, node: ast.AST) -> frozenset[str]:
+        """The names stored or deleted anywhere under ``node`` (nested functions included):
+        ``x = ...``, ``for x in ...``, ``del x``."""
+        memo = self._stored_memo.get(id(node))
+        if memo is None:
+            memo = self._stored_memo[id(node)] = frozenset(
+                child.id
+                for child in ast.walk(node)
+                if isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load)
+            )
+        return memo
 
     def assigned_name(self, value: ast.AST) -> ast.Name | None:
         """The plain name ``value`` is assigned to on its own, ``name = <value>``; None for any

@@ -385,7 +385,7 @@ class Origins:
             name = callee.attr
             owner = self_class(self.index, callee.value)
             if owner is not None:
-                return related_methods(self.index, owner, name)
+                return related_methods(self.index, owner, name, self._related(owner))
         else:
             return []
         return self._functions_named.get(name, [])

@@ -44,20 +44,21 @@ def self_class(index: ModuleIndex, expr: ast.expr) -> ast.ClassDef | None:
     positional = function.args.posonlyargs + function.args.args
     if not positional or positional[0].arg != expr.id:
         return None
-    for node in ast.walk(function):
-        if isinstance(node, ast.Name) and node.id == expr.id and not isinstance(node.ctx, ast.Load):
-            return None  # `self = other`, `for self in ...`, `del self`
+    if expr.id in index.stored_names(function):
+        return None  # `self = other`, `for self in ...`, `del self`
     return owner
 
 
 def related_methods(
-    index: ModuleIndex, owner: ast.ClassDef, name: str
+    index: ModuleIndex, owner: ast.ClassDef, name: str, related: set[int] | None = None
 ) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     """The methods called ``name`` that ``self.name(...)`` in a method of ``owner`` may reach
     among the module's classes: those of ``owner``, of its bases and of its subclasses (by the
-    names the ``class`` statements give their bases in the module)."""
+    names the ``class`` statements give their bases in the module). ``related``: the
+    :func:`related_classes` of ``owner``, where the caller keeps them."""
     classes = index.nodes(ast.ClassDef)
-    related = related_classes(index, owner)
+    if related is None:
+        related = related_classes(index, owner)
     return [
         statement
         for node in classes

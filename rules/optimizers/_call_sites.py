@@ -498,13 +498,17 @@ def _wrapped_returning(view: FileView) -> dict[int, tuple[str, int, str]]:
             function, ast.FunctionDef | ast.AsyncFunctionDef
         ):
             continue
-        direct = {id(origin) for origin in flow.origins(statement.value)}
+        direct: set[int] | None = None  # the origins of the whole value, read when needed
         for call in (node for node in ast.walk(statement.value) if isinstance(node, ast.Call)):
             if id(call) in candidates or flow.is_amp_initialize(call):
                 continue
             for argument in arguments(call):
                 for origin in flow.origins(argument.value):
-                    if id(origin) in candidates and id(origin) not in direct:
+                    if id(origin) not in candidates:
+                        continue
+                    if direct is None:
+                        direct = {id(o) for o in flow.origins(statement.value)}
+                    if id(origin) not in direct:
                         where = (function.name, statement.lineno, view.written(call.func))
                         found.setdefault(id(origin), where)
     return found
