@@ -1,9 +1,12 @@
-"""The hooks of ``.pre-commit-hooks.yaml``, installed by ``pre-commit try-repo`` for real.
+"""The hooks of ``.pre-commit-hooks.yaml``, installed by pre-commit for real.
 
 The hook repository is a throwaway git repository holding this repository's committed files
 (``git archive HEAD``), so that work in progress in the checkout can neither break nor fake the
-test. pre-commit builds one virtual environment for it and pip-installs the package there (libcst,
-click and rich come from the package index): the one slow step, done once for all three runs.
+test. The project names it in a ``.pre-commit-config.yaml`` as the README shows, with the check
+hook in pre-commit's ``manual`` stage, and ``pre-commit install`` puts it in the git hook.
+pre-commit builds one virtual environment for the hook repository and pip-installs the package
+there (its dependencies come from the package index): the one slow step, done once for all runs
+(``pre-commit try-repo`` would build a new one for every run).
 """
 
 from __future__ import annotations
@@ -62,10 +65,20 @@ def init_repository(folder: Path) -> None:
 )
 def test_hook_fails_the_commit_on_unmigrated_code_and_passes_after(tmp_path: Path) -> None:
     hooks = committed_copy(tmp_path / "hooks")
+    revision = git("rev-parse", "HEAD", cwd=hooks).stdout.strip()
     project = tmp_path / "project"
     project.mkdir()
     init_repository(project)
     (project / "pyproject.toml").write_text("[tool.npu-migrate]\nselect = ['NPU102']\n")
+    (project / ".pre-commit-config.yaml").write_text(
+        f"repos:\n"
+        f"  - repo: {hooks}\n"
+        f"    rev: {revision}\n"
+        f"    hooks:\n"
+        f"      - id: npu-migrate\n"
+        f"      - id: npu-migrate-check\n"
+        f"        stages: [manual]\n"
+    )
     (project / "train.py").write_bytes(UNMIGRATED)
     git("add", ".", cwd=project)
     env = {
@@ -73,9 +86,19 @@ def test_hook_fails_the_commit_on_unmigrated_code_and_passes_after(tmp_path: Pat
         "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
     }
-    git_hook = project / ".git/hooks/pre-commit"
-    git_hook.write_text(f'#!/bin/sh\nexec "{PRE_COMMIT}" try-repo "{hooks}" npu-migrate\n')
-    git_hook.chmod(0o755)
+    installed = subprocess.run(
+        [str(PRE_COMMIT), "install"], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    def check_hook() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(PRE_COMMIT), "run", "--hook-stage", "manual", "npu-migrate-check"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
 
     refused = git("commit", "-m", "unmigrated", cwd=project, env=env)
     shown = refused.stdout + refused.stderr  # git passes the hook's output to stderr
@@ -93,13 +116,7 @@ def test_hook_fails_the_commit_on_unmigrated_code_and_passes_after(tmp_path: Pat
     # The check-only hook, from the same install: fails and writes nothing.
     (project / "other.py").write_bytes(UNMIGRATED)
     git("add", "other.py", cwd=project)
-    checked = subprocess.run(
-        [str(PRE_COMMIT), "try-repo", str(hooks), "npu-migrate-check"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    checked = check_hook()
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "would migrate other.py (NPU102)" in checked.stdout
     assert (project / "other.py").read_bytes() == UNMIGRATED
@@ -113,15 +130,6 @@ def test_hook_fails_the_commit_on_unmigrated_code_and_passes_after(tmp_path: Pat
     written = run_npu_migrate("--check", "--write-baseline", ".", cwd=project, extra_env=env)
     assert written.returncode == 0, written.stdout + written.stderr
     git("add", ".", cwd=project)
-
-    def check_hook() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(PRE_COMMIT), "try-repo", str(hooks), "npu-migrate-check"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
 
     known = check_hook()
     assert known.returncode == 0, known.stdout + known.stderr
