@@ -42,12 +42,10 @@ $(CHROMIUM):
 
 # Two pytest workers on two cores: one torch thread each, or the workers fight over the cores
 # (the tiny models of the tests run many times slower with two threads per worker).
-# --dist loadgroup: a module marked xdist_group runs on one worker, which builds its module or
-# session fixture once (the runtime contract's takes a minute).
 # NPU_MIGRATE_NO_SKIPS: this set-up installs what every test needs (Chromium included), so a skipped
 # test is a failure (conftest.py).
 test: $(VENV)/.test-installed $(CHROMIUM)
-	NPU_MIGRATE_NO_SKIPS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	NPU_MIGRATE_NO_SKIPS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 # On a machine with a CUDA GPU or an Ascend NPU: the runtime's tests on the device, the end-to-end
 # programs there, and npu-migrate verify (runtime/tools/device_check.py); within 8 minutes on one

@@ -44,10 +44,6 @@ from _cli import run_npu_migrate, start_npu_migrate
 
 from apex.testing import npu_shim_env
 
-# One xdist worker runs all of this module's tests, so its expensive module fixture is built
-# once, not once per worker (`make test` runs pytest with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("test_e2e_gated_amp")
-
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "fixtures" / "e2e" / "gated_amp"
 LOOKUP = REPO / "fixtures" / "e2e" / "gated_lookup"

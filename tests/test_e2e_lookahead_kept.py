@@ -24,10 +24,6 @@ from pathlib import Path
 import pytest
 from _cli import run_npu_migrate, start_npu_migrate
 
-# One xdist worker runs all of this module's tests, so its expensive module fixture is built
-# once, not once per worker (`make test` runs pytest with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("test_e2e_lookahead_kept")
-
 testing = pytest.importorskip("apex.testing", reason="needs the runtime: pip install -e runtime")
 
 REPO = Path(__file__).resolve().parent.parent

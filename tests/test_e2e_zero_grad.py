@@ -23,10 +23,6 @@ from migrator.registry import all_rules, select_rules
 from migrator.results import Status
 from migrator.settings import Settings
 
-# One xdist worker runs all of this module's tests, so its expensive module fixture is built
-# once, not once per worker (`make test` runs pytest with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("test_e2e_zero_grad")
-
 testing = pytest.importorskip("apex.testing", reason="needs the runtime: pip install -e runtime")
 
 PROGRAM = textwrap.dedent(

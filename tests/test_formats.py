@@ -40,10 +40,6 @@ from migrator.results import Status
 from migrator.runner import RunResult
 from migrator.settings import Settings
 
-# One xdist worker runs all of this module's tests, so its expensive module fixture is built
-# once, not once per worker (`make test` runs pytest with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("test_formats")
-
 RULES = "NPU301,NPU920,NPU923"
 TRAIN = (
     b"import torch\n"

@@ -21,10 +21,6 @@ import pytest
 from migrator.cli import main
 from migrator.formats.html import render
 
-# One xdist worker runs all of this module's tests, so its expensive module fixture is built
-# once, not once per worker (`make test` runs pytest with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("test_html_browser")
-
 REPOSITORY = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 # Root in CI needs --no-sandbox; the rest keeps Chromium from reaching for the network.

@@ -12,10 +12,6 @@ from pathlib import Path
 import pytest
 from _cli import run_npu_migrate
 
-# One xdist worker runs all of this module's tests, so its expensive module fixture is built
-# once, not once per worker (`make test` runs pytest with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("test_pathological")
-
 CUDA = "x = y.cuda()\n"  # every file below passes the device rules' pre-scan
 GOOD = b"import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
 

@@ -58,10 +58,6 @@ from typing import Any
 import pytest
 from _cli import run_npu_migrate
 
-# One xdist worker runs all of this module's tests, so its expensive module fixture is built
-# once, not once per worker (`make test` runs pytest with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("test_runtime_contract")
-
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 RUNTIME = REPO / "runtime"
