@@ -23,7 +23,7 @@ from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex
 from migrator.analysis.view import FileView
 from migrator.rules.optimizers._flow import OptimizerFlow, npu_fused_name
-from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS
+from migrator.rules.optimizers._tables import KNOWN_OPTIMIZERS, of_optimizer_module
 
 
 @dataclass(frozen=True)
@@ -488,7 +488,11 @@ def _wrapped_returning(view: FileView) -> dict[int, tuple[str, int, str]]:
     # (One that reaches an `amp.initialize` of the module, through a helper given it too, is
     # planned by that call.)
     reached = flow.amp_calls_reached
-    candidates = {id(call) for call in flow.candidates if id(call) not in reached}
+    candidates = {
+        id(call)
+        for call in flow.candidates
+        if id(call) not in reached and _may_build_optimizer(view, call)
+    }
     if not candidates:
         return {}
     found: dict[int, tuple[str, int, str]] = {}
@@ -512,6 +516,21 @@ def _wrapped_returning(view: FileView) -> dict[int, tuple[str, int, str]]:
                         where = (function.name, statement.lineno, view.written(call.func))
                         found.setdefault(id(origin), where)
     return found
+
+
+def _may_build_optimizer(view: FileView, call: ast.Call) -> bool:
+    """Whether NPU101 may plan ``call``, as the only reader of :func:`wrapped_returning` does:
+    its class is a known optimizer class or one of several names that may be one (a value
+    alias), a class of an optimizer module, or a value the resolution of names cannot name (a
+    lookup, a registry, a parameter). Not a function or class of torch that builds no
+    optimizer (torch's own ``OrderedSet``): every name a module imports from torch is a
+    candidate of the flow, and following the returns of torch's own sources for them cost more
+    than the rest of their analysis."""
+    callee = class_of(view, call)
+    name = view.qualified_name(callee)
+    if name is None or view.qualified_name_in(callee, KNOWN_OPTIMIZERS) is not None:
+        return True
+    return isinstance(name, str) and of_optimizer_module(name)
 
 
 # A function at the top of a module and a call it returns: `return f(...)`.

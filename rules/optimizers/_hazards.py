@@ -69,6 +69,7 @@ from migrator.rules.optimizers._tables import (
     NO_FUSED_ROOTS,
     NO_FUSED_VERSION,
     NPU1_ROOTS,
+    of_optimizer_module,
 )
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -110,8 +111,6 @@ _ZERO_IN_PLACE = (
 # `zero_grad()` is torch's Optimizer.zero_grad, not a module's).
 _OPTIMIZER_ROOTS = NPU1_ROOTS | NO_FUSED_ROOTS
 _OPTIMIZER_CLASSES = KNOWN_OPTIMIZERS | FP16_OPTIMIZERS | NO_FUSED_VERSION.keys()
-_OPTIMIZER_MODULES = ("torch.optim", "apex.optimizers", "torch_npu.optim")
-_NOT_OPTIMIZER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
 
 
 @dataclass(frozen=True)
@@ -327,7 +326,7 @@ class FusionHazards:
         if isinstance(name, str) or npu_fused_name(self.view, node) is not None:
             return True
         name = self.view.qualified_name(node)  # any class of an optimizer module (Adagrad)
-        return isinstance(name, str) and _of_optimizer_module(name)
+        return isinstance(name, str) and of_optimizer_module(name)
 
     # -- other optimizers over the same parameters ----------------------------------------------
 
@@ -1115,18 +1114,6 @@ class FusionHazards:
             )
             found.append(Hazard(call, written, effect, remedy))
         return found
-
-
-def _of_optimizer_module(name: str) -> bool:
-    """``name`` is a class of ``torch.optim``, ``apex.optimizers`` or ``torch_npu.optim``
-    (``torch.optim.Adagrad``, ``torch.optim.lbfgs.LBFGS``), not of their schedulers or
-    averaging helpers."""
-    module, _, last = name.rpartition(".")
-    return (
-        module.startswith(_OPTIMIZER_MODULES)
-        and not module.startswith(_NOT_OPTIMIZER_MODULES)
-        and last[:1].isupper()
-    )
 
 
 def models_feeding(flow: OptimizerFlow, params: ast.expr | None) -> set[str]:

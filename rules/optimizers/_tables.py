@@ -209,6 +209,21 @@ UNSUPPORTED: dict[str, str] = {
     ),
 }
 KNOWN_OPTIMIZERS = frozenset(SOURCES.keys() | UNSUPPORTED.keys())
+_OPTIMIZER_MODULES = ("torch.optim", "apex.optimizers", "torch_npu.optim")
+_NOT_OPTIMIZER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
+
+
+def of_optimizer_module(name: str) -> bool:
+    """``name`` is a class of ``torch.optim``, ``apex.optimizers`` or ``torch_npu.optim``
+    (``torch.optim.Adagrad``, ``torch.optim.lbfgs.LBFGS``), not of their schedulers or
+    averaging helpers."""
+    module, _, last = name.rpartition(".")
+    return (
+        module.startswith(_OPTIMIZER_MODULES)
+        and not module.startswith(_NOT_OPTIMIZER_MODULES)
+        and last[:1].isupper()
+    )
+
 
 _HF_ADAMW = (
     "it has no NPU fused version: Hugging Face's AdamW adds `eps` to the square root of the "
