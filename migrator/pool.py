@@ -311,6 +311,10 @@ def _worker_main(
         # Unwound (a write in progress removed its temporary file); the interpreter's
         # finalization would only free the heap, which the OS does at once.
         os._exit(stop.code)
+    finally:
+        # Done serving: a SIGTERM from here on (while multiprocessing finishes the process)
+        # ends it at once, with nothing raised where no handler of ours catches it.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _termination_in(error: BaseException) -> _Terminated | None:
@@ -366,6 +370,11 @@ class _Terminated(BaseException):
 
 
 def _exit_on_terminate(signum: int, frame: object) -> None:
+    # One unwinding, whoever sends the next SIGTERM (the parent's kill, its death signal, the
+    # lifeline thread when the parent's end closes): a second _Terminated raised while the
+    # first is handled would escape the worker as a traceback on the stderr it shares with the
+    # parent (the Ctrl-C interrupt test saw its first line, cut short by the parent's SIGKILL).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise _Terminated(128 + signum)  # unwinds: an atomic write removes its temporary file
 
 

@@ -234,3 +234,31 @@ def test_a_sigterm_raised_while_a_class_is_created_still_ends_the_worker_quietly
     stop = _termination_in(caught.value)
     assert stop is not None and stop.code == 143
     assert _termination_in(ValueError("unrelated")) is None
+
+
+def test_a_second_sigterm_while_the_first_unwinds_raises_nothing() -> None:
+    """The parent's kill, the parent-death signal and the lifeline thread may each send SIGTERM:
+    only the first unwinds the worker. A second one raised inside the worker's handler of the
+    first would escape it as a traceback on the shared stderr (seen cut short in the Ctrl-C
+    interrupt test). Run in a fresh interpreter: the handler changes process-wide state."""
+    script = textwrap.dedent(
+        """
+        import os, signal, time
+        from migrator.pool import _Terminated, _exit_on_terminate
+        signal.signal(signal.SIGTERM, _exit_on_terminate)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+            print("not delivered")
+        except _Terminated as stop:
+            os.kill(os.getpid(), signal.SIGTERM)  # while the first is being handled
+            time.sleep(0.05)
+            print("one unwinding", stop.code)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "one unwinding 143", result.stderr
+    assert result.stderr == ""
