@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench clean device-check
+.PHONY: demo test test-all lint bench clean device-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ $(CHROMIUM):
 # test is a failure (conftest.py).
 test: $(VENV)/.test-installed $(CHROMIUM)
 	NPU_MIGRATE_NO_SKIPS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+# Also the tests marked slow and the whole of the sampled ones (conftest.py, tests/_tiers.py):
+# what a change to the engine's shortcuts or to an end-to-end program should run before it lands.
+test-all: $(VENV)/.test-installed $(CHROMIUM)
+	NPU_MIGRATE_SLOW=1 NPU_MIGRATE_NO_SKIPS=1 OMP_NUM_THREADS=1 \
+	  $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 # On a machine with a CUDA GPU or an Ascend NPU: the runtime's tests on the device, the end-to-end
 # programs there, and npu-migrate verify (runtime/tools/device_check.py); within 8 minutes on one

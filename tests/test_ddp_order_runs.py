@@ -26,6 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from migrator.diagnostics import Severity
 from migrator.engine import migrate_source
 from migrator.project_stage import ProjectBuilder
@@ -167,7 +169,17 @@ def start_and_wait(script: Path, out: Path, port: int) -> list[tuple[int, str]]:
     ]
 
 
-def test_the_moved_imagenet_shaped_program_trains_identically(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def original_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The imagenet-shaped program as written, on two processes: once for the module."""
+    script = tmp_path_factory.mktemp("original") / "original.py"
+    script.write_text(PROGRAM)
+    return run_two_processes(script, script.with_suffix(".json"))
+
+
+def test_the_moved_imagenet_shaped_program_trains_identically(
+    tmp_path: Path, original_run: dict[str, Any]
+) -> None:
     result = migrate_source(PROGRAM.encode(), "train.py", (rule_by_code("NPU203"),), Settings())
     fixed = [d for d in result.diagnostics if d.severity is Severity.FIXED]
     assert len(fixed) == 1, result.diagnostics
@@ -176,26 +188,22 @@ def test_the_moved_imagenet_shaped_program_trains_identically(tmp_path: Path) ->
     assert moved.index("optimizer = torch.optim.SGD") < moved.index("if args.distributed:")
     assert moved.index("groups = decay_groups(model)") < moved.index("if args.distributed:")
 
-    original_script, moved_script = tmp_path / "original.py", tmp_path / "moved.py"
-    original_script.write_text(PROGRAM)
+    moved_script = tmp_path / "moved.py"
     moved_script.write_text(moved)
-    original = run_two_processes(original_script, tmp_path / "original.json")
     after = run_two_processes(moved_script, tmp_path / "moved.json")
-    assert original["losses"] and original == after
+    assert original_run["losses"] and original_run == after
 
 
-def test_the_comparison_sees_a_changed_group(tmp_path: Path) -> None:
+def test_the_comparison_sees_a_changed_group(tmp_path: Path, original_run: dict[str, Any]) -> None:
     """The comparison can fail: without weight decay on the decayed group the program starts
     the same and ends with other weights."""
     changed = PROGRAM.replace('"weight_decay": 1e-3', '"weight_decay": 0.0')
+    assert changed != PROGRAM
     script = tmp_path / "changed.py"
     script.write_text(changed)
-    original_script = tmp_path / "original.py"
-    original_script.write_text(PROGRAM)
-    original = run_two_processes(original_script, tmp_path / "original.json")
     other = run_two_processes(script, tmp_path / "changed.json")
-    assert original["losses"][0] == other["losses"][0]  # the same start
-    assert original["state"] != other["state"]
+    assert original_run["losses"][0] == other["losses"][0]  # the same start
+    assert original_run["state"] != other["state"]
 
 
 def migrate_two_modules(folder: Path, program: str, helpers: str) -> str:

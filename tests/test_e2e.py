@@ -61,6 +61,7 @@ class Case:
     tolerance: str
     launcher: str
     world_sizes: tuple[int, ...]
+    slow_world_sizes: tuple[int, ...]
     fixed: tuple[str, ...]
     migrated_contains: tuple[str, ...]
     migrated_lacks: tuple[str, ...]
@@ -79,6 +80,7 @@ def load_cases() -> list[Case]:
             tolerance=table["tolerance"],
             launcher=table["launcher"],
             world_sizes=tuple(table["world_sizes"]),
+            slow_world_sizes=tuple(table.get("slow_world_sizes", ())),
             fixed=tuple(table["fixed"]),
             migrated_contains=tuple(table.get("migrated_contains", ())),
             migrated_lacks=tuple(table.get("migrated_lacks", ())),
@@ -93,12 +95,22 @@ def load_cases() -> list[Case]:
         assert case.tolerance in RULES, f"{name}: unknown tolerance rule {case.tolerance!r}"
         assert case.launcher in {"single", "spawn", "env"}, f"{name}: unknown launcher"
         assert case.launcher != "single" or case.world_sizes == (1,), f"{name}: single is 1 process"
+        assert set(case.slow_world_sizes) < set(case.world_sizes), f"{name}: slow_world_sizes"
         cases.append(case)
     return cases
 
 
 CASES = load_cases()
-RUNS = [pytest.param(case, n, id=f"{case.name}-ws{n}") for case in CASES for n in case.world_sizes]
+RUNS = [
+    pytest.param(
+        case,
+        n,
+        id=f"{case.name}-ws{n}",
+        marks=[pytest.mark.slow] if n in case.slow_world_sizes else [],
+    )
+    for case in CASES
+    for n in case.world_sizes
+]
 
 
 def case_ids(case: Case) -> str:

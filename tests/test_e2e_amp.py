@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 import tomllib
 from dataclasses import dataclass
@@ -54,7 +53,7 @@ class Run:
     migrated_args: tuple[str, ...]
     float32: bool
     tolerance: str
-    full: bool  # the rest of the matrix: only with NPU_MIGRATE_E2E_FULL=1
+    full: bool  # the rest of the matrix: only in make test-all (marked slow)
 
     @property
     def label(self) -> str:
@@ -113,13 +112,14 @@ def load_cases() -> list[Case]:
 
 CASES = load_cases()
 # The whole matrix takes minutes on two cores; the default run keeps one verify run of each kind
-# (identical without amp, amp-added at O2, exact in float32, two processes, both native ways).
-FULL = os.environ.get("NPU_MIGRATE_E2E_FULL") == "1"
+# (identical without amp, amp-added at O2, exact in float32, two processes, both native ways),
+# `make test-all` the rest.
 RUNS = [
-    pytest.param(case, run, id=f"{case.name}-{run.label}")
+    pytest.param(
+        case, run, id=f"{case.name}-{run.label}", marks=[pytest.mark.slow] if run.full else []
+    )
     for case in CASES
     for run in case.runs
-    if FULL or not run.full
 ]
 
 

@@ -45,10 +45,8 @@ import ast
 import json
 import operator
 import os
-import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +54,8 @@ from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 import pytest
-from _cli import run_npu_migrate
+from test_e2e import CASES as E2E_CASES
+from test_e2e import migration_of
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -132,8 +131,7 @@ def migrated_side(before: Path) -> Path:
 
 
 def e2e_scripts() -> dict[str, Path]:
-    cases = tomllib.loads((FIXTURES / "e2e" / "cases.toml").read_text())
-    return {f"e2e/{name}": REPO / table["path"] / table["script"] for name, table in cases.items()}
+    return {f"e2e/{case.name}": REPO / case.path / case.script for case in E2E_CASES}
 
 
 # -- the subprocess -----------------------------------------------------------------------------
@@ -195,20 +193,18 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
         f"{label}:original": FIXTURES / f"{label}.before.py" for label in REJECTED_AS_WRITTEN
     }
     files.update(originals)
-    files.update(migrated_e2e(tmp_path_factory.mktemp("contract-e2e")))
+    files.update(migrated_e2e(tmp_path_factory))
     return run_files(files, shim_path(), tmp_path_factory.mktemp("contract-run"))
 
 
-def migrated_e2e(workdir: Path) -> dict[str, Path]:
-    """Each end-to-end program's folder copied and migrated in place by the command line."""
-    migrated = {}
-    for label, script in e2e_scripts().items():
-        folder = workdir / label.replace("/", "-")
-        shutil.copytree(script.parent, folder, ignore=shutil.ignore_patterns("__pycache__"))
-        result = run_npu_migrate("--no-cache", folder, cwd=REPO, timeout=TIMEOUT_S)
-        assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-4000:]
-        migrated[label] = folder / script.name
-    return migrated
+def migrated_e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each end-to-end program's folder copied and migrated in place by the command line: the
+    migrations of tests/test_e2e.py, made once for the session by whichever module needs one
+    first."""
+    return {
+        f"e2e/{case.name}": migration_of(case, tmp_path_factory).migrated / case.script
+        for case in E2E_CASES
+    }
 
 
 # -- the tests ----------------------------------------------------------------------------------
