@@ -42,7 +42,9 @@ def verify(migrated: Path, *arguments: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("level", ["O1", "O2"])
+# The runtime's own tests raise at both levels (runtime/tests/test_amp_combine.py); the whole
+# program at O2 repeats O1's run through verify, so it runs in `make test-all`.
+@pytest.mark.parametrize("level", ["O1", pytest.param("O2", marks=pytest.mark.slow)])
 def test_verify_fails_where_ascend_would_not_unscale_a_late_gradient(
     migrated: Path, level: str
 ) -> None:
