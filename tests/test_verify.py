@@ -493,10 +493,37 @@ def test_the_regions_apex_amp_enters_itself_are_not_compared() -> None:
     original = [step(1.0, (1.0,))]
     migrated = [replace(step(1.0, (1.0,)), amp=AMP_O2, autocast=amp_region)]
     assert compare({0: original}, {0: migrated}, FP32).first_difference is None
-    # Without amp on either side the same region is the program's own, and a difference.
-    migrated = [replace(step(1.0, (1.0,)), autocast=amp_region)]
+    # Without amp on either side the same regions are the program's own, and a difference.
+    amp_regions = (Autocast("cpu", "bfloat16", True), *amp_region)
+    migrated = [replace(step(1.0, (1.0,)), autocast=amp_regions)]
     first = compare({0: original}, {0: migrated}, FP32).first_difference
     assert first is not None and first.what == "the autocast regions"
+
+
+def test_a_region_turning_off_an_autocast_nothing_turned_on_is_no_region() -> None:
+    """`autocast(enabled=args.amp)` without --amp, against a migration (NPU105's from-native)
+    that enters no region: both compute without autocast. Once a region of the device has been
+    turned on, at that step or before, a region turning it off counts."""
+    off = Autocast("accelerator", "float16", False)
+    on = Autocast("accelerator", "float16", True)
+    plain = [step(1.0, (1.0,)), step(0.5, (0.9,))]
+    turned_off = [replace(s, autocast=(off,)) for s in plain]
+    assert compare({0: turned_off}, {0: plain}, FP32).first_difference is None
+    assert compare({0: plain}, {0: turned_off}, FP32).first_difference is None
+    # Another device's region does not make it count.
+    cpu_on = [replace(s, autocast=(Autocast("cpu", "bfloat16", True), off)) for s in plain]
+    only_cpu = [replace(s, autocast=(Autocast("cpu", "bfloat16", True),)) for s in plain]
+    assert compare({0: cpu_on}, {0: only_cpu}, FP32).first_difference is None
+    # On at the first step (a region around the whole loop), off inside at the second: the
+    # region turning it off matters there.
+    nested = [replace(plain[0], autocast=(on, off)), replace(plain[1], autocast=(off,))]
+    without = [replace(plain[0], autocast=(on,)), plain[1]]
+    first = compare({0: nested}, {0: without}, FP32).first_difference
+    assert first is not None and (first.step, first.what) == (1, "the autocast regions")
+    later = [replace(plain[0], autocast=(on,)), replace(plain[1], autocast=(off,))]
+    first = compare({0: later}, {0: without}, FP32).first_difference
+    assert first is not None and (first.step, first.what) == (2, "the autocast regions")
+    assert first.detail == ("no autocast, the original autocast(accelerator, float16) turned off")
 
 
 def test_the_tolerance_names_the_autocast_regions_both_ask_for() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # Optimizer pairs (original class name, migrated class name) that do the same arithmetic in the
@@ -256,21 +256,17 @@ def compare(
             )
             continue
         starts: dict[int, tuple[OptimizerStep | None, OptimizerStep | None]] = {}
-        for index in range(max(len(original[rank]), len(migrated[rank]))):
+        ours, theirs = without_idle_regions(original[rank]), without_idle_regions(migrated[rank])
+        for index in range(max(len(ours), len(theirs))):
             step = index + 1
-            if index >= len(original[rank]) or index >= len(migrated[rank]):
+            if index >= len(ours) or index >= len(theirs):
                 differences.append(
-                    Difference(
-                        step,
-                        rank,
-                        "the number of steps",
-                        steps_detail(original[rank], migrated[rank]),
-                    )
+                    Difference(step, rank, "the number of steps", steps_detail(ours, theirs))
                 )
                 break
-            remember_starts(starts, original[rank][index], migrated[rank][index])
+            remember_starts(starts, ours[index], theirs[index])
             difference, worst = compare_step(
-                step, rank, original[rank][index], migrated[rank][index], tolerance, starts
+                step, rank, ours[index], theirs[index], tolerance, starts
             )
             if worst is not None:
                 largest[step] = max(largest.get(step, 0.0), worst)
@@ -280,6 +276,21 @@ def compare(
     differing = {d.step for d in differences}
     rows = table_rows(original.get(0, []), migrated.get(0, []), largest, differing)
     return Comparison(rows, first, len(original.keys() | migrated.keys()))
+
+
+def without_idle_regions(steps: Sequence[Step]) -> list[Step]:
+    """The steps of one run without the autocast regions that turn autocast off for a device no
+    region has turned on yet (at this step or before): autocast is off there already, so they
+    change nothing. `autocast(enabled=args.amp)` run without `--amp` computes what a migration
+    that enters no region computes. Regions are only dropped, never added, and only where they
+    are no-ops, so no difference is hidden."""
+    enabled: set[str] = set()
+    kept = []
+    for step in steps:
+        enabled.update(region.device for region in step.autocast if region.enabled)
+        regions = tuple(r for r in step.autocast if r.enabled or r.device in enabled)
+        kept.append(step if regions == step.autocast else replace(step, autocast=regions))
+    return kept
 
 
 def steps_detail(original: Sequence[Step], migrated: Sequence[Step]) -> str:
