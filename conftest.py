@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-SLOW = os.environ.get("NPU_MIGRATE_SLOW") == "1"
+SLOW = os.environ.get("NPU_MIGRATE_SLOW") == "1"  # the switch tests/_tiers.py reads for the tests
 
 # Modules whose module- or session-scoped fixture is expensive (the runtime contract's runs every
 # fixture's migrated side in one interpreter, about a minute; the end-to-end modules migrate and
