@@ -61,6 +61,7 @@ CONTRACT = (
     "replaces a parameter of the model",
     "its parameters stay on the CPU",
     "runs in hogwild worker processes",
+    "in shared memory for hogwild workers",  # the model's `share_memory()`
     "replaces a gradient tensor",
     "drops a gradient from",
     "wrap this optimizer's parameters as its launch configuration",  # Accelerate, Fabric
