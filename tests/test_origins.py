@@ -195,8 +195,21 @@ def test_a_pass_through_call_hands_back_its_argument() -> None:
         ('probe((d := "cuda"))', LookThrough(), LookThrough(walrus=False)),
         ('probe("cuda:{}".format(rank))', LookThrough(templates=True), LookThrough()),
         ('probe("cuda:%d" % rank)', LookThrough(templates=True), LookThrough()),
+        ("probe(dict(sgd=SGD, adam=Adam))", LookThrough(containers=True), LookThrough()),
+        ("probe(classes.get(name))", LookThrough(subscripts=True), LookThrough()),
     ],
-    ids=["conditional", "boolean", "list", "dict", "subscript", "walrus", "format", "percent"],
+    ids=[
+        "conditional",
+        "boolean",
+        "list",
+        "dict",
+        "subscript",
+        "walrus",
+        "format",
+        "percent",
+        "dict-call",
+        "get",
+    ],
 )
 def test_each_look_through_is_a_choice(code: str, on: LookThrough, off: LookThrough) -> None:
     view = view_of(code)
@@ -211,6 +224,40 @@ def test_the_parts_found() -> None:
     assert origins('probe({"a": SGD(a), **rest})', OPTIMIZER_VALUES) == ["SGD(a)"]
     assert origins("probe(f'cuda:{rank}'.format())") == ["f'cuda:{rank}'.format()"]
     assert origins("probe(width % rank)") == ["width % rank"]
+    assert origins("probe(dict(base, sgd=SGD))", OPTIMIZER_VALUES) == ["base", "SGD"]
+    assert origins("probe(classes.get(name, SGD))", OPTIMIZER_VALUES) == ["classes", "SGD"]
+    # a `dict` of the module's own is no builtin; `get` with a keyword is no dict's
+    assert origins("def dict(**k): pass\nprobe(dict(sgd=SGD))", OPTIMIZER_VALUES) == [
+        "dict(sgd=SGD)"
+    ]
+    assert origins("probe(cfg.get(name, default=SGD))", OPTIMIZER_VALUES) == [
+        "cfg.get(name, default=SGD)"
+    ]
+
+
+def test_a_class_attribute_gives_what_the_class_body_assigns() -> None:
+    code = """
+    class Base:
+        OPTS = {"sgd": SGD}
+
+    class Agent(Base):
+        OPTS = {"adam": Adam}
+
+        def build(self):
+            probe(Agent.OPTS[name])
+    """
+    # named directly: exactly the class's own body (a base's is overridden)
+    assert origins(code, OPTIMIZER_VALUES) == ["Adam"]
+    # inherited: the module's bases' bodies, and the read (a base of another module may hold it)
+    inherited = code.replace('OPTS = {"adam": Adam}', "pass")
+    assert origins(inherited, OPTIMIZER_VALUES) == ["Agent.OPTS", "SGD"]
+    # through `self`: the related classes' bodies, and what a subclass elsewhere may assign
+    through_self = code.replace("probe(Agent.OPTS[name])", "probe(self.OPTS[name])")
+    assert origins(through_self, OPTIMIZER_VALUES) == ["self.OPTS", "SGD", "Adam"]
+    # an attribute so named assigned anywhere in the module: not followed into class bodies
+    assigned = through_self.replace("class Base:", "other.OPTS = {}\n\n    class Base:")
+    assert origins(assigned, OPTIMIZER_VALUES) == ["self.OPTS"]
+    assert origins(code, LookThrough(subscripts=True, containers=True)) == ["Agent.OPTS"]
 
 
 def test_attributes_through_the_assignments_of_the_module() -> None:

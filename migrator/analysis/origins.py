@@ -39,7 +39,12 @@ from functools import cached_property
 from migrator.analysis.calls import string_literal
 from migrator.analysis.flow import ENTRY, ReachingDefinitions
 from migrator.analysis.index import ModuleIndex, full_name
-from migrator.analysis.receivers import related_classes, related_methods, self_class
+from migrator.analysis.receivers import (
+    ancestor_classes,
+    related_classes,
+    related_methods,
+    self_class,
+)
 from migrator.analysis.view import FileView
 
 Origin = ast.expr | ast.arg
@@ -62,13 +67,15 @@ class LookThrough:
 
     containers: bool = False
     """``[a, b]``, ``(a, *b)``, ``{a, b}`` give their elements, ``{k: v}`` its values (not a
-    ``**other`` entry): "which objects may end up in here"."""
+    ``**other`` entry), ``dict(other, k=v)`` what ``other`` gives and ``v``: "which objects
+    may end up in here"."""
     conditionals: bool = True
     """``a if c else b`` gives ``a`` and ``b``."""
     boolean: bool = False
     """``a or b`` / ``a and b`` give ``a`` and ``b`` (either may be the value)."""
     subscripts: bool = False
-    """``x[i]`` gives ``x`` (an element of ``x``: used together with ``containers``)."""
+    """``x[i]`` gives ``x`` (an element of ``x``: used together with ``containers``), and so
+    does ``x.get(i)``; ``x.get(i, d)`` gives ``d`` too."""
     walrus: bool = True
     """``(x := v)`` gives ``v``."""
     templates: bool = False
@@ -155,6 +162,12 @@ class Origins:
         elif policy.containers and isinstance(expr, ast.Dict):
             entries = zip(expr.keys, expr.values, strict=True)
             yield from (value for key, value in entries if key is not None)
+        elif policy.containers and self._is_dict_call(expr):
+            assert isinstance(expr, ast.Call)
+            yield from expr.args  # `dict(other, k=v)`: what `other` holds, and `v`
+            yield from (keyword.value for keyword in expr.keywords)
+        elif policy.subscripts and (got := _dict_get(expr)) is not None:
+            yield from got
         elif policy.conditionals and isinstance(expr, ast.IfExp):
             yield expr.body
             yield expr.orelse
@@ -173,6 +186,10 @@ class Origins:
             yield from self._call_sources(expr)
         else:
             yield expr
+
+    def _is_dict_call(self, expr: Origin) -> bool:
+        """``dict(sgd=torch.optim.SGD, ...)``, the builtin called."""
+        return isinstance(expr, ast.Call) and self.view.qualified_name(expr.func) == "builtins.dict"
 
     def _passes_whole(self, expr: Origin) -> bool:
         """``x[i]`` (an element of ``x``) and ``(x := v)``, when the policy looks through them."""
@@ -431,10 +448,51 @@ class Origins:
                 for target in self._attribute_targets.get(dotted or "", [])
                 if function_of(self.index, target) is not function and self._may_share(read, target)
             ]
+        if not definitions and ENTRY in local:
+            body, exact = self._class_body_targets(read)
+            if body:
+                if not exact:
+                    yield read  # a subclass of another module may set it otherwise
+                yield from self._definition_sources(read, list(body))
+                return
         if not definitions:
             yield read
             return
         yield from self._definition_sources(read, definitions)
+
+    def _class_body_targets(self, read: ast.Attribute) -> tuple[list[ast.Name], bool]:
+        """``K.OPTIONS`` / ``self.OPTIONS`` that nothing in the module assigns as an attribute
+        (``x.OPTIONS = ...``), where a class statement assigns ``OPTIONS = <value>`` in its
+        body: the targets of those assignments, and whether they are all it can be. ``K``
+        named directly (a class of the module): its own body's, else its bases' in the module.
+        ``self`` of a method: the bodies of its class and of the classes related to it, not
+        exact (a subclass in another module may assign it too)."""
+        if self._attribute_names.get(read.attr):
+            return [], False
+        owner = self_class(self.index, read.value)
+        if owner is not None:
+            related = self._related(owner)
+            classes = [c for c in self.index.nodes(ast.ClassDef) if id(c) in related]
+            return [t for c in classes for t in _body_targets(c, read.attr)], False
+        if not isinstance(read.value, ast.Name):
+            return [], False
+        bindings = self.index.bindings_of(read.value)
+        if len(bindings) != 1 or not isinstance(bindings[0].node, ast.ClassDef):
+            return [], False
+        named = bindings[0].node
+        own = _body_targets(named, read.attr)
+        if own:
+            return own, True
+        ancestors = ancestor_classes(self.index, named)
+        return [t for c in ancestors for t in _body_targets(c, read.attr)], False
+
+    @cached_property
+    def _attribute_names(self) -> dict[str, int]:
+        """The last part of every attribute assigned to in the module -> how many times."""
+        counts: dict[str, int] = {}
+        for attribute in _stored_attributes(self.index):
+            counts[attribute.attr] = counts.get(attribute.attr, 0) + 1
+        return counts
 
     def _may_share(self, read: ast.Attribute, target: ast.Attribute) -> bool:
         """``self.optimizer`` read in a method of one class and set in a method of another:
@@ -509,6 +567,35 @@ def _stored_attributes(index: ModuleIndex) -> Iterator[ast.Attribute]:
                 yield target
             elif isinstance(target, (ast.Tuple, ast.List)):
                 stack.extend(reversed(target.elts))
+
+
+def _dict_get(expr: Origin) -> list[ast.expr] | None:
+    """``x.get(key)`` / ``x.get(key, default)`` read as an element of ``x`` (and the default):
+    ``x`` and ``default``; None for any other expression."""
+    if not (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr == "get"
+        and 1 <= len(expr.args) <= 2
+        and not expr.keywords
+        and not any(isinstance(arg, ast.Starred) for arg in expr.args)
+    ):
+        return None
+    return [expr.func.value, *expr.args[1:]]
+
+
+def _body_targets(owner: ast.ClassDef, name: str) -> list[ast.Name]:
+    """The targets ``name`` of the plain assignments in the body of the class ``owner``
+    (``OPTIONS = {...}``, ``OPTIONS: dict = {...}``), in source order."""
+    found: list[ast.Name] = []
+    for statement in owner.body:
+        targets: list[ast.expr] = []
+        if isinstance(statement, ast.Assign):
+            targets = statement.targets
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            targets = [statement.target]
+        found += [t for t in targets if isinstance(t, ast.Name) and t.id == name]
+    return found
 
 
 def unpacked_element(index: ModuleIndex, target: ast.AST) -> tuple[ast.Call, int] | None:

@@ -81,6 +81,45 @@ def related_classes(index: ModuleIndex, owner: ast.ClassDef) -> set[int]:
     return found
 
 
+def class_attribute_reads(
+    index: ModuleIndex, owner: ast.ClassDef, name: str
+) -> tuple[list[ast.Attribute], bool]:
+    """The reads of the attribute ``name`` that the body of the class ``owner`` assigns
+    (``OPTIONS = {...}``): ``Owner.OPTIONS``, with the class named directly, and
+    ``self.OPTIONS`` in a method of a class related to ``owner``; and whether they are all the
+    reads of an attribute so named in the module (another receiver, ``agent.OPTIONS``, may be
+    an instance of ``owner`` too)."""
+    related: set[int] | None = None
+    reads: list[ast.Attribute] = []
+    complete = True
+    for read in index.attributes(name):
+        if not isinstance(read.ctx, ast.Load):
+            continue
+        receiver = read.value
+        if isinstance(receiver, ast.Name):
+            bindings = index.bindings_of(receiver)
+            if len(bindings) == 1 and bindings[0].node is owner:
+                reads.append(read)
+                continue
+        reader = self_class(index, receiver)
+        if reader is not None:
+            if related is None:
+                related = related_classes(index, owner)
+            if id(reader) in related:
+                reads.append(read)
+                continue
+        complete = False
+    return reads, complete
+
+
+def ancestor_classes(index: ModuleIndex, owner: ast.ClassDef) -> list[ast.ClassDef]:
+    """The module's classes ``owner`` derives from (by the names its ``class`` statement and
+    theirs give their bases), ``owner`` left out."""
+    classes = index.nodes(ast.ClassDef)
+    found = _ancestors(owner, classes)
+    return [node for node in classes if node is not owner and id(node) in found]
+
+
 def _bases(node: ast.ClassDef, classes: list[ast.ClassDef]) -> list[ast.ClassDef]:
     names = {base.id for base in node.bases if isinstance(base, ast.Name)}
     return [other for other in classes if other.name in names]

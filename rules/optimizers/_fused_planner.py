@@ -31,6 +31,7 @@ from migrator.analysis.calls import (
 from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
+from migrator.analysis.receivers import class_attribute_reads
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.analysis.view import FileView
 from migrator.diagnostics import Severity, first_few
@@ -2398,7 +2399,7 @@ class _Planner:
                     continue
                 tested = parent
             test = _class_test(self.view, tested)
-            if test is not None:
+            if test is not None and not _none_test(test):
                 return test
         return None
 
@@ -2524,16 +2525,22 @@ class _Planner:
         :meth:`_plan_class_value`). ``node`` is no longer used as a value when every read of the
         registry is such a call that maps its class, or reads only the keys (``choices=``,
         ``name in OPTIMIZERS``, ``sorted(OPTIMIZERS)``)."""
-        reads = [
-            read
-            for read in self.index.names(registry.id)
-            if isinstance(read.ctx, ast.Load)
-            and [b.node for b in self.index.bindings_of(read)]
-            == [b.node for b in self.index.bindings_of(registry)]
-        ]
-        covered = True
+        reads, covered = self._registry_reads(registry)
+        test = next(filter(None, map(self._registry_entry_test, reads)), None)
+        if test is not None:
+            # Mapped, the optimizer would be no instance of the class it is tested on.
+            self._report_tested_registry(reads, test, seen)
+            return
         for read in reads:
             lookup = self.index.parent(read)
+            got = _get_call(self.index, read)
+            if got is not None:  # `optimizer_cls = OPTIMIZERS.get(name)`, called later
+                held = self.index.assigned_name(got)
+                calls = self._calls_of_held(held) if held is not None else None
+                covered = covered and calls is not None
+                for held_call in calls or ():
+                    covered = self._map_registry_call(node, held_call, seen, mapped) and covered
+                continue
             if not (isinstance(lookup, ast.Subscript) and lookup.value is read):
                 covered = covered and _reads_keys(self.view, read)
                 continue
@@ -2558,11 +2565,53 @@ class _Planner:
         if reads and covered:
             self._mapped_values.add(id(node))  # mapped at each call
 
+    def _registry_reads(self, registry: ast.Name) -> tuple[list[ast.Name | ast.Attribute], bool]:
+        """The reads of the dict of classes ``registry`` binds, and whether they are all of
+        them: a module's or function's name is read as itself; a class attribute
+        (``OPTIM_OPTS = {...}`` in a class body, ParlAI's agents) as ``Agent.OPTIM_OPTS`` or
+        ``self.OPTIM_OPTS`` (see :func:`~migrator.analysis.receivers.class_attribute_reads`)."""
+        statement = self.index.statement_of(registry)
+        owner = self.index.parent(statement) if statement is not None else None
+        if isinstance(owner, ast.ClassDef):
+            attributes, complete = class_attribute_reads(self.index, owner, registry.id)
+            return list(attributes), complete
+        bound = [b.node for b in self.index.bindings_of(registry)]
+        names = [
+            read
+            for read in self.index.names(registry.id)
+            if isinstance(read.ctx, ast.Load)
+            and [b.node for b in self.index.bindings_of(read)] == bound
+        ]
+        return list(names), True
+
+    def _registry_entry_test(self, read: ast.expr) -> ast.expr | None:
+        """The class test an entry of the registry ``read`` reads is the class of
+        (``isinstance(optimizer, OPTIMIZERS["sgd"])``), or None."""
+        lookup = self.index.parent(read)
+        if isinstance(lookup, ast.Subscript) and lookup.value is read:
+            return _class_test(self.view, lookup)
+        return None
+
+    def _report_tested_registry(
+        self, reads: list[ast.Name | ast.Attribute], test: ast.AST, seen: set[int]
+    ) -> None:
+        """Each call of a class the registry ``reads`` read gives, left as written because
+        ``test`` tests one of its entries: say why at the call."""
+        for read in reads:
+            lookup = self.index.parent(read)
+            call = self.index.parent(lookup) if lookup is not None else None
+            if not (isinstance(call, ast.Call) and call.func is lookup):
+                continue
+            if id(call) not in seen and not self._suppressed(call):
+                seen.add(id(call))
+                self._report(call, self._tested_class_message(call, test))
+
     def _map_registry_call(
         self, node: ast.expr, call: ast.Call, seen: set[int], mapped: dict[int, set[str]]
     ) -> bool:
-        """Plan the mapping at ``call`` (once); whether it maps the class ``node``. A mapping an
-        earlier run wrote is only read."""
+        """Plan the mapping at ``call`` (once); whether it settles the class ``node``: maps it,
+        or leaves it as written with a finding of its own at the call that says why (the
+        fused optimizers' contract, a hazard). A mapping an earlier run wrote is only read."""
         if mapped_get(self.view, call):
             return self._gives_one_of(node, self._mapping_keys(call))
         if id(call) not in seen and not self._suppressed(call):
@@ -2571,13 +2620,16 @@ class _Planner:
             self._plan_class_value(call)  # a finding of its own when it is not mapped
             if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
                 mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
-        return self._gives_one_of(node, mapped.get(id(call), ()))
+        if self._gives_one_of(node, mapped.get(id(call), ())):
+            return True
+        return id(call) not in mapped and any(finding.node is call for finding in self.findings)
 
     def _calls_of_held(self, held: ast.Name) -> list[ast.Call] | None:
         """The calls of the class a name is assigned (``optimizer_cls(params, ...)``, or the
         mapping an earlier run wrote, ``{...}.get(optimizer_cls, optimizer_cls)``) wherever that
         assignment reaches; None when it is also read otherwise (``isinstance(x, cls)``, passed
-        on), or not at all."""
+        on), or not at all. ``cls is None`` is no other read: the mapping is made at the call,
+        so the name still holds the class as written."""
         calls: list[ast.Call] = []
         for read in self.index.names(held.id):
             if not isinstance(read.ctx, ast.Load) or not any(
@@ -2585,6 +2637,8 @@ class _Planner:
             ):
                 continue
             call = self.index.parent(read)
+            if _none_test(call):
+                continue
             if not isinstance(call, ast.Call) or not (
                 call.func is read or mapped_get(self.view, call)
             ):
@@ -2594,12 +2648,22 @@ class _Planner:
         return calls or None
 
     def _registry_of(self, node: ast.expr) -> ast.Name | None:
-        """The name a dict display of classes that holds ``node`` as a value is assigned to,
-        once in its scope (``OPTIMIZERS = {"sgd": torch.optim.SGD, ...}``)."""
+        """The name a dict of classes that holds ``node`` as a value is assigned to, once in
+        its scope (``OPTIMIZERS = {"sgd": torch.optim.SGD, ...}``, ``OPTIMIZERS =
+        dict(sgd=torch.optim.SGD, ...)``)."""
         display = self.index.parent(node)
-        if not isinstance(display, ast.Dict) or not any(node is v for v in display.values):
+        if isinstance(display, ast.keyword):
+            display = self.index.parent(display)
+            if not (
+                isinstance(display, ast.Call)
+                and self.view.qualified_name(display.func) == "builtins.dict"
+                and not display.args
+                and all(keyword.arg is not None for keyword in display.keywords)
+            ):
+                return None
+        elif not isinstance(display, ast.Dict) or not any(node is v for v in display.values):
             return None
-        if any(key is None for key in display.keys):
+        elif any(key is None for key in display.keys):
             return None  # `{**other, ...}`: classes npu-migrate does not see
         target = self.index.assigned_name(display)
         if target is None or len(self.index.bindings_of(target)) != 1:
@@ -3035,7 +3099,36 @@ def _class_test(view: FileView, node: ast.AST) -> ast.expr | None:
 _KEY_READERS = frozenset({"builtins.sorted", "builtins.list", "builtins.set", "builtins.len"})
 
 
-def _reads_keys(view: FileView, read: ast.Name) -> bool:
+def _none_test(node: ast.AST | None) -> bool:
+    """``x is None`` / ``x is not None`` (either way round)."""
+    return (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], ast.Is | ast.IsNot)
+        and any(
+            isinstance(side, ast.Constant) and side.value is None
+            for side in (node.left, *node.comparators)
+        )
+    )
+
+
+def _get_call(index: ModuleIndex, read: ast.expr) -> ast.Call | None:
+    """``read.get(key)``, the call, when ``read`` (a dict) is read so."""
+    method = index.parent(read)
+    call = index.parent(method) if method is not None else None
+    if (
+        isinstance(method, ast.Attribute)
+        and method.attr == "get"
+        and isinstance(call, ast.Call)
+        and call.func is method
+        and len(call.args) == 1
+        and not call.keywords
+    ):
+        return call
+    return None
+
+
+def _reads_keys(view: FileView, read: ast.expr) -> bool:
     """``read`` (a dict) is used for its keys only: ``name in read``, ``read.keys()``,
     ``sorted(read)`` and the like, or argparse's ``choices=read``."""
     index = view.index
