@@ -10,17 +10,20 @@ without amp fails loudly at its first step, never silently.
 
 The same holds for a class looked up by name (fixtures/e2e/gated_lookup, NVIDIA GNMT's
 `torch.optim.__dict__[name](params, **config)`): each entry of the mapping NPU101 writes next to
-the lookup is picked by amp's condition; and for a factory in another module whose callers use
-amp on some paths only (fixtures/e2e/factory_amp, timm's `create_optimizer` called by train.py
-under `use_amp == "apex"`, and the `create_optimizer_v2` it returns a call of, called by
-benchmark.py without amp): both get a keyword-only `apex_amp` that picks the class, and each
-call passes amp's condition there; the same for a function of the script itself called on two
-paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's shape). Where the
-`amp.initialize` calls sit in two branches under `--amp` (fixtures/e2e/amp_arms, YOLOv4's shape,
-its options read from a dict as UNet++ does), the class is picked by `config["amp"]`, and both
-branches compute what the original computes. A factory that returns its optimizer with its
-schedule, unpacked by the caller (fixtures/e2e/tuple_factory, NVIDIA/semantic-segmentation's
-`optim, scheduler = get_optimizer(args, net)` under `--fp16`), gets the same keyword.
+the lookup is picked by amp's condition, and since a name the mapping leaves out (SGD) stays
+unfused, NPU102 passes `combine_grad=getattr(optimizer, "is_npu_fused_optimizer", False)`: on
+for the fused RMSprop, off for SGD, both verified under `--amp`; and for a factory in another
+module whose callers use amp on some paths only (fixtures/e2e/factory_amp, timm's
+`create_optimizer` called by train.py under `use_amp == "apex"`, and the `create_optimizer_v2`
+it returns a call of, called by benchmark.py without amp): both get a keyword-only `apex_amp`
+that picks the class, and each call passes amp's condition there; the same for a function of the
+script itself called on two paths of its `main()` (fixtures/e2e/own_factory, CSWin-Transformer's
+shape). Where the `amp.initialize` calls sit in two branches under `--amp`
+(fixtures/e2e/amp_arms, YOLOv4's shape, its options read from a dict as UNet++ does), the class
+is picked by `config["amp"]`, and both branches compute what the original computes. A factory
+that returns its optimizer with its schedule, unpacked by the caller
+(fixtures/e2e/tuple_factory, NVIDIA/semantic-segmentation's `optim, scheduler =
+get_optimizer(args, net)` under `--fp16`), gets the same keyword.
 
 A class picked into a name at module level (fixtures/e2e/reid_alias,
 layumi/Person_reID_baseline_pytorch's `optim_name = optim.SGD` or apex's FusedSGD, called with
@@ -142,10 +145,13 @@ def test_a_lookup_by_name_maps_each_name_to_the_class_of_its_path(tmp_path: Path
         "torch_npu.optim.NpuFusedRMSprop)," in text
     )
     assert "}.get(opt_name, torch.optim.__dict__[opt_name])(" in text
+    # RMSprop is fused, SGD (not mapped) is not: amp combines the gradients of the fused one only
+    assert 'combine_grad=getattr(self.optimizer, "is_npu_fused_optimizer", False)' in text
     original = LOOKUP / "train.py"
     runs = {
         "fp32": start_verify(original, migrated),
         "amp": start_verify(original, migrated, "--amp"),
+        "amp, unmapped": start_verify(original, migrated, "--amp", "--optimizer", "SGD"),
     }
     assert_agree(runs)
 

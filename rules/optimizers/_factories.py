@@ -1408,6 +1408,9 @@ def _verdict(
         why = f"its optimizer comes from {factory.shown}, which {what}"
         return _verdict_entry(False, why, False, why)
     problems: dict[str, list[str]] = {"planned": [], "written": []}
+    # Mapped at run time, a class the mapping leaves out unfused: fused exactly when the
+    # optimizer says so (Ascend's `is_npu_fused_optimizer`), which NPU102 can test at the call.
+    maybe: list[str] = []
     fused: dict[str, list[str]] = {"planned": [], "written": []}
     standalone: dict[str, list[str]] = {"planned": [], "written": []}  # torch_npu.optim ones
     for origin in origins:
@@ -1418,13 +1421,12 @@ def _verdict(
         )
         plan = plans.get(id(origin))
         if plan is not None and plan.func_style == "lookup" and not plan.mapped_on_every_path:
-            # A mapping at the call that may leave a class unmapped: that one stays torch's (as
-            # NPU102 says of a lookup in its own module).
+            # A mapping at the call that may leave a class unmapped: that one stays torch's.
             problem = (
                 f"`{code}` ({where}), whose class NPU101 maps to an NPU fused one at run time "
                 "(`{...}.get(...)`), and a class the mapping leaves out stays unfused"
             )
-            problems["planned"].append(problem)
+            maybe.append(problem)
             problems["written"].append(problem)
         elif written is not None:
             fused["planned"].append(f"`{written}` ({where})")
@@ -1452,10 +1454,15 @@ def _verdict(
         state: returns + ("; ".join(problems[state]) or " or ".join(fused[state]))
         for state in ("planned", "written")
     }
+    if maybe and not problems["planned"]:
+        whys["planned"] = returns + "; ".join(maybe)
     entry = _verdict_entry(
-        not problems["planned"], whys["planned"], not problems["written"], whys["written"]
+        not problems["planned"] and not maybe,
+        whys["planned"],
+        not problems["written"],
+        whys["written"],
     )
-    return {**entry, "standalone": standalone}
+    return {**entry, "standalone": standalone, "maybe": bool(maybe) and not problems["planned"]}
 
 
 def _known_optimizer(view: FileView, call: ast.Call) -> bool:
@@ -1527,6 +1534,9 @@ class FactoryVerdict:
     # The torch_npu.optim fused optimizers among them (as quoted in messages): they pack their
     # own gradients, so `combine_grad=True` is not for them.
     standalone: tuple[str, ...] = ()
+    # Not fused on every path only because NPU101 maps its class at run time, leaving some
+    # classes unfused: fused exactly when the optimizer is an NPU fused one (planned state).
+    maybe: bool = False
 
 
 def factory_verdict(
@@ -1543,7 +1553,8 @@ def factory_verdict(
         return None
     state = "planned" if rule.read_plan(FusedSwaps) is not None else "written"
     standalone = entry.get("standalone", {}).get(state, [])
-    return FactoryVerdict(entry["fused"][state], entry["why"][state], tuple(standalone))
+    maybe = state == "planned" and bool(entry.get("maybe"))
+    return FactoryVerdict(entry["fused"][state], entry["why"][state], tuple(standalone), maybe)
 
 
 def factory_arguments(rule: Rule) -> Iterator[tuple[ast.Call, Mapping[str, str]]]:

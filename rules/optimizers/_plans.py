@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from migrator.rule import Rule
 
@@ -56,9 +56,12 @@ class FusedPlan:
 
 @dataclass(frozen=True)
 class FusedPlans:
-    """NPU101's plan for a file: id(constructor call) -> its rewrite."""
+    """NPU101's plan for a file: id(constructor call) -> its rewrite; and the calls whose class
+    it maps at run time (``{torch.optim.SGD: ..., ...}.get(cls, cls)(...)``): id(call) ->
+    whether every class the call may give is then an NPU fused one."""
 
     by_call: Mapping[int, FusedPlan]
+    lookups: Mapping[int, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,13 @@ def planned(rule: Rule) -> Mapping[int, FusedPlan]:
     """NPU101's plans of the file ``rule`` checks (empty when NPU101 does not run)."""
     plans = rule.read_plan(FusedPlans)
     return plans.by_call if plans is not None else {}
+
+
+def planned_lookups(rule: Rule) -> Mapping[int, bool]:
+    """The calls of the file ``rule`` checks whose class NPU101 maps at run time, and whether
+    it maps every class they may give (empty when NPU101 does not run)."""
+    plans = rule.read_plan(FusedPlans)
+    return plans.lookups if plans is not None else {}
 
 
 def switched_level(rule: Rule) -> str | None:

@@ -353,6 +353,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
         # Whether the edits spell `apex` (`apex.optimizers.X`, on the runs with apex amp only):
         # its import must not stop the others where Ascend's apex is not installed.
         spells_apex = False
+        lookups: dict[int, bool] = {}
         for rewrite in decisions.rewrites:
             edits = [self._call_edit(rewrite)]
             given = class_of(self.view, rewrite.call)
@@ -372,6 +373,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
                 continue
             threaded |= adding
             if rewrite.func_style == "lookup":
+                lookups[id(rewrite.call)] = rewrite.mapped_on_every_path
                 if rewrite.keyed_by_class:
                     self.add_import("torch")
                 spells_apex |= rewrite.home != TORCH_NPU_HOME
@@ -389,7 +391,7 @@ class NpuFusedOptimizer(OptimizerFactories, Rule):
             dropped.update(id(node) for node in _key_nodes(rewrite.key_drops))
         if spells_apex:  # next to the file's other apex imports, guarded as they are
             self.add_import("apex", after="apex", optional=True)
-        self.publish(FusedPlans(published))
+        self.publish(FusedPlans(published, lookups))
         self.publish(DroppedKeys(frozenset(dropped)))
         self.publish(CombinableUnfused(decisions.combinable))
         self._fix_method_callers()

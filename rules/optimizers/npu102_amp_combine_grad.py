@@ -31,6 +31,7 @@ from migrator.rules.optimizers._plans import (
     FusedSwaps,
     OptLevelSwitch,
     planned,
+    planned_lookups,
     switched_level,
 )
 from migrator.rules.optimizers._tables import (
@@ -239,6 +240,9 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         if blocks:
             self.report(call, note)
             return
+        if self.maybe:
+            self._add_tested(call, sink.optimizers, note)
+            return
         if self.combined:
             message = "added `combine_grad=True`: Ascend apex packs the gradients of the "
             message += "optimizers passed here into flat buffers, those of "
@@ -253,6 +257,35 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         if note:
             message += f"; {note}"
         edit = self.replace(call, cst.Call, _add_combine_grad)
+        self.fix(call, message, edit)
+
+    def _add_tested(self, call: ast.Call, optimizers: ast.expr | None, note: str | None) -> None:
+        """``combine_grad=getattr(optimizer, "is_npu_fused_optimizer", False)``: the optimizer
+        passed here is an NPU fused one on some paths only (its class mapped at run time, a
+        class the mapping leaves out unfused), and Ascend apex's fused classes carry that flag,
+        the one its `amp.initialize` reads itself. Fused: combined, as for any NPU fused
+        optimizer; unfused: off, as written."""
+        assert optimizers is not None
+        written = self.view.written(optimizers)
+        here = [origin for origin in self.maybe if id(origin) in planned_lookups(self)]
+        whys = [
+            f"{self._listed([origin])}: NPU101 maps its class at run time, and a class the "
+            "mapping leaves out stays unfused"
+            for origin in here
+        ] + self.factories
+        message = (
+            f'added `combine_grad=getattr({written}, "is_npu_fused_optimizer", False)`: the '
+            f"optimizer passed here is an NPU fused one on some paths only ({'; '.join(whys)}); "
+            "Ascend apex's fused classes carry `is_npu_fused_optimizer`, the flag its "
+            "`amp.initialize` reads, so the gradients are combined exactly when the optimizer "
+            "is fused"
+        )
+        if note:
+            message += f"; {note}"
+        value = cst.parse_expression(f'getattr({written}, "is_npu_fused_optimizer", False)')
+        edit = self.replace(
+            call, cst.Call, lambda node: append_arg(node, keyword("combine_grad", value))
+        )
         self.fix(call, message, edit)
 
     def _all_combinable(self, sink: AmpSink) -> bool:
@@ -270,6 +303,10 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         self.combined: list[ast.expr] = []
         plan = self.read_plan(CombinableUnfused)
         combinable = plan.calls if plan is not None else frozenset()
+        lookups = planned_lookups(self)
+        # Optimizers whose class NPU101 maps at run time, some classes left unfused: fused
+        # exactly when the optimizer says so (``self.maybe``, tested at the call).
+        self.maybe: list[ast.expr] = []
         traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
         for origin in self._origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
@@ -292,6 +329,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 fused.append(origin)
                 if name.startswith(TORCH_NPU_HOME + "."):
                     self.standalone.append(f"`{name}` (line {line_of(origin)})")
+            elif id(origin) in lookups:
+                (fused if lookups[id(origin)] else self.maybe).append(origin)
             elif isinstance(origin, ast.Call) and self._known_optimizer(origin):
                 if id(origin) in combinable:
                     self.combined.append(origin)
@@ -301,10 +340,26 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 fused.append(origin)
                 self.factories.append(verdict.why)
                 self.standalone.extend(verdict.standalone)
+            elif verdict is not None and verdict.maybe:
+                self.maybe.append(origin)
+                self.factories.append(verdict.why)
+                self.standalone.extend(verdict.standalone)
             else:
                 unknown.append(origin)
                 if verdict is not None:
                     traced[id(origin)] = verdict.why
+        if self.maybe and not self.combined and not unfused and not unknown:
+            if _single_value(sink.optimizers):
+                return True
+            self.report(
+                sink.call,
+                "`combine_grad=True` not added: the optimizers passed here are NPU fused ones on "
+                f"some paths only ({self._listed(self.maybe)}: NPU101 maps their class at run "
+                "time, and a class the mapping leaves out stays unfused), and they are passed "
+                "together, so no one test of Ascend's `is_npu_fused_optimizer` speaks for "
+                "each; pass `combine_grad=` yourself, true only when every one of them is fused",
+            )
+            return False
         if (fused or self.combined) and not unfused and not unknown:
             return True
         if unknown and not fused and not unfused and traced:
@@ -494,6 +549,13 @@ def _set_opt_level(level: str) -> Change:
 
 def _add_combine_grad(call: cst.Call) -> cst.Call:
     return append_arg(call, keyword("combine_grad", cst.Name("True")))
+
+
+def _single_value(node: ast.expr | None) -> bool:
+    """``optimizer`` or ``self.optimizer``: one optimizer, read twice to the same value."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _is_none(node: ast.expr) -> bool:
