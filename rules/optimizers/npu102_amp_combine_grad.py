@@ -240,8 +240,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         if blocks:
             self.report(call, note)
             return
-        if self.maybe:
-            self._add_tested(call, sink.optimizers, note)
+        if self.tested is not None:
+            self._add_tested(call, sink.optimizers, note, *self.tested)
             return
         if self.combined:
             message = "added `combine_grad=True`: Ascend apex packs the gradients of the "
@@ -259,20 +259,30 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         edit = self.replace(call, cst.Call, _add_combine_grad)
         self.fix(call, message, edit)
 
-    def _add_tested(self, call: ast.Call, optimizers: ast.expr | None, note: str | None) -> None:
+    def _add_tested(
+        self,
+        call: ast.Call,
+        optimizers: ast.expr | None,
+        note: str | None,
+        fused: list[ast.expr],
+        others: list[ast.expr],
+    ) -> None:
         """``combine_grad=getattr(optimizer, "is_npu_fused_optimizer", False)``: the optimizer
-        passed here is an NPU fused one on some paths only (its class mapped at run time, a
-        class the mapping leaves out unfused), and Ascend apex's fused classes carry that flag,
-        the one its `amp.initialize` reads itself. Fused: combined, as for any NPU fused
-        optimizer; unfused: off, as written."""
+        passed here is an NPU fused one on some paths only (``fused`` beside ``others``, or
+        ``self.maybe``: its class mapped at run time, a class the mapping leaves out unfused),
+        and Ascend apex's fused classes carry that flag, the one its `amp.initialize` reads
+        itself. Fused: combined, as for any NPU fused optimizer; otherwise off, as written."""
         assert optimizers is not None
         written = self.view.written(optimizers)
-        here = [origin for origin in self.maybe if id(origin) in planned_lookups(self)]
         whys = [
             f"{self._listed([origin])}: NPU101 maps its class at run time, and a class the "
             "mapping leaves out stays unfused"
-            for origin in here
-        ] + self.factories
+            for origin in self.maybe
+            if id(origin) in planned_lookups(self)
+        ]
+        if fused and others:
+            whys.append(f"from {self._listed(fused)}, and maybe not from {self._listed(others)}")
+        whys += self.factories
         message = (
             f'added `combine_grad=getattr({written}, "is_npu_fused_optimizer", False)`: the '
             f"optimizer passed here is an NPU fused one on some paths only ({'; '.join(whys)}); "
@@ -307,6 +317,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         # Optimizers whose class NPU101 maps at run time, some classes left unfused: fused
         # exactly when the optimizer says so (``self.maybe``, tested at the call).
         self.maybe: list[ast.expr] = []
+        # Set when the call gets the test: (the fused origins, the unfused or unseen ones).
+        self.tested: tuple[list[ast.expr], list[ast.expr]] | None = None
         traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
         for origin in self._origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
@@ -348,9 +360,13 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 unknown.append(origin)
                 if verdict is not None:
                     traced[id(origin)] = verdict.why
-        if self.maybe and not self.combined and not unfused and not unknown:
-            if _single_value(sink.optimizers):
-                return True
+        if not self.maybe and (fused or self.combined) and not unfused and not unknown:
+            return True
+        if (fused or self.maybe) and _single_value(sink.optimizers):
+            # An NPU fused optimizer on some paths only: combined exactly when it is one.
+            self.tested = (fused, unfused + unknown + self.combined)
+            return True
+        if self.maybe and not unfused and not unknown:
             self.report(
                 sink.call,
                 "`combine_grad=True` not added: the optimizers passed here are NPU fused ones on "
@@ -360,8 +376,6 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 "each; pass `combine_grad=` yourself, true only when every one of them is fused",
             )
             return False
-        if (fused or self.combined) and not unfused and not unknown:
-            return True
         if unknown and not fused and not unfused and traced:
             reasons = [
                 f"`{self.view.written(o)}` (line {line_of(o)}): "
