@@ -9,6 +9,8 @@ from typing import Any
 from migrator.analysis.calls import NOT_LITERAL, argument, has_star, literal_value
 from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, line_of
+from migrator.analysis.names import Ambiguous
+from migrator.analysis.scopes import BindingKind
 from migrator.callargs import append_arg, keyword
 from migrator.callargs import argument as find_argument
 from migrator.diagnostics import Severity
@@ -282,10 +284,14 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         ]
         if fused and others:
             whys.append(f"from {self._listed(fused)}, and maybe not from {self._listed(others)}")
+        elif others and not self.maybe:
+            traced = ", ".join(f"`{self.view.written(o)}`" for o in others)
+            whys.append(f"npu-migrate traces it back to {traced} and no further")
         whys += self.factories
         message = (
             f'added `combine_grad=getattr({written}, "is_npu_fused_optimizer", False)`: the '
-            f"optimizer passed here is an NPU fused one on some paths only ({'; '.join(whys)}); "
+            f"optimizer passed here {'is' if fused or self.maybe else 'may be'} an NPU fused "
+            f"one{' on some paths only' if fused or self.maybe else ''} ({'; '.join(whys)}); "
             "Ascend apex's fused classes carry `is_npu_fused_optimizer`, the flag its "
             "`amp.initialize` reads, so the gradients are combined exactly when the optimizer "
             "is fused"
@@ -362,9 +368,16 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                     traced[id(origin)] = verdict.why
         if not self.maybe and (fused or self.combined) and not unfused and not unknown:
             return True
-        if (fused or self.maybe) and _single_value(sink.optimizers):
+        single = _single_value(sink.optimizers)
+        if (fused or self.maybe) and single:
             # An NPU fused optimizer on some paths only: combined exactly when it is one.
             self.tested = (fused, unfused + unknown + self.combined)
+            return True
+        unseen = not any(self._seen_unfused(origin) for origin in unknown)
+        if unknown and unseen and not unfused and not self.combined and not traced and single:
+            # Built where npu-migrate cannot see (a helper's parameter, a callable passed in):
+            # combined exactly when it is an NPU fused one.
+            self.tested = ([], unknown)
             return True
         if self.maybe and not unfused and not unknown:
             self.report(
@@ -467,6 +480,23 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 return None
             passed += values
         return passed
+
+    def _seen_unfused(self, origin: ast.expr) -> bool:
+        """A construction seen to build no NPU fused optimizer: ``Lamb(params, lr)`` with
+        ``Lamb`` a class this module defines, or a class name with several origins that are all
+        optimizers other than the NPU fused ones (an import fallback between NVIDIA's
+        ``FusedAdam`` and torch's ``AdamW``)."""
+        if not isinstance(origin, ast.Call):
+            return False
+        func = class_of(self.view, origin)
+        if isinstance(func, ast.Name) and any(
+            binding.kind is BindingKind.CLASS for binding in self.index.bindings_of(func)
+        ):
+            return True
+        name = self.qualified_name_in(func, KNOWN_OPTIMIZERS)
+        return isinstance(name, Ambiguous) and not any(
+            candidate.rpartition(".")[2].startswith("NpuFused") for candidate in name.candidates
+        )
 
     def _listed(self, origins: list[ast.expr]) -> str:
         return ", ".join(
