@@ -657,16 +657,9 @@ class _Summarizer:
     def _name_use(self, name: ast.Name, assumptions: list[str]) -> str | None:
         index = self.functions.index
         parent = index.parent(name)
-        grand = index.parent(parent) if parent is not None else None
-        if (
-            isinstance(parent, ast.Attribute)
-            and parent.attr == "endswith"
-            and isinstance(grand, ast.Call)
-            and grand.func is parent
-            and len(grand.args) == 1
-            and not grand.keywords
-        ):
-            texts = _strings(grand.args[0])
+        tested = index.method_call(name, "endswith")
+        if tested is not None:
+            texts = _strings(tested.args[0])
             if texts is None:
                 return "it tests the parameter names with `endswith` on a value it computes"
             for text in texts:

@@ -174,6 +174,23 @@ class ModuleIndex:
             yield parent
             parent = self._parents.get(id(parent))
 
+    def method_call(self, receiver: ast.AST, method: str) -> ast.Call | None:
+        """``receiver.<method>(x)``, the call, when ``receiver`` is read so, with one positional
+        argument and no keyword (``names.get(key)``, ``params.append(p)``); None otherwise."""
+        attribute = self._parents.get(id(receiver))
+        call = self._parents.get(id(attribute)) if attribute is not None else None
+        if (
+            isinstance(attribute, ast.Attribute)
+            and attribute.attr == method
+            and isinstance(call, ast.Call)
+            and call.func is attribute
+            and len(call.args) == 1
+            and not isinstance(call.args[0], ast.Starred)
+            and not call.keywords
+        ):
+            return call
+        return None
+
     def statement_of(self, node: ast.AST) -> ast.stmt | None:
         """The innermost statement holding ``node`` (``node`` itself if it is one)."""
         current: ast.AST | None = node

@@ -2533,7 +2533,7 @@ class _Planner:
             return
         for read in reads:
             lookup = self.index.parent(read)
-            got = _get_call(self.index, read)
+            got = self.index.method_call(read, "get")
             if got is not None:  # `optimizer_cls = OPTIMIZERS.get(name)`, called later
                 held = self.index.assigned_name(got)
                 calls = self._calls_of_held(held) if held is not None else None
@@ -3110,22 +3110,6 @@ def _none_test(node: ast.AST | None) -> bool:
             for side in (node.left, *node.comparators)
         )
     )
-
-
-def _get_call(index: ModuleIndex, read: ast.expr) -> ast.Call | None:
-    """``read.get(key)``, the call, when ``read`` (a dict) is read so."""
-    method = index.parent(read)
-    call = index.parent(method) if method is not None else None
-    if (
-        isinstance(method, ast.Attribute)
-        and method.attr == "get"
-        and isinstance(call, ast.Call)
-        and call.func is method
-        and len(call.args) == 1
-        and not call.keywords
-    ):
-        return call
-    return None
 
 
 def _reads_keys(view: FileView, read: ast.expr) -> bool:

@@ -1511,20 +1511,9 @@ def _grown(view: FileView, name: ast.Name, depth: int) -> frozenset[str]:
 
 def _appended(index: ModuleIndex, read: ast.AST) -> ast.Expr | None:
     """The statement ``params.append(<one argument>)`` whose ``params`` is ``read``."""
-    attribute = index.parent(read)
-    call = index.parent(attribute) if attribute is not None else None
+    call = index.method_call(read, "append")
     statement = index.parent(call) if call is not None else None
-    if (
-        isinstance(attribute, ast.Attribute)
-        and attribute.attr == "append"
-        and isinstance(call, ast.Call)
-        and call.func is attribute
-        and len(call.args) == 1
-        and not call.keywords
-        and isinstance(statement, ast.Expr)
-    ):
-        return statement
-    return None
+    return statement if isinstance(statement, ast.Expr) else None
 
 
 def _loop_around(index: ModuleIndex, statement: ast.AST | None) -> ast.For | None:
