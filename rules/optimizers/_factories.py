@@ -613,9 +613,9 @@ def link(
             if isinstance(found, Factory):
                 site = (path, key, use["code"], use.get("position"))
                 callers.setdefault(found, []).append(site)
-            else:
+            else:  # nothing to follow: what it returns is out of sight
                 entry = _verdict_entry(False, found, False, found)
-                state.of(path, "origins")[key] = {**entry, "code": use["code"]}
+                state.of(path, "origins")[key] = {**entry, "code": use["code"], "unseen": True}
     _own_helpers(linking, "amp_helpers", state.facts)
     _own_helpers(linking, "zero_grad_helpers", state.facts, by_import=True)
     summaries = linking.project.summaries(KEY)
@@ -1537,6 +1537,9 @@ class FactoryVerdict:
     # Not fused on every path only because NPU101 maps its class at run time, leaving some
     # classes unfused: fused exactly when the optimizer is an NPU fused one (planned state).
     maybe: bool = False
+    # The callee could not be followed (outside the run, ambiguous, not a top-level function):
+    # what it returns is unknown, not seen to be unfused.
+    unseen: bool = False
 
 
 def factory_verdict(
@@ -1554,7 +1557,10 @@ def factory_verdict(
     state = "planned" if rule.read_plan(FusedSwaps) is not None else "written"
     standalone = entry.get("standalone", {}).get(state, [])
     maybe = state == "planned" and bool(entry.get("maybe"))
-    return FactoryVerdict(entry["fused"][state], entry["why"][state], tuple(standalone), maybe)
+    unseen = bool(entry.get("unseen"))
+    return FactoryVerdict(
+        entry["fused"][state], entry["why"][state], tuple(standalone), maybe, unseen
+    )
 
 
 def factory_arguments(rule: Rule) -> Iterator[tuple[ast.Call, Mapping[str, str]]]:

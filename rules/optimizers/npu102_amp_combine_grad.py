@@ -285,8 +285,11 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         if fused and others:
             whys.append(f"from {self._listed(fused)}, and maybe not from {self._listed(others)}")
         elif others and not self.maybe:
-            traced = ", ".join(f"`{self.view.written(o)}`" for o in others)
-            whys.append(f"npu-migrate traces it back to {traced} and no further")
+            whys += [
+                f"`{self.view.written(o)}` (line {line_of(o)}): "
+                + self.traced.get(id(o), "npu-migrate traces it no further")
+                for o in others
+            ]
         whys += self.factories
         message = (
             f'added `combine_grad=getattr({written}, "is_npu_fused_optimizer", False)`: the '
@@ -325,6 +328,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         self.maybe: list[ast.expr] = []
         # Set when the call gets the test: (the fused origins, the unfused or unseen ones).
         self.tested: tuple[list[ast.expr], list[ast.expr]] | None = None
+        seen_unfused: set[int] = set()  # followed into another module, and not fused there
+        self.traced: dict[int, str] = {}
         traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
         for origin in self._origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
@@ -366,6 +371,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 unknown.append(origin)
                 if verdict is not None:
                     traced[id(origin)] = verdict.why
+                    if not verdict.unseen:
+                        seen_unfused.add(id(origin))
         if not self.maybe and (fused or self.combined) and not unfused and not unknown:
             return True
         single = _single_value(sink.optimizers)
@@ -373,8 +380,11 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             # An NPU fused optimizer on some paths only: combined exactly when it is one.
             self.tested = (fused, unfused + unknown + self.combined)
             return True
-        unseen = not any(self._seen_unfused(origin) for origin in unknown)
-        if unknown and unseen and not unfused and not self.combined and not traced and single:
+        unseen = not any(
+            id(origin) in seen_unfused or self._seen_unfused(origin) for origin in unknown
+        )
+        if unknown and unseen and not unfused and not self.combined and single:
+            self.traced = traced
             # Built where npu-migrate cannot see (a helper's parameter, a callable passed in):
             # combined exactly when it is an NPU fused one.
             self.tested = ([], unknown)
