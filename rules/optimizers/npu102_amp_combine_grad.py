@@ -92,6 +92,16 @@ class AmpCombineGrad(OptimizerFactories, Rule):
     default `zero_grad()` on a model that feeds it. Anything else is reported with the
     optimizer's line.
 
+    An optimizer passed as one value (`optimizer`, `self.optimizer`) that is an NPU fused one
+    on some paths only (its class mapped by NPU101 at run time with a class left out, fused in
+    one arm of an `if` and not in another) or built out of sight (a helper's parameter, a
+    factory outside the run) gets `combine_grad=getattr(optimizer, "is_npu_fused_optimizer",
+    False)`: Ascend apex's fused classes carry that flag, which its own `amp.initialize`
+    reads, so the gradients are combined exactly when the optimizer is fused and left as
+    written otherwise (a false `combine_grad` is accepted at every opt level). Several such
+    optimizers in a list, and constructions seen to build no NPU fused optimizer, stay
+    reported.
+
     Option `opt-level` (`[tool.npu-migrate.rules.NPU102] opt-level = "O2"`, one of O0-O3): sets
     that `opt_level` on every `apex.amp.initialize` it can see, keeping the quotes of the literal
     it replaces; NPU101 and this rule then plan the optimizers' home and `combine_grad` for that
