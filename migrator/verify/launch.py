@@ -110,6 +110,9 @@ def child_env(
         # The apex runtime raises where Ascend's apex would train differently from it (a
         # parameter whose first gradient comes after combine_grad packed the others).
         APEX_AMP_STRICT="1",
+        # Its fused optimizers update with torch's single-tensor kernels on the CPU: bit for
+        # bit torch.optim's CPU arithmetic, so only the migration's own differences show.
+        APEX_REFERENCE_KERNELS="1",
         # One thread: reproducible reductions, and the two sides do not fight over the cores.
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,10 +48,19 @@ ParamGroup = dict[str, Any]
 
 # Devices with torch's fused (single-kernel) optimizer implementations on a flat buffer.
 _FUSED_KERNEL_DEVICES = frozenset({"cpu", "cuda"})
+# Set to 1 (`npu-migrate verify` does, on both sides): on the CPU the update runs torch's
+# single-tensor kernels over the flat buffers, which give bit for bit what torch.optim's
+# default CPU path gives, instead of torch's fused kernels, whose different order of operations
+# moves results by an ulp now and then. A comparison with the original then shows the
+# migration's own differences only.
+REFERENCE_KERNELS_VARIABLE = "APEX_REFERENCE_KERNELS"
 
 
 def fused_kernels_available(device: torch.device) -> bool:
-    """True where ``torch.optim``'s ``fused=True`` kernels exist for this device."""
+    """True where ``torch.optim``'s ``fused=True`` kernels exist for this device and are
+    wanted (not on the CPU under ``APEX_REFERENCE_KERNELS=1``)."""
+    if device.type == "cpu" and os.environ.get(REFERENCE_KERNELS_VARIABLE) == "1":
+        return False
     return device.type in _FUSED_KERNEL_DEVICES and hasattr(torch, "_fused_adam_")
 
 
