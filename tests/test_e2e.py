@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,8 @@ class Case:
     migrated_lacks: tuple[str, ...]
     broken_original: dict[int, BrokenOriginal]
     reported: tuple[str, ...] = ()
+    # Environment variables for verify's runs of the program (cases.toml `verify_env`).
+    verify_env: dict[str, str] = field(default_factory=dict)
 
 
 def load_cases() -> list[Case]:
@@ -93,6 +95,7 @@ def load_cases() -> list[Case]:
                 for world_size, entry in table.get("at_world_size", {}).items()
             },
             reported=tuple(table.get("reported", ())),
+            verify_env=dict(table.get("verify_env", {})),
         )
         assert case.tolerance in RULES, f"{name}: unknown tolerance rule {case.tolerance!r}"
         assert case.launcher in {"single", "spawn", "env"}, f"{name}: unknown launcher"
@@ -219,8 +222,10 @@ def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def verify(arguments: list[str]) -> subprocess.CompletedProcess[str]:
-    return finish(start_verify(arguments))
+def verify(
+    arguments: list[str], extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return finish(start_verify(arguments, extra_env))
 
 
 def assert_script_patterns(
@@ -297,9 +302,11 @@ def test_verify_finds_the_migrated_program_computes_the_same(
         # That the untouched original fails is the case's premise, not the migration's
         # result: `make test-all` checks it.
         broken = migration.original if SLOW else None
-    runs = [start_verify(verify_command(case, baseline, migration.migrated, world_size))]
+    command = verify_command(case, baseline, migration.migrated, world_size)
+    runs = [start_verify(command, case.verify_env)]
     if broken is not None:
-        runs.append(start_verify(verify_command(case, broken, migration.migrated, world_size)))
+        command = verify_command(case, broken, migration.migrated, world_size)
+        runs.append(start_verify(command, case.verify_env))
     result, *rest = [finish(run) for run in runs]
     for failed in rest:
         expected = case.broken_original[world_size].fails_with
@@ -341,7 +348,7 @@ def test_verify_names_the_step_where_a_wrong_migration_departs(
     case, migration, wrong = miswritten_copy(
         "plain_adam", tmp_path, tmp_path_factory, old="step_size=2", new="step_size=1", count=2
     )
-    result = verify(verify_command(case, migration.original, wrong, 1))
+    result = verify(verify_command(case, migration.original, wrong, 1), case.verify_env)
     assert result.returncode == 1, cli_output(result)
     verdict = (
         "different from step 4: parameter 'conv1.weight' of optimizer 1 (Adam -> NpuFusedAdam)"
@@ -365,6 +372,6 @@ def test_verify_departs_when_the_chained_models_keep_none_gradients(
         new=".zero_grad()",
         count=3,
     )
-    result = verify(verify_command(case, migration.original, wrong, 1))
+    result = verify(verify_command(case, migration.original, wrong, 1), case.verify_env)
     assert result.returncode == 1, cli_output(result)
     assert "different from step 3" in result.stdout, cli_output(result)

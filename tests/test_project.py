@@ -434,14 +434,21 @@ def test_each_model_folder_s_factory_is_followed_from_its_own_scripts(model_zoo:
         )
         [edit] = [e for e in report["edits"] if e["path"] == f"{ZOO}/{model}/main.py"]
         assert f"comes from `build_optimizer` ({ZOO}/{model}/utils/optim.py:4)" in edit["message"]
-    manual = {d["path"]: d["message"] for d in report["diagnostics"] if d["code"] == "NPU102"}
-    assert set(manual) == {f"{ZOO}/Inception/main.py", f"{ZOO}/Tied/tools/train.py"}
+    # Where the factory cannot be followed (not in the run; two files it could be), the
+    # optimizer is out of sight: combined exactly when it is fused, with the reason given.
+    assert not [d for d in report["diagnostics"] if d["code"] == "NPU102"]
+    tested = {
+        e["path"]: e["message"]
+        for e in report["edits"]
+        if e["code"] == "NPU102" and "is_npu_fused_optimizer" in e["message"]
+    }
+    assert set(tested) == {f"{ZOO}/Inception/main.py", f"{ZOO}/Tied/tools/train.py"}
     assert (
         "`utils.optim.build_optimizer` is not defined in the files of this run"
-        in (manual[f"{ZOO}/Inception/main.py"])
+        in (tested[f"{ZOO}/Inception/main.py"])
     )
     assert (
         f"cannot tell which file defines `utils.optim.build_optimizer`: `utils.optim` could be "
         f"any of {ZOO}/Tied/tools/utils/optim.py, {ZOO}/Tied/utils/optim.py, depending on how "
         "the program is run"
-    ) in manual[f"{ZOO}/Tied/tools/train.py"]
+    ) in tested[f"{ZOO}/Tied/tools/train.py"]
