@@ -41,6 +41,7 @@ from migrator.analysis.flow import ENTRY, ReachingDefinitions
 from migrator.analysis.index import ModuleIndex, full_name
 from migrator.analysis.receivers import (
     ancestor_classes,
+    named_class,
     related_classes,
     related_methods,
     self_class,
@@ -467,19 +468,16 @@ class Origins:
         named directly (a class of the module): its own body's, else its bases' in the module.
         ``self`` of a method: the bodies of its class and of the classes related to it, not
         exact (a subclass in another module may assign it too)."""
-        if self._attribute_names.get(read.attr):
+        if read.attr in self._assigned_attributes:
             return [], False
         owner = self_class(self.index, read.value)
         if owner is not None:
             related = self._related(owner)
             classes = [c for c in self.index.nodes(ast.ClassDef) if id(c) in related]
             return [t for c in classes for t in _body_targets(c, read.attr)], False
-        if not isinstance(read.value, ast.Name):
+        named = named_class(self.index, read.value)
+        if named is None:
             return [], False
-        bindings = self.index.bindings_of(read.value)
-        if len(bindings) != 1 or not isinstance(bindings[0].node, ast.ClassDef):
-            return [], False
-        named = bindings[0].node
         own = _body_targets(named, read.attr)
         if own:
             return own, True
@@ -487,12 +485,9 @@ class Origins:
         return [t for c in ancestors for t in _body_targets(c, read.attr)], False
 
     @cached_property
-    def _attribute_names(self) -> dict[str, int]:
-        """The last part of every attribute assigned to in the module -> how many times."""
-        counts: dict[str, int] = {}
-        for attribute in _stored_attributes(self.index):
-            counts[attribute.attr] = counts.get(attribute.attr, 0) + 1
-        return counts
+    def _assigned_attributes(self) -> frozenset[str]:
+        """The last part of every attribute assigned to in the module."""
+        return frozenset(attribute.attr for attribute in _stored_attributes(self.index))
 
     def _may_share(self, read: ast.Attribute, target: ast.Attribute) -> bool:
         """``self.optimizer`` read in a method of one class and set in a method of another:

@@ -81,6 +81,17 @@ def related_classes(index: ModuleIndex, owner: ast.ClassDef) -> set[int]:
     return found
 
 
+def named_class(index: ModuleIndex, expr: ast.expr) -> ast.ClassDef | None:
+    """The class of the module ``expr`` names directly (a name whose one binding is its
+    ``class`` statement), or None."""
+    if not isinstance(expr, ast.Name):
+        return None
+    bindings = index.bindings_of(expr)
+    if len(bindings) == 1 and isinstance(bindings[0].node, ast.ClassDef):
+        return bindings[0].node
+    return None
+
+
 def class_attribute_reads(
     index: ModuleIndex, owner: ast.ClassDef, name: str
 ) -> tuple[list[ast.Attribute], bool]:
@@ -96,11 +107,9 @@ def class_attribute_reads(
         if not isinstance(read.ctx, ast.Load):
             continue
         receiver = read.value
-        if isinstance(receiver, ast.Name):
-            bindings = index.bindings_of(receiver)
-            if len(bindings) == 1 and bindings[0].node is owner:
-                reads.append(read)
-                continue
+        if named_class(index, receiver) is owner:
+            reads.append(read)
+            continue
         reader = self_class(index, receiver)
         if reader is not None:
             if related is None:

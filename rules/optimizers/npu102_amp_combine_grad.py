@@ -339,8 +339,8 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         # Set when the call gets the test: (the fused origins, the unfused or unseen ones).
         self.tested: tuple[list[ast.expr], list[ast.expr]] | None = None
         seen_unfused: set[int] = set()  # followed into another module, and not fused there
+        # id(origin) -> why the other module's optimizer it stands for is not known to be fused
         self.traced: dict[int, str] = {}
-        traced: dict[int, str] = {}  # id(origin) -> why the other module's optimizer does not
         for origin in self._origins(sink.optimizers):
             if self.flow.exclusive(sink.call, origin):
                 continue  # built only on the path where this amp.initialize does not run
@@ -380,7 +380,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             else:
                 unknown.append(origin)
                 if verdict is not None:
-                    traced[id(origin)] = verdict.why
+                    self.traced[id(origin)] = verdict.why
                     if not verdict.unseen:
                         seen_unfused.add(id(origin))
         if not self.maybe and (fused or self.combined) and not unfused and not unknown:
@@ -394,7 +394,6 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             id(origin) in seen_unfused or self._seen_unfused(origin) for origin in unknown
         )
         if unknown and unseen and not unfused and not self.combined and single:
-            self.traced = traced
             # Built where npu-migrate cannot see (a helper's parameter, a callable passed in):
             # combined exactly when it is an NPU fused one.
             self.tested = ([], unknown)
@@ -409,10 +408,10 @@ class AmpCombineGrad(OptimizerFactories, Rule):
                 "each; pass `combine_grad=` yourself, true only when every one of them is fused",
             )
             return False
-        if unknown and not fused and not unfused and traced:
+        if unknown and not fused and not unfused and self.traced:
             reasons = [
                 f"`{self.view.written(o)}` (line {line_of(o)}): "
-                + traced.get(id(o), "npu-migrate traces it no further")
+                + self.traced.get(id(o), "npu-migrate traces it no further")
                 for o in unknown
             ]
             self.report(
