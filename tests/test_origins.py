@@ -235,6 +235,48 @@ def test_the_parts_found() -> None:
     ]
 
 
+def test_a_container_gives_what_is_put_into_it_later() -> None:
+    code = """
+    OPTS = dict(sgd=SGD)
+    OPTS["adam"] = Adam
+    try:
+        OPTS.update(lamb=Lamb, **more)
+        OPTS.update({"rms": RMSprop})
+    except ImportError:
+        pass
+    OPTS.setdefault("ada", Adadelta)
+
+    def build(name):
+        probe(OPTS[name])
+    """
+    # every statement that fills the one object, in any order: ESPnet's `optim_classes`
+    assert origins(code, OPTIMIZER_VALUES) == ["SGD", "Adam", "Lamb", "more", "RMSprop", "Adadelta"]
+    # what cannot be read stands for itself
+    augmented = code.replace('OPTS["adam"] = Adam', 'OPTS["adam"] += extra')
+    assert origins(augmented, OPTIMIZER_VALUES)[:2] == ["SGD", 'OPTS["adam"]']
+    appended = "opts = [first]\nopts.append(second)\nopts.extend(rest)\nprobe(opts)\n"
+    assert origins(appended, OPTIMIZER_VALUES) == ["first", "second", "rest"]
+    # not a container: `meter.update(x)` puts nothing into what `meter` holds
+    assert origins("meter = Meter()\nmeter.update(loss)\nprobe(meter)\n", OPTIMIZER_VALUES) == [
+        "Meter()"
+    ]
+    # another binding of the same spelling (a function's own `OPTS`) is another object
+    local = code.replace("def build(name):", "def build(name):\n        OPTS = {}")
+    assert origins(local, OPTIMIZER_VALUES) == []
+    # refilled under new keys (ESPnet lower-cases them): the same classes, and only those
+    refilled = code.replace(
+        "    def build", "    OPTS = {k.lower(): v for k, v in OPTS.items()}\n\n    def build"
+    )
+    assert origins(refilled, OPTIMIZER_VALUES) == origins(code, OPTIMIZER_VALUES)
+    keys = refilled.replace("for k, v in OPTS.items()", "for v, k in OPTS.items()")
+    assert origins(keys, OPTIMIZER_VALUES) == [
+        *origins(code, OPTIMIZER_VALUES),
+        "{k.lower(): v for v, k in OPTS.items()}",  # the keys: not followed
+    ]
+    # containers not looked through: the container itself, nothing put into it
+    assert origins(code, LookThrough(subscripts=True)) == ["dict(sgd=SGD)"]
+
+
 def test_a_class_attribute_gives_what_the_class_body_assigns() -> None:
     code = """
     class Base:

@@ -191,6 +191,17 @@ class ModuleIndex:
             return call
         return None
 
+    def update_receiver(self, call: ast.AST | None) -> ast.Name | None:
+        """``name`` when ``call`` is ``name.update(...)`` (a dict filled in place), else None."""
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "update"
+            and isinstance(call.func.value, ast.Name)
+        ):
+            return call.func.value
+        return None
+
     def statement_of(self, node: ast.AST) -> ast.stmt | None:
         """The innermost statement holding ``node`` (``node`` itself if it is one)."""
         current: ast.AST | None = node

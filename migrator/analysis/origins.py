@@ -35,6 +35,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 from migrator.analysis.calls import string_literal
 from migrator.analysis.flow import ENTRY, ReachingDefinitions
@@ -126,6 +127,7 @@ class Origins:
         # while its answer is kept, so no later node can take its id.
         self._known: dict[ast.expr, tuple[Origin, ...]] = {}
         self._related_memo: dict[int, set[int]] = {}  # id(class) -> related_classes
+        self._stored_memo: dict[ast.Name, list[ast.expr]] = {}  # a container's binding -> fills
         # The unpacking targets that stand for an element of a call's result (call_elements).
         self._elements: set[ast.expr] = set()
         # (id(value), path) being unpacked now: a function that returns a call of itself, or
@@ -157,6 +159,8 @@ class Origins:
         policy = self.policy
         if isinstance(expr, ast.arg) or expr in self._elements:
             yield expr
+        elif isinstance(expr, ast.Subscript) and isinstance(expr.ctx, ast.Store):
+            yield expr  # `X[k] += v`: what a container gets that cannot be read
         elif policy.containers and isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
             for element in expr.elts:
                 yield element.value if isinstance(element, ast.Starred) else element
@@ -167,6 +171,8 @@ class Origins:
             assert isinstance(expr, ast.Call)
             yield from expr.args  # `dict(other, k=v)`: what `other` holds, and `v`
             yield from (keyword.value for keyword in expr.keywords)
+        elif policy.containers and (kept := values_kept(expr)) is not None:
+            yield kept  # `{k.lower(): v for k, v in d.items()}`: what `d` holds
         elif policy.subscripts and (got := _dict_get(expr)) is not None:
             yield from got
         elif policy.conditionals and isinstance(expr, ast.IfExp):
@@ -243,11 +249,59 @@ class Origins:
             )
             if assigned is None:
                 opaque = True  # a parameter, an import, a def, a `for` target, a builtin...
-            else:
-                values.extend(assigned)
+                continue
+            values.extend(assigned)
+            if self.policy.containers and any(map(_container, assigned)):
+                assert isinstance(definition, ast.Name | ast.Attribute)
+                values.extend(self._stored_into(definition))
         if opaque:
             yield read
         yield from values
+
+    def _stored_into(self, definition: ast.Name | ast.Attribute) -> list[ast.expr]:
+        """What the statements of the module put into the container a name is assigned
+        (``OPTIMIZERS["sgd"] = torch.optim.SGD``, ``OPTIMIZERS.update(adam=...)``,
+        ``optimizers.append(opt)``), wherever they are: the container is one object, so its
+        elements are what every such statement stores, in any order. What cannot be read
+        (``OPTIMIZERS[k], x = ...``) is itself an origin. ESPnet's ``optim_classes`` gains
+        classes with ``.update(...)`` in ``try`` blocks."""
+        if not isinstance(definition, ast.Name):
+            return []
+        known = self._stored_memo.get(definition)
+        if known is None:
+            known = self._stored_memo[definition] = self._stored_into_once(definition)
+        return known
+
+    def _stored_into_once(self, definition: ast.Name) -> list[ast.expr]:
+        bindings = self.index.bindings_of(definition)
+        if not any(binding.node is definition for binding in bindings):
+            return []
+        stored: list[ast.expr] = []
+        for read in self.index.names(definition.id):
+            if not isinstance(read.ctx, ast.Load) or self.index.bindings_of(read) != bindings:
+                continue
+            parent = self.index.parent(read)
+            if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, ast.Store):
+                statement = self.index.parent(parent)
+                if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value:
+                    stored.append(statement.value)
+                else:
+                    stored.append(parent)  # `X[k] += v`, `for X[k] in ...`, an unpacking
+                continue
+            call = self.index.parent(parent) if isinstance(parent, ast.Attribute) else None
+            if not (isinstance(call, ast.Call) and call.func is parent):
+                continue
+            assert isinstance(parent, ast.Attribute)
+            method = parent.attr
+            keywords = [keyword.value for keyword in call.keywords]
+            if method == "update":  # mappings, and `k=v`
+                stored += [arg.value if isinstance(arg, ast.Starred) else arg for arg in call.args]
+                stored += keywords
+            elif method in ("append", "add", "extend") and call.args:
+                stored.append(call.args[0])  # (an iterable's elements, for `extend`)
+            elif method in ("setdefault", "insert") and len(call.args) == 2:
+                stored.append(call.args[1])
+        return stored
 
     def _assigned_values(self, target: ast.Name | ast.Attribute) -> list[ast.expr] | None:
         """What an assignment to ``target`` stores there; ``None`` when it cannot be told
@@ -562,6 +616,46 @@ def _stored_attributes(index: ModuleIndex) -> Iterator[ast.Attribute]:
                 yield target
             elif isinstance(target, (ast.Tuple, ast.List)):
                 stack.extend(reversed(target.elts))
+
+
+def _container(value: ast.expr) -> bool:
+    """``value`` builds a container that later statements may fill: a display, a
+    comprehension, ``dict(...)`` / ``list(...)`` / ``set(...)`` spelled so."""
+    if isinstance(value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp):
+        return True
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in ("dict", "list", "set", "OrderedDict", "defaultdict")
+    )
+
+
+def values_kept(expr: Origin) -> ast.expr | None:
+    """``d`` for ``{key(k): v for k, v in d.items()}``, a dict of the values of ``d`` under
+    new keys (``if`` filters keep some of them); None for any other expression."""
+    if not isinstance(expr, ast.DictComp) or len(expr.generators) != 1:
+        return None
+    [loop] = expr.generators
+    target, source = loop.target, loop.iter
+    if (
+        loop.is_async
+        or not isinstance(target, ast.Tuple)
+        or len(target.elts) != 2
+        or not all(isinstance(element, ast.Name) for element in target.elts)
+        or not isinstance(expr.value, ast.Name)
+        or expr.value.id != cast(ast.Name, target.elts[1]).id
+        or cast(ast.Name, target.elts[0]).id == expr.value.id
+    ):
+        return None
+    if (
+        isinstance(source, ast.Call)
+        and not source.args
+        and not source.keywords
+        and isinstance(source.func, ast.Attribute)
+        and source.func.attr == "items"
+    ):
+        return source.func.value
+    return None
 
 
 def _dict_get(expr: Origin) -> list[ast.expr] | None:

@@ -31,6 +31,7 @@ from migrator.analysis.calls import (
 from migrator.analysis.clipping import class_of
 from migrator.analysis.index import ModuleIndex, full_name, line_of, resolution_base
 from migrator.analysis.names import Ambiguous
+from migrator.analysis.origins import values_kept
 from migrator.analysis.receivers import class_attribute_reads
 from migrator.analysis.scopes import Binding, BindingKind
 from migrator.analysis.view import FileView
@@ -2494,7 +2495,9 @@ class _Planner:
         }
         mapped: dict[int, set[str]] = {}  # id(call) -> the classes mapped there
         for node in self._class_value_candidates():
-            registry = self._registry_of(node)
+            # (a name a star import may bind is no class of a dict: `opt["dir"] = data_dir`)
+            known = isinstance(self.view.qualified_name_in(node, KNOWN_OPTIMIZERS), str)
+            registry = self._registry_of(node) if known else None
             if registry is not None:
                 self._plan_registry_calls(node, registry, seen, mapped)
                 continue
@@ -2532,13 +2535,15 @@ class _Planner:
             self._report_tested_registry(reads, test, seen)
             return
         for read in reads:
+            if _fills_registry(self.index, read):
+                continue  # `OPTIMIZERS["adam"] = ...`, `.update(...)`, a refill
             lookup = self.index.parent(read)
             got = self.index.method_call(read, "get")
             if got is not None:  # `optimizer_cls = OPTIMIZERS.get(name)`, called later
                 held = self.index.assigned_name(got)
-                calls = self._calls_of_held(held) if held is not None else None
-                covered = covered and calls is not None
-                for held_call in calls or ():
+                calls, alone = self._calls_of_held(held) if held is not None else ([], False)
+                covered = covered and alone
+                for held_call in calls:
                     covered = self._map_registry_call(node, held_call, seen, mapped) and covered
                 continue
             if not (isinstance(lookup, ast.Subscript) and lookup.value is read):
@@ -2553,9 +2558,9 @@ class _Planner:
                 continue
             held = self.index.assigned_name(lookup)
             if held is not None:  # `optimizer_cls = OPTIMIZERS[name]`, called later
-                calls = self._calls_of_held(held)
-                covered = covered and calls is not None
-                for held_call in calls or ():
+                calls, alone = self._calls_of_held(held)
+                covered = covered and alone
+                for held_call in calls:
                     covered = self._map_registry_call(node, held_call, seen, mapped) and covered
                 continue
             if not isinstance(call, ast.Call) or call.func is not lookup:
@@ -2617,20 +2622,26 @@ class _Planner:
         if id(call) not in seen and not self._suppressed(call):
             seen.add(id(call))
             drafted = len(self.drafts)
-            self._plan_class_value(call)  # a finding of its own when it is not mapped
+            test = self._class_tested(call.func)
+            if test is not None:
+                self._report(call, self._tested_class_message(call, test))
+            else:
+                self._plan_class_value(call)  # a finding of its own when it is not mapped
             if len(self.drafts) > drafted and self.drafts[-1].lookup is not None:
                 mapped[id(call)] = {name for name, _ in self.drafts[-1].lookup.mapped}
         if self._gives_one_of(node, mapped.get(id(call), ())):
             return True
         return id(call) not in mapped and any(finding.node is call for finding in self.findings)
 
-    def _calls_of_held(self, held: ast.Name) -> list[ast.Call] | None:
+    def _calls_of_held(self, held: ast.Name) -> tuple[list[ast.Call], bool]:
         """The calls of the class a name is assigned (``optimizer_cls(params, ...)``, or the
         mapping an earlier run wrote, ``{...}.get(optimizer_cls, optimizer_cls)``) wherever that
-        assignment reaches; None when it is also read otherwise (``isinstance(x, cls)``, passed
-        on), or not at all. ``cls is None`` is no other read: the mapping is made at the call,
-        so the name still holds the class as written."""
+        assignment reaches, and whether they are its only reads. Mapped at the call, the name
+        still holds the class as written, so its other reads (handed to fairscale's ``OSS``,
+        ``cls is None``) see what they saw; a test of the class an optimizer is an instance of
+        keeps the call as written (:meth:`_class_tested`)."""
         calls: list[ast.Call] = []
+        alone = True
         for read in self.index.names(held.id):
             if not isinstance(read.ctx, ast.Load) or not any(
                 b.node is held for b in self.index.bindings_of(read)
@@ -2642,15 +2653,32 @@ class _Planner:
             if not isinstance(call, ast.Call) or not (
                 call.func is read or mapped_get(self.view, call)
             ):
-                return None
-            if all(call is not known for known in calls):
+                alone = False
+            elif all(call is not known for known in calls):
                 calls.append(call)
-        return calls or None
+        return calls, alone and bool(calls)
 
     def _registry_of(self, node: ast.expr) -> ast.Name | None:
-        """The name a dict of classes that holds ``node`` as a value is assigned to, once in
+        """The name of the dict of classes that holds ``node`` as a value, assigned once in
         its scope (``OPTIMIZERS = {"sgd": torch.optim.SGD, ...}``, ``OPTIMIZERS =
-        dict(sgd=torch.optim.SGD, ...)``)."""
+        dict(sgd=torch.optim.SGD, ...)``) or refilled from itself (ESPnet's ``optim_classes =
+        {k.lower(): v for k, v in optim_classes.items()}``); ``node`` may also be put there
+        later (``OPTIMIZERS.update(adam=...)``, ``OPTIMIZERS["adam"] = ...``)."""
+        registry = self._stored_registry(node) or self._registry_display(node)
+        if registry is None:
+            return None
+        built = [
+            binding.node
+            for binding in self.index.bindings_of(registry)
+            if not (isinstance(binding.node, ast.Name) and self._refilled(binding.node))
+        ]
+        if len(built) != 1 or not isinstance(built[0], ast.Name):
+            return None
+        return built[0]  # (its binding, where the reads are found)
+
+    def _registry_display(self, node: ast.expr) -> ast.Name | None:
+        """The dict ``node`` is a value of: ``OPTIMIZERS = {"sgd": node}`` or
+        ``dict(sgd=node)`` assigned to a name, or ``OPTIMIZERS.update({"sgd": node})``."""
         display = self.index.parent(node)
         if isinstance(display, ast.keyword):
             display = self.index.parent(display)
@@ -2665,10 +2693,29 @@ class _Planner:
             return None
         elif any(key is None for key in display.keys):
             return None  # `{**other, ...}`: classes npu-migrate does not see
-        target = self.index.assigned_name(display)
-        if target is None or len(self.index.bindings_of(target)) != 1:
-            return None
-        return target
+        filled = self.index.parent(display)  # `OPTIMIZERS.update({"adam": ...})`
+        if not (isinstance(filled, ast.Call) and any(display is arg for arg in filled.args)):
+            filled = None
+        return self.index.update_receiver(filled) or self.index.assigned_name(display)
+
+    def _stored_registry(self, node: ast.expr) -> ast.Name | None:
+        """The dict ``node`` is put into, ``OPTIMIZERS.update(adam=node)`` or
+        ``OPTIMIZERS["adam"] = node`` (the dict's name read there), else None."""
+        parent = self.index.parent(node)
+        if isinstance(parent, ast.keyword) and parent.arg is not None:
+            return self.index.update_receiver(self.index.parent(parent))
+        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
+            target = parent.targets[0]
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                return target.value
+        return None
+
+    def _refilled(self, target: ast.Name) -> bool:
+        """``target = {key(k): v for k, v in target.items()}``: the same classes under new
+        keys (ESPnet lower-cases its names)."""
+        comprehension = self.index.parent(target)
+        value = comprehension.value if isinstance(comprehension, ast.Assign) else None
+        return isinstance(value, ast.DictComp) and _refills(value, target.id)
 
     def _chosen_into(self, node: ast.expr) -> ast.Name | None:
         """The name a class expression is assigned to as one of several choices: through a
@@ -3110,6 +3157,31 @@ def _none_test(node: ast.AST | None) -> bool:
             for side in (node.left, *node.comparators)
         )
     )
+
+
+def _refills(comprehension: ast.DictComp, name: str) -> bool:
+    """``{key(k): v for k, v in <name>.items()}``: the values of ``name`` under new keys."""
+    kept = values_kept(comprehension)
+    return isinstance(kept, ast.Name) and kept.id == name
+
+
+def _fills_registry(index: ModuleIndex, read: ast.Name | ast.Attribute) -> bool:
+    """``read`` (a dict of classes) is filled there, not read: ``read[k] = cls``,
+    ``read.update(...)``, or ``read = {k.lower(): v for k, v in read.items()}``."""
+    parent = index.parent(read)
+    if isinstance(parent, ast.Subscript) and parent.value is read:
+        return isinstance(parent.ctx, ast.Store)
+    if not isinstance(parent, ast.Attribute) or not isinstance(read, ast.Name):
+        return False
+    call = index.parent(parent)
+    if index.update_receiver(call) is read:
+        return True
+    generator = index.parent(call) if call is not None else None  # `read.items()`
+    comprehension = index.parent(generator) if generator is not None else None
+    if not isinstance(comprehension, ast.DictComp):
+        return False
+    target = index.assigned_name(comprehension)
+    return target is not None and target.id == read.id and _refills(comprehension, read.id)
 
 
 def _reads_keys(view: FileView, read: ast.expr) -> bool:

@@ -293,10 +293,13 @@ class FusionHazards:
         if isinstance(call.func, ast.Name | ast.Subscript):
             # `proto(params)` where `proto` holds one of several optimizer classes, or a thin
             # subclass of them (EDSR's `CustomOptimizer(trainable, **kwargs)`), and
-            # `OPTIMIZERS[name](params)` over a dict of them.
+            # `OPTIMIZERS[name](params)` over a dict of them. One known optimizer class among
+            # them is enough (a project's own `Lamb` beside torch's Adam): where the call gives
+            # another, no NPU fused optimizer comes out of it, so what its result does then is
+            # no hazard to one.
             callee = subclass_base(self.view, call) or call.func
             classes = self._origins(callee)
-            if classes != [callee] and classes and all(map(self._optimizer_class, classes)):
+            if classes != [callee] and any(map(self._optimizer_class, classes)):
                 return True
         if not wrapper:
             return False
