@@ -1,29 +1,37 @@
 """Running one side of a verification: its processes, their environment, what they recorded.
 
 Each side (the original, the migrated program) runs as ``python ENTRY ARGS...`` in the folder of
-its entry, in fresh processes, on CPU, with the probe of ``child/`` first on ``PYTHONPATH`` (and
-nowhere else: the user's files and the parent's environment are untouched). ``world_size=K``
-starts K processes with torchrun's environment variables; the migrated side also gets the
-runtime's ``torch_npu`` stand-in.
+its entry, in its own processes, on CPU, with the probe of ``child/`` first on ``PYTHONPATH``
+(and nowhere else: the user's files and the parent's environment are untouched).
+``world_size=K`` starts K processes with torchrun's environment variables; the migrated side
+also gets the runtime's ``torch_npu`` stand-in.
+
+On Linux the processes are forked from one parent that has imported torch
+(``child/_npu_migrate_verify_zygote.py``), so that torch is imported once per run instead of once
+per process; ``NPU_MIGRATE_VERIFY_FORK=0`` starts each as a fresh interpreter, as does any
+failure to start that parent.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from migrator.verify.compare import Step, step_from_json
 
 PROBE_DIR = Path(__file__).resolve().parent / "child"
+ZYGOTE = PROBE_DIR / "_npu_migrate_verify_zygote.py"
 SEED = 0
 POLL_S = 0.05
 # Inherited from a launcher the user may be running under; each side gets its own.
@@ -62,10 +70,21 @@ class Settings:
     emulate_accelerator: bool = False  # both sides see an accelerator backed by the CPU
 
 
+class Running(Protocol):
+    """What verify asks of a program process: :class:`subprocess.Popen`'s ``poll``, ``kill``
+    and ``wait``."""
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self) -> int: ...
+
+
 @dataclass
 class Process:
     rank: int
-    popen: subprocess.Popen[bytes]
+    popen: Running
     log: Path
     exit_code: int | None = None
 
@@ -144,28 +163,156 @@ def child_env(
     return env
 
 
+class Zygote:
+    """The parent the program processes of a run are forked from (see
+    ``child/_npu_migrate_verify_zygote.py`` for what it does and answers)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.ended: dict[int, int] = {}  # pid -> exit code
+        self.pending = b""
+        self.lines: list[str] = []
+
+    @classmethod
+    def start(cls, env: dict[str, str], workdir: Path, timeout_s: float) -> Zygote | None:
+        """The parent, once it has imported torch; None where forking is not used (not Linux,
+        ``NPU_MIGRATE_VERIFY_FORK=0``) or the parent could not get ready: the programs then
+        start as fresh interpreters, which show their own errors."""
+        if sys.platform != "linux" or os.environ.get("NPU_MIGRATE_VERIFY_FORK") == "0":
+            return None
+        workdir.mkdir(parents=True, exist_ok=True)
+        with (workdir / "zygote.log").open("wb") as log:
+            popen = subprocess.Popen(
+                [sys.executable, str(ZYGOTE)],
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+        zygote = cls(popen)
+        if zygote._next_line(timeout_s) != "ready":
+            zygote.close()
+            return None
+        return zygote
+
+    def fork(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Forked:
+        request = {"argv": argv, "cwd": str(cwd), "env": env, "log": str(log)}
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(json.dumps(request).encode() + b"\n")
+        self.popen.stdin.flush()
+        answer = self._next_line(60.0)
+        if not answer.startswith("started "):
+            raise RuntimeError(f"npu-migrate verify could not start {argv[0]}: {answer!r}")
+        return Forked(self, int(answer.split()[1]))
+
+    def exit_code(self, pid: int) -> int | None:
+        self._read(0.0)
+        for line in self.lines:
+            words = line.split()
+            if words[0] == "ended":
+                self.ended[int(words[1])] = int(words[2])
+        self.lines = [line for line in self.lines if not line.startswith("ended ")]
+        if pid not in self.ended and self.popen.poll() is not None:
+            # The parent is gone (killed): nobody can report on its children any more.
+            _kill(pid)
+            self.ended[pid] = -signal.SIGKILL
+        return self.ended.get(pid)
+
+    def close(self) -> None:
+        """No more requests: the parent leaves once its children have ended."""
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            self.popen.stdin.close()
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
+
+    def _next_line(self, timeout_s: float) -> str:
+        """The next answer that is no ``ended`` line ('' when none comes in time)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for index, line in enumerate(self.lines):
+                if not line.startswith("ended "):
+                    return self.lines.pop(index)
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._read(min(left, POLL_S)):
+                return ""
+
+    def _read(self, timeout_s: float) -> bool:
+        """Take in what the parent has written; False once it has closed its output."""
+        stdout = self.popen.stdout
+        assert stdout is not None
+        if stdout.closed:
+            return False
+        readable, _, _ = select.select([stdout], [], [], timeout_s)
+        if not readable:
+            return True
+        chunk = os.read(stdout.fileno(), 1 << 16)
+        if not chunk:
+            return False
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        self.lines += [line.decode() for line in lines if line]
+        return True
+
+
+class Forked:
+    """A program process the :class:`Zygote` forked, as verify polls, kills and waits for it."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote = zygote
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return self.zygote.exit_code(self.pid)
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            _kill(self.pid)
+
+    def wait(self) -> int:
+        while (code := self.poll()) is None:
+            time.sleep(POLL_S)
+        return code
+
+
+def _kill(pid: int) -> None:
+    with suppress(ProcessLookupError):  # it has ended, and nobody waited for it yet
+        os.kill(pid, signal.SIGKILL)
+
+
 class SideRun:
     """The processes of one side, started at once."""
 
-    def __init__(self, side: Side, settings: Settings, workdir: Path) -> None:
+    def __init__(
+        self, side: Side, settings: Settings, workdir: Path, zygote: Zygote | None = None
+    ) -> None:
         self.side = side
         self.records = workdir / f"records-{side.label}"
         self.records.mkdir(parents=True)
         port = free_port()
-        command = [sys.executable, str(side.entry), *settings.program_args, *side.extra_args]
+        arguments = [str(side.entry), *settings.program_args, *side.extra_args]
         self.processes: list[Process] = []
         with ExitStack() as logs:
             for rank in range(settings.world_size or 1):
                 log = workdir / f"{side.label}-rank{rank}.log"
-                sink = logs.enter_context(log.open("wb"))
-                popen = subprocess.Popen(
-                    command,
-                    cwd=side.folder,
-                    env=child_env(side, settings, self.records, port, rank),
-                    stdin=subprocess.DEVNULL,
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                )
+                env = child_env(side, settings, self.records, port, rank)
+                popen: Running
+                if zygote is not None:
+                    popen = zygote.fork(arguments, side.folder, env, log)
+                else:
+                    popen = subprocess.Popen(
+                        [sys.executable, *arguments],
+                        cwd=side.folder,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=logs.enter_context(log.open("wb")),
+                        stderr=subprocess.STDOUT,
+                    )
                 self.processes.append(Process(rank, popen, log))
         self.timed_out = False
 
@@ -225,11 +372,23 @@ def lost_its_port(outcome: Outcome) -> bool:
     return any(sign in tail for tail in tails for sign in PORT_TAKEN)
 
 
+def zygote_env(sides: Sequence[Side], settings: Settings, workdir: Path) -> dict[str, str]:
+    """The environment the programs' processes share at start-up (``PYTHONPATH``, the hash
+    seed, one thread...), without what tells one process from another or installs the probe."""
+    env = child_env(sides[0], settings, workdir, 0, 0)
+    return {
+        key: value
+        for key, value in env.items()
+        if key not in DISTRIBUTED_ENV and not key.startswith("NPU_MIGRATE_VERIFY_")
+    }
+
+
 def run_group(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[Outcome]:
     runs: list[SideRun] = []
+    zygote = Zygote.start(zygote_env(sides, settings, workdir), workdir, settings.timeout_s)
     try:
         for side in sides:
-            runs.append(SideRun(side, settings, workdir))
+            runs.append(SideRun(side, settings, workdir, zygote))
         deadline = time.monotonic() + settings.timeout_s
         while not all([run.poll() for run in runs]):
             if time.monotonic() > deadline:
@@ -242,6 +401,8 @@ def run_group(sides: Sequence[Side], settings: Settings, workdir: Path) -> list[
     finally:
         for run in runs:
             run.kill()  # Ctrl-C, or an error starting the other side: leave nothing behind
+        if zygote is not None:
+            zygote.close()
     return [run.outcome() for run in runs]
 
 

@@ -758,6 +758,10 @@ def install() -> None:
         "numpy": functools.partial(seed_numpy, seed),
         "apex.amp": functools.partial(patch_amp, recorder),
     }
+    for name in [name for name in callbacks if name in sys.modules]:
+        # Imported before the program started: by the process verify forks the programs from
+        # (it imports torch once for all of them), or by a shadowed ``sitecustomize``.
+        callbacks.pop(name)(sys.modules[name])
     sys.meta_path.insert(0, _AfterImport(callbacks))
 
     previous_hook = sys.excepthook
