@@ -124,3 +124,28 @@ def test_a_forked_program_past_its_time_is_killed(
     assert outcome.timed_out
     assert process.exit_code == -signal.SIGKILL
     assert facts_of(tmp_path, "hang", True)[1] == []  # killed: no atexit
+
+
+def test_a_parent_that_cannot_import_torch_leaves_the_programs_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the forking parent cannot get ready (here a `torch` that fails to import comes
+    first on the path), each program starts as a fresh interpreter and shows its own errors."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "torch.py").write_text("raise ImportError('no torch on this path')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken))
+    monkeypatch.setenv("NPU_MIGRATE_VERIFY_FORK", "1")
+    folder = tmp_path / "program"
+    folder.mkdir()
+    out = tmp_path / "ppid.txt"
+    (folder / "plain.py").write_text(
+        "import os, sys\nopen(sys.argv[1], 'w').write(str(os.getppid()))\nimport torch\n"
+    )
+    settings = Settings(1, None, False, 120, (str(out),))
+    [outcome] = run_group([Side("original", folder / "plain.py", False)], settings, tmp_path / "w")
+    [process] = outcome.processes
+    assert int(out.read_text()) == os.getpid()  # started by verify itself
+    assert process.exit_code == 1
+    assert "ImportError: no torch on this path" in process.log.read_text()
+    assert "ImportError: no torch on this path" in (tmp_path / "w" / "zygote.log").read_text()

@@ -29,6 +29,7 @@ import os
 import runpy
 import selectors
 import sys
+import time
 from typing import Any
 
 
@@ -45,7 +46,9 @@ def _serve() -> dict[str, Any]:
     children: set[int] = set()
     closed = False
     while not (closed and not children):
-        if not closed and selector.select(timeout=0.05):
+        if closed:
+            time.sleep(0.05)  # the last children are ending
+        elif selector.select(timeout=0.05):
             chunk = os.read(0, 1 << 16)
             closed = not chunk
             pending += chunk
@@ -58,8 +61,6 @@ def _serve() -> dict[str, Any]:
                     return dict(request)
                 children.add(pid)
                 _say(f"started {pid}")
-        elif closed:
-            selector.select(timeout=0.05)  # (nothing to read: just wait a little)
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
