@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import textwrap
+import time
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -149,3 +150,35 @@ def test_a_parent_that_cannot_import_torch_leaves_the_programs_fresh(
     assert process.exit_code == 1
     assert "ImportError: no torch on this path" in process.log.read_text()
     assert "ImportError: no torch on this path" in (tmp_path / "w" / "zygote.log").read_text()
+
+
+def test_a_program_whose_forking_parent_dies_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody can report how a child ends once its parent is gone: verify stops it then, and
+    does not wait for the timeout."""
+    monkeypatch.setenv("NPU_MIGRATE_VERIFY_FORK", "1")
+    folder = tmp_path / "program"
+    folder.mkdir()
+    (folder / "orphan.py").write_text(
+        "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(600)\n"
+    )
+    settings = Settings(1, None, False, 300, ())
+    [outcome] = run_group([Side("original", folder / "orphan.py", False)], settings, tmp_path / "w")
+    [process] = outcome.processes
+    assert not outcome.timed_out
+    assert process.exit_code == -signal.SIGKILL
+    pid = process.popen.pid  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10  # (SIGKILL takes effect when the process is next scheduled)
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(pid)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: gone, or a zombie its new parent has not reaped yet, is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(") ", 1)[1][0] != "Z"

@@ -207,14 +207,16 @@ class Zygote:
         return Forked(self, int(answer.split()[1]))
 
     def exit_code(self, pid: int) -> int | None:
-        self._read(0.0)
+        gone = self.popen.poll() is not None
+        while self._read(0.0) and gone:
+            pass  # (the parent has ended: take everything it wrote)
         for line in self.lines:
             words = line.split()
             if words[0] == "ended":
                 self.ended[int(words[1])] = int(words[2])
         self.lines = [line for line in self.lines if not line.startswith("ended ")]
-        if pid not in self.ended and self.popen.poll() is not None:
-            # The parent is gone (killed): nobody can report on its children any more.
+        if pid not in self.ended and gone:
+            # The parent was killed: nobody can report on its children any more.
             _kill(pid)
             self.ended[pid] = -signal.SIGKILL
         return self.ended.get(pid)
@@ -243,14 +245,15 @@ class Zygote:
                 return ""
 
     def _read(self, timeout_s: float) -> bool:
-        """Take in what the parent has written; False once it has closed its output."""
+        """Take in what the parent has written: False once it has closed its output, or when
+        nothing came within ``timeout_s`` of a parent that has ended."""
         stdout = self.popen.stdout
         assert stdout is not None
         if stdout.closed:
             return False
         readable, _, _ = select.select([stdout], [], [], timeout_s)
         if not readable:
-            return True
+            return self.popen.poll() is None
         chunk = os.read(stdout.fileno(), 1 << 16)
         if not chunk:
             return False
