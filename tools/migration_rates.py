@@ -23,8 +23,10 @@ A second column counts the reported constructions that are right as written: tor
 optimizers that run on NPU unfused, kept because fusing them would break the fused optimizers'
 contract (parameters sharded, moved, cast to a dtype the NPU classes refuse, replaced, kept on
 the CPU, shared by hogwild workers, gradients replaced by hand, handed to Accelerate or Lightning
-Fabric, whose launch configuration may shard them). They need nobody; the second rate leaves
-them aside too: rewritten / (rewritten + reported - no counterpart - kept).
+Fabric, whose launch configuration may shard them), or because the program's `amp.initialize`
+uses an opt level at which Ascend apex refuses NPU fused optimizers (O0, O3, O2 without master
+weights). They need nobody; the second rate leaves them aside too: rewritten / (rewritten +
+reported - no counterpart - kept).
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ CONTRACT = (
     "wrap this optimizer's parameters as its launch configuration",  # Accelerate, Fabric
     "is a LightningModule: the Trainer hands this optimizer to its strategy",
     "Hugging Face's Trainer, whose loop zeroes the gradients",
+    # Ascend apex's own constraints on the `amp.initialize` the optimizer goes through: it
+    # refuses NPU fused optimizers at opt levels O0 and O3, and at O2 without master weights.
+    "unless opt_level is O1 or O2",
+    "needs master weights for NPU fused optimizers",
 )
 # ... unless the class itself does not run on Ascend (NVIDIA apex's): then a person must act.
 NOT_ON_ASCEND = "does not run on Ascend"
