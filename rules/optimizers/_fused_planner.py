@@ -2495,10 +2495,11 @@ class _Planner:
         }
         mapped: dict[int, set[str]] = {}  # id(call) -> the classes mapped there
         for node in self._class_value_candidates():
+            registry = self._registry_of(node)
             # (a name a star import may bind is no class of a dict: `opt["dir"] = data_dir`)
-            known = isinstance(self.view.qualified_name_in(node, KNOWN_OPTIMIZERS), str)
-            registry = self._registry_of(node) if known else None
-            if registry is not None:
+            if registry is not None and isinstance(
+                self.view.qualified_name_in(node, KNOWN_OPTIMIZERS), str
+            ):
                 self._plan_registry_calls(node, registry, seen, mapped)
                 continue
             target = self._chosen_into(node)
@@ -2670,7 +2671,7 @@ class _Planner:
         built = [
             binding.node
             for binding in self.index.bindings_of(registry)
-            if not (isinstance(binding.node, ast.Name) and self._refilled(binding.node))
+            if not (isinstance(binding.node, ast.Name) and _refilled(self.index, binding.node))
         ]
         if len(built) != 1 or not isinstance(built[0], ast.Name):
             return None
@@ -2709,13 +2710,6 @@ class _Planner:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 return target.value
         return None
-
-    def _refilled(self, target: ast.Name) -> bool:
-        """``target = {key(k): v for k, v in target.items()}``: the same classes under new
-        keys (ESPnet lower-cases its names)."""
-        comprehension = self.index.parent(target)
-        value = comprehension.value if isinstance(comprehension, ast.Assign) else None
-        return isinstance(value, ast.DictComp) and _refills(value, target.id)
 
     def _chosen_into(self, node: ast.expr) -> ast.Name | None:
         """The name a class expression is assigned to as one of several choices: through a
@@ -3159,10 +3153,14 @@ def _none_test(node: ast.AST | None) -> bool:
     )
 
 
-def _refills(comprehension: ast.DictComp, name: str) -> bool:
-    """``{key(k): v for k, v in <name>.items()}``: the values of ``name`` under new keys."""
-    kept = values_kept(comprehension)
-    return isinstance(kept, ast.Name) and kept.id == name
+def _refilled(index: ModuleIndex, target: ast.Name) -> bool:
+    """``target = {key(k): v for k, v in target.items()}``: the same classes under new keys
+    (ESPnet lower-cases its names)."""
+    statement = index.parent(target)
+    if not isinstance(statement, ast.Assign) or statement.targets != [target]:
+        return False
+    kept = values_kept(statement.value)
+    return isinstance(kept, ast.Name) and kept.id == target.id
 
 
 def _fills_registry(index: ModuleIndex, read: ast.Name | ast.Attribute) -> bool:
@@ -3181,7 +3179,7 @@ def _fills_registry(index: ModuleIndex, read: ast.Name | ast.Attribute) -> bool:
     if not isinstance(comprehension, ast.DictComp):
         return False
     target = index.assigned_name(comprehension)
-    return target is not None and target.id == read.id and _refills(comprehension, read.id)
+    return target is not None and _refilled(index, target) and values_kept(comprehension) is read
 
 
 def _reads_keys(view: FileView, read: ast.expr) -> bool:

@@ -295,11 +295,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         if fused and others:
             whys.append(f"from {self._listed(fused)}, and maybe not from {self._listed(others)}")
         elif others and not self.maybe:
-            whys += [
-                f"`{self.view.written(o)}` (line {line_of(o)}): "
-                + self.traced.get(id(o), "npu-migrate traces it no further")
-                for o in others
-            ]
+            whys += self._traced_reasons(others)
         whys += self.factories
         message = (
             f'added `combine_grad=getattr({written}, "is_npu_fused_optimizer", False)`: the '
@@ -409,11 +405,7 @@ class AmpCombineGrad(OptimizerFactories, Rule):
             )
             return False
         if unknown and not fused and not unfused and self.traced:
-            reasons = [
-                f"`{self.view.written(o)}` (line {line_of(o)}): "
-                + self.traced.get(id(o), "npu-migrate traces it no further")
-                for o in unknown
-            ]
+            reasons = self._traced_reasons(unknown)
             self.report(
                 sink.call,
                 f"`combine_grad=True` not added: {'; '.join(reasons)}; if its optimizers are "
@@ -516,6 +508,14 @@ class AmpCombineGrad(OptimizerFactories, Rule):
         return isinstance(name, Ambiguous) and not any(
             candidate.rpartition(".")[2].startswith("NpuFused") for candidate in name.candidates
         )
+
+    def _traced_reasons(self, origins: list[ast.expr]) -> list[str]:
+        """Why each of ``origins`` is not known to be an NPU fused optimizer, for a message."""
+        return [
+            f"`{self.view.written(o)}` (line {line_of(o)}): "
+            + self.traced.get(id(o), "npu-migrate traces it no further")
+            for o in origins
+        ]
 
     def _listed(self, origins: list[ast.expr]) -> str:
         return ", ".join(
